@@ -1,0 +1,118 @@
+"""Benchmark of the health audit: 10M synthetic step events over 100 runs, the suite over all runs,
+one 400,000-step run, and the ratio to a bare count(*) scan of the same Parquet files.
+
+    python bench/audit.py [--small] [--root DIR] [--threads 2]
+
+How the ledger is made: `run_started`, `eval`, `drops`, `checkpoint` and `run_finished` events are
+sealed with `ledger.events.seal` and written by `ledger.store.write_events` (the real writer). The
+10M step events are too many to seal one by one in a benchmark's setup, so they are built as Arrow
+tables with the writer's own schema (`ledger.store.arrow_schema('step')`) and written through
+`ledger.store.write_atomic`, one file per 200,000 steps; their hashes are random 64-hex strings
+chained through prev_hash (not the SHA-256 of their content) and their `payload` text is built
+column-wise, so `runledger verify` would reject them; the audits read only the typed columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ledger.events import canonical_json, seal  # noqa: E402
+from ledger.store import StoredEvent, arrow_schema, partition_dir, write_atomic, write_events  # noqa: E402
+
+log = logging.getLogger("bench.audit")
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+TOKENS_PER_STEP = 4096
+STEP_TIME_S = 0.5
+FILE_ROWS = 200_000
+N_EXPERTS = 64
+
+
+def _time(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def schedule_lr(step: np.ndarray, peak: float, warmup: int, horizon: int, min_ratio: float) -> np.ndarray:
+    """training.schedule.lr_at, vectorised (no retime)."""
+    floor = min_ratio * peak
+    warm = peak * np.maximum(step, 1) / warmup
+    decay = peak + (floor - peak) * (step - warmup) / max(horizon - warmup, 1)
+    return np.where(step >= horizon, floor, np.where(step < warmup, warm, decay))
+
+
+class Chain:
+    """One producer's hash chain, sealed event by event (the real path)."""
+
+    def __init__(self, run_id: str, producer: str, attempt: int = 0):
+        self.run_id, self.producer, self.attempt = run_id, producer, attempt
+        self.seq, self.prev, self.rows = 0, "", []
+
+    def emit(self, kind: str, payload: dict, step: int | None, at: datetime) -> None:
+        env, _ = seal(self.run_id, self.producer, self.attempt, self.seq, kind, payload, step, self.prev, time=_time(at))
+        self.rows.append(StoredEvent(env, canonical_json(payload), 0))
+        self.seq += 1
+        self.prev = env["hash"]
+
+
+def step_files(root: Path, run_id: str, n_steps: int, seq0: int, prev0: str, sched: dict, rng) -> tuple[int, str]:
+    """Write a run's step events as Arrow tables in the writer's schema; return (next seq, last hash)."""
+    schema = arrow_schema("step")
+    seq, prev = seq0, prev0
+    for start in range(0, n_steps, FILE_ROWS):
+        m = min(FILE_ROWS, n_steps - start)
+        step = np.arange(start + 1, start + m + 1, dtype=np.int64)
+        seqs = np.arange(seq, seq + m, dtype=np.int64)
+        secs = step * STEP_TIME_S
+        ts = np.datetime64(T0.replace(tzinfo=None), "us") + (secs * 1e6).astype("timedelta64[us]")
+        ts_arr = pa.array(ts, pa.timestamp("us", tz="UTC"))
+        time_str = pc.binary_join_element_wise(pc.strftime(ts_arr, format="%Y-%m-%dT%H:%M:%S"), "Z", "")
+        hexes = os.urandom(32 * m).hex()
+        hashes = [hexes[i * 64:(i + 1) * 64] for i in range(m)]
+        prevs = [prev] + hashes[:-1]
+        loss = 2.0 + 8.0 / np.sqrt(step) + rng.normal(0, 0.02, m)
+        grad = 0.3 + 0.05 * rng.random(m)
+        lr = schedule_lr(step, sched["peak_lr"], sched["warmup_steps"], sched["horizon_steps"], sched["min_lr_ratio"])
+        mfu = 0.4 + 0.005 * rng.random(m)
+        cols = {
+            "loss": loss, "grad_norm": grad, "lr": lr, "tokens": np.full(m, TOKENS_PER_STEP),
+            "step_time_s": np.full(m, STEP_TIME_S), "param_norm": 100.0 + step * 1e-4,
+            "z_loss": 1e-3 * np.ones(m), "lb_loss": 1.0 + 0.01 * rng.random(m),
+            "router_entropy": math.log(N_EXPERTS) * (0.97 + 0.01 * rng.random(m)), "mfu": mfu,
+            "tokens_per_s": np.full(m, TOKENS_PER_STEP / STEP_TIME_S), "seq_len": np.full(m, 1024),
+            "skipped": np.zeros(m, dtype=bool),
+        }
+        seq_s = pc.cast(pa.array(seqs), pa.string())
+        payload = pc.binary_join_element_wise(
+            '{"grad_norm":', pc.cast(pa.array(grad), pa.string()), ',"loss":', pc.cast(pa.array(loss), pa.string()),
+            ',"lr":', pc.cast(pa.array(lr), pa.string()), ',"mfu":', pc.cast(pa.array(mfu), pa.string()),
+            f',"step_time_s":{STEP_TIME_S},"tokens":{TOKENS_PER_STEP}}}', "")
+        env = {
+            "event_id": pc.binary_join_element_wise(f"{run_id}:worker-0:0:", seq_s, ""),
+            "run_id": pa.array(np.full(m, run_id, dtype=object), pa.string()),
+            "producer": pa.array(np.full(m, "worker-0", dtype=object), pa.string()),
+            "attempt": np.zeros(m, dtype=np.int64), "seq": seqs,
+            "kind": pa.array(np.full(m, "step", dtype=object), pa.string()), "time": time_str, "ts": ts_arr,
+            "step": step, "schema_version": np.ones(m, dtype=np.int64), "prev_hash": prevs, "hash": hashes,
+            "payload": payload, "stream_seq": seqs, "ingested_at": ts_arr,
+        }
+        data = {**env, **cols}
+        table = pa.table([pa.array(data[f.name], f.type) if not isinstance(data[f.name], pa.Array) else data[f.name].cast(f.type)
+                          for f in schema], schema=schema)
+        write_atomic(table, partition_dir(root, "step", run_id) / f"part-{seq:012d}-{seq + m - 1:012d}-bench.parquet")
+        seq, prev = seq + m, hashes[-1]
+    return seq, prev

@@ -1,0 +1,76 @@
+"""The JetStream side of the ledger: connecting, the RUNLEDGER stream, and durable pull consumers.
+
+Whoever connects first creates (or updates) the stream with DESIGN.md's settings, so starting order
+does not matter: file storage, nothing evicted silently (no max age, discard new when full), a
+duplicate window of 2 minutes for publish-side dedupe by Nats-Msg-Id.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import nats
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+
+from ledger.events import STREAM, SUBJECT_PREFIX
+from ledger.natsserver import MAX_PAYLOAD
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = os.environ.get("RUNLEDGER_NATS", "nats://127.0.0.1:4222")
+DUPLICATE_WINDOW_S = 120.0  # DESIGN.md: duplicate window >= 2 min
+ACK_WAIT_S = 30.0  # a consumer that has not acked in this time gets the message again
+MAX_ACK_PENDING = 50_000
+
+
+def stream_config(replicas: int = 1) -> StreamConfig:
+    return StreamConfig(
+        name=STREAM,
+        subjects=[f"{SUBJECT_PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        max_age=0,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_msg_size=MAX_PAYLOAD,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        num_replicas=replicas,
+    )
+
+
+async def connect(url: str = DEFAULT_URL, name: str = "runledger", **kw) -> nats.NATS:
+    """A NATS connection that keeps reconnecting forever (a ledger outlives a server restart)."""
+    opts = dict(name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2)
+    opts.update(kw)
+    return await nats.connect(url, **opts)
+
+
+async def ensure_stream(js: JetStreamContext, replicas: int = 1) -> None:
+    """Create the RUNLEDGER stream, or update it to these settings; safe to call from everyone."""
+    cfg = stream_config(replicas)
+    try:
+        await js.add_stream(cfg)
+    except BadRequestError as err:  # exists with other settings
+        log.info("updating stream %s: %s", STREAM, err)
+        await js.update_stream(cfg)
+
+
+async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: str | None = None) -> None:
+    """A durable pull consumer with explicit acks that never gives up redelivering."""
+    cfg = ConsumerConfig(
+        durable_name=durable,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ACK_WAIT_S,
+        max_deliver=-1,
+        max_ack_pending=MAX_ACK_PENDING,
+        filter_subject=filter_subject or f"{SUBJECT_PREFIX}.>",
+    )
+    try:
+        await js.consumer_info(STREAM, durable)
+    except NotFoundError:
+        await js.add_consumer(STREAM, cfg)

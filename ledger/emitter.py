@@ -1,0 +1,337 @@
+"""The producer side: `Emitter.emit()` seals an event, appends it to a local spool and returns at once.
+
+A background thread publishes spooled events to JetStream (Nats-Msg-Id = event_id) and records
+which were acknowledged. The spool is the outbox: an event that `emit` accepted is in the spool file
+(written before `emit` returns, fsync'd in batches), so if NATS is slow or down, or this process dies,
+it is published again later — by this Emitter's retries, or by the next Emitter opened on the same
+spool. NATS dedupes resends within its window and the ledger dedupes by event_id after it, so the
+ledger stores each event once. Past `max_spool_bytes` of unacknowledged events `emit` raises
+`SpoolFull`; nothing is ever dropped.
+
+When events pile up (a fast producer, or NATS coming back), consecutive events are sent together
+as one message: a JSON array on `runledger.{run_id}.batch`, each element still a whole envelope
+with its own event_id.
+
+Spool layout: {spool_dir}/{run_id}/{producer}/{attempt}/seg-{first_seq}.jsonl (one canonical
+envelope per line) and `acked` (every seq below this number is acknowledged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import bus
+from ledger.events import SUBJECT_PREFIX, seal, subject_for
+from ledger.store import fsync_dir
+
+log = logging.getLogger(__name__)
+
+SEGMENT_EVENTS = 20_000  # events per spool segment file
+MAX_BATCH_EVENTS = 1_000  # events per NATS message when there is a backlog
+MAX_BATCH_BYTES = 512 << 10
+MAX_INFLIGHT = 256  # unacknowledged messages in flight
+ACK_TIMEOUT_S = 5.0  # resend a message whose PubAck has not come by then
+FSYNC_INTERVAL_S = 0.2
+
+
+class SpoolFull(RuntimeError):
+    """More unacknowledged events than the spool may hold; the event was not accepted."""
+
+
+@dataclass
+class _Spooled:
+    seq: int
+    kind: str
+    event_id: str
+    data: bytes  # canonical envelope text, no newline
+
+
+def batch_subject(run_id: str) -> str:
+    return f"{SUBJECT_PREFIX}.{run_id}.batch"
+
+
+class Emitter:
+    """Emit events for one (run_id, producer, attempt) chain; see the module docstring."""
+
+    def __init__(
+        self, run_id: str, producer: str, attempt: int = 0, nats_url: str = bus.DEFAULT_URL,
+        spool_dir: str | Path = "./runledger-data/spool", max_spool_bytes: int = 512 << 20,
+        batch: bool = True,
+    ) -> None:
+        self.run_id, self.producer, self.attempt = run_id, producer, attempt
+        self.nats_url = nats_url
+        self.max_spool_bytes = max_spool_bytes
+        self.batch = batch
+        self.dir = Path(spool_dir) / run_id / producer / str(attempt)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._pending: collections.deque[_Spooled] = collections.deque()
+        self._unacked_bytes = 0
+        self._acked: set[int] = set()
+        self._acked_upto = self._read_acked()
+        self._seq, self._prev_hash = 0, ""
+        self._seg_fd: int | None = None
+        self._seg_first = 0
+        self._dirty = False
+        self._recover_spool()
+        self._closing = threading.Event()
+        self._stopped = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._idle = True
+        self.published = 0  # messages acknowledged by JetStream (for progress and benches)
+        self._thread = threading.Thread(target=self._thread_main, name=f"emitter-{run_id}-{producer}", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- producer-facing API
+
+    @property
+    def next_seq(self) -> int:
+        return self._seq
+
+    def emit(self, kind: str, payload: dict, step: int | None = None) -> str:
+        """Seal and spool one event; return its event_id. Never waits for NATS."""
+        with self._lock:
+            env, text = seal(self.run_id, self.producer, self.attempt, self._seq, kind, payload, step, self._prev_hash)
+            data = text.encode()
+            if self._unacked_bytes + len(data) > self.max_spool_bytes:
+                raise SpoolFull(
+                    f"spool {self.dir} holds {self._unacked_bytes} bytes of unacknowledged events "
+                    f"(limit {self.max_spool_bytes}); is NATS at {self.nats_url} reachable?"
+                )
+            if self._seg_fd is None or self._seq - self._seg_first >= SEGMENT_EVENTS:
+                self._open_segment(self._seq)
+            os.write(self._seg_fd, data + b"\n")
+            self._dirty = True
+            self._pending.append(_Spooled(self._seq, kind, env["event_id"], data))
+            self._unacked_bytes += len(data)
+            self._seq += 1
+            self._prev_hash = env["hash"]
+        if self._idle and self._loop is not None:
+            self._idle = False
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return env["event_id"]
+
+    def pending(self) -> int:
+        """Events emitted but not yet acknowledged by JetStream."""
+        return self._seq - self._acked_upto - len(self._acked)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event emitted so far is acknowledged; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._acked_upto < self._seq:
+            if self._stopped.is_set() or (deadline is not None and time.monotonic() > deadline):
+                return False
+            time.sleep(0.005)
+        return True
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Flush (up to `timeout`), then stop; unacknowledged events stay in the spool for next time."""
+        ok = self.flush(timeout)
+        self._closing.set()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+        self._thread.join(10)
+        with self._lock:
+            self._sync_segment()
+            if self._seg_fd is not None:
+                os.close(self._seg_fd)
+                self._seg_fd = None
+        self._write_acked()
+        if not ok:
+            log.warning("emitter %s/%s closed with %d events unacknowledged (kept in %s)",
+                        self.run_id, self.producer, self._seq - self._acked_upto, self.dir)
+        return ok
+
+    def __enter__(self) -> "Emitter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- spool
+
+    def _read_acked(self) -> int:
+        try:
+            return int((self.dir / "acked").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def _write_acked(self) -> None:
+        tmp = self.dir / ".acked.tmp"
+        tmp.write_text(str(self._acked_upto))
+        os.replace(tmp, self.dir / "acked")
+        segments = self._segments()
+        for seg, nxt in zip(segments, segments[1:]):  # done once the next segment starts at or below acked
+            if int(nxt.stem[4:]) <= self._acked_upto:
+                seg.unlink(missing_ok=True)
+
+    def _segments(self) -> list[Path]:
+        return sorted(self.dir.glob("seg-*.jsonl"))
+
+    def _recover_spool(self) -> None:
+        """Continue the chain where the spool left it, and queue what was never acknowledged."""
+        for seg in self._segments():
+            raw = seg.read_bytes()
+            if raw and not raw.endswith(b"\n"):  # a torn last line: emit never returned for it
+                raw = raw[: raw.rfind(b"\n") + 1]
+                with open(seg, "r+b") as f:
+                    f.truncate(len(raw))
+            for line in raw.splitlines():
+                env = json.loads(line)
+                self._seq, self._prev_hash = env["seq"] + 1, env["hash"]
+                if env["seq"] >= self._acked_upto:
+                    self._pending.append(_Spooled(env["seq"], env["kind"], env["event_id"], line))
+                    self._unacked_bytes += len(line)
+        if self._pending:
+            log.info("spool %s: %d unacknowledged events will be published again", self.dir, len(self._pending))
+        self._acked_upto = min(self._acked_upto, self._seq)
+
+    def _open_segment(self, first: int) -> None:
+        self._sync_segment()
+        if self._seg_fd is not None:
+            os.close(self._seg_fd)
+        self._seg_first = first
+        self._seg_fd = os.open(self.dir / f"seg-{first:012d}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fsync_dir(self.dir)
+
+    def _sync_segment(self) -> None:
+        if self._seg_fd is not None and self._dirty:
+            os.fsync(self._seg_fd)
+            self._dirty = False
+
+    # ---------------------------------------------------------------- publisher thread
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._wake = asyncio.Event()
+        try:
+            loop.run_until_complete(self._publish_loop())
+        except Exception:  # the thread must not die silently: the spool keeps the events
+            log.exception("emitter publisher stopped")
+        finally:
+            self._stopped.set()
+            loop.close()
+
+    async def _connect(self):
+        while not self._closing.is_set():
+            try:
+                nc = await bus.connect(self.nats_url, name=f"emitter-{self.producer}")
+                js = nc.jetstream(publish_async_max_pending=MAX_INFLIGHT * 2)
+                await bus.ensure_stream(js)
+                return nc, js
+            except Exception as err:  # server down: keep the events spooled and try again
+                log.debug("emitter: NATS at %s not reachable yet (%s)", self.nats_url, err)
+                await asyncio.sleep(0.25)
+        return None, None
+
+    def _take(self) -> list[_Spooled]:
+        """The next message's events: one, or a run of consecutive ones when there is a backlog."""
+        first = self._pending.popleft()
+        items = [first]
+        if self.batch:
+            size = len(first.data)
+            while self._pending and len(items) < MAX_BATCH_EVENTS and size < MAX_BATCH_BYTES:
+                nxt = self._pending[0]
+                if nxt.seq != items[-1].seq + 1:
+                    break
+                items.append(self._pending.popleft())
+                size += len(nxt.data)
+        return items
+
+    async def _publish_loop(self) -> None:
+        nc, js = await self._connect()
+        if nc is None:
+            return
+        inflight: dict[int, tuple[list[_Spooled], asyncio.Future, float]] = {}
+        done: collections.deque[int] = collections.deque()
+        last_sync = time.monotonic()
+        next_id = 0
+        try:
+            while True:
+                # send
+                while self._pending and len(inflight) < MAX_INFLIGHT:
+                    items = self._take()
+                    if len(items) == 1:
+                        subject, body, msg_id = subject_for(self.run_id, items[0].kind), items[0].data, items[0].event_id
+                    else:
+                        subject = batch_subject(self.run_id)
+                        body = b"[" + b",".join(i.data for i in items) + b"]"
+                        msg_id = f"batch:{items[0].event_id}-{items[-1].seq}"
+                    try:
+                        fut = await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id}, wait_stall=1.0)
+                    except Exception as err:
+                        log.debug("emitter: publish failed (%s); will retry", err)
+                        self._requeue(items)
+                        await asyncio.sleep(0.1)
+                        break
+                    key = next_id
+                    next_id += 1
+                    inflight[key] = (items, fut, time.monotonic())
+                    fut.add_done_callback(lambda _f, k=key: done.append(k))
+                # collect acknowledgements
+                while done:
+                    key = done.popleft()
+                    entry = inflight.pop(key, None)
+                    if entry is None:
+                        continue
+                    items, fut, _ = entry
+                    if fut.cancelled() or fut.exception() is not None:
+                        self._requeue(items)
+                    else:
+                        self._mark_acked(items)
+                # resend what has waited too long (server restarted, message lost in flight)
+                now = time.monotonic()
+                for key in [k for k, (_, _, t) in inflight.items() if now - t > ACK_TIMEOUT_S]:
+                    items, fut, _ = inflight.pop(key)
+                    fut.cancel()
+                    self._requeue(items)
+                if now - last_sync > FSYNC_INTERVAL_S:
+                    with self._lock:
+                        self._sync_segment()
+                    self._write_acked()
+                    last_sync = now
+                if self._closing.is_set() and (not inflight or not nc.is_connected):
+                    break
+                if not self._pending or len(inflight) >= MAX_INFLIGHT:
+                    self._idle = not self._pending
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), 0.02 if inflight else 0.25)
+                    except asyncio.TimeoutError:
+                        pass
+                    self._idle = False
+        finally:
+            try:
+                await nc.close()
+            except Exception:
+                pass
+
+    def _requeue(self, items: list[_Spooled]) -> None:
+        """Put events back in the queue, keeping seq order (emit may be appending meanwhile)."""
+        with self._lock:
+            if self._pending and self._pending[0].seq < items[0].seq:
+                merged = sorted([*self._pending, *items], key=lambda s: s.seq)
+                self._pending.clear()
+                self._pending.extend(merged)
+            else:
+                self._pending.extendleft(reversed(items))
+
+    def _mark_acked(self, items: list[_Spooled]) -> None:
+        for i in items:
+            if i.seq >= self._acked_upto and i.seq not in self._acked:
+                self._acked.add(i.seq)
+                self._unacked_bytes -= len(i.data)
+        while self._acked_upto in self._acked:
+            self._acked.discard(self._acked_upto)
+            self._acked_upto += 1
+        self.published += 1

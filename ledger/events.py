@@ -1,0 +1,525 @@
+"""The event contract, defined once: the envelope, every kind's payload, canonical JSON and the hash.
+
+Everything else derives from this file: the Parquet columns (`arrow_schema`), the JSON Schema that
+`runledger schema` prints, the ledger's validation and the SQL views. See DESIGN.md, "The contract".
+
+An event is a fact in the past. A producer builds one with `seal(...)`; anyone checks one with
+`check_envelope(obj)`, which returns the canonical payload text or raises `InvalidEvent` with a
+one-line reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SCHEMA_VERSION = 1
+STREAM = "RUNLEDGER"
+SUBJECT_PREFIX = "runledger"
+MAX_EVENT_BYTES = 1 << 20  # one event's JSON text; larger input is quarantined, never truncated
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # run_id and producer: subject token, dir name
+TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
+HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class InvalidEvent(ValueError):
+    """Input that is not a valid event; the message is the one-line reason."""
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical JSON (RFC 8785 / JCS) and the hash
+# --------------------------------------------------------------------------------------------
+
+_encode_str = json.encoder.c_encode_basestring or json.encoder.py_encode_basestring  # "..." like JSON.stringify
+
+
+def es_number(x: float) -> str:
+    """A float as ECMAScript's Number.prototype.toString writes it (JCS section 3.2.2.3)."""
+    if x == 0:
+        return "0"  # -0 as well
+    r = repr(x)  # shortest round-trip digits: the same digits ECMAScript picks
+    if "e" not in r and r[-1] != "n" and r[-1] != "f":  # 1e-4 <= |x| < 1e16: both write it positionally
+        return r[:-2] if r.endswith(".0") else r
+    if x != x or x in (math.inf, -math.inf):
+        raise InvalidEvent("NaN/Infinity are not allowed (send null, with skipped=true for a loss)")
+    if x < 0:
+        return "-" + es_number(-x)
+    mantissa, _, exp = r.partition("e")
+    int_part, _, frac = mantissa.partition(".")
+    s = int_part + frac
+    stripped = s.lstrip("0")
+    n = len(int_part) - (len(s) - len(stripped)) + int(exp)  # where the decimal point goes
+    digits = stripped.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + digits
+    e = n - 1
+    head = digits[0] if k == 1 else digits[0] + "." + digits[1:]
+    return f"{head}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def _canonical_dict(obj: dict) -> str:
+    keys = sorted(obj)
+    if not all(k.isascii() for k in keys):  # JCS sorts by UTF-16 code units
+        keys = sorted(obj, key=lambda k: k.encode("utf-16-be"))
+    parts = []
+    for k in keys:
+        v = obj[k]
+        write = _CANONICAL.get(type(v))
+        if write is None:
+            raise InvalidEvent(f"not a JSON value: {type(v).__name__}")
+        parts.append(_encode_str(k) + ":" + write(v))
+    return "{" + ",".join(parts) + "}"
+
+
+def _canonical_list(obj: list | tuple) -> str:
+    return "[" + ",".join(canonical_json(v) for v in obj) + "]"
+
+
+_CANONICAL = {
+    str: _encode_str,
+    float: es_number,
+    int: int.__repr__,
+    bool: lambda b: "true" if b else "false",
+    type(None): lambda _: "null",
+    dict: _canonical_dict,
+    list: _canonical_list,
+    tuple: _canonical_list,
+}
+
+
+def canonical_json(obj: Any) -> str:
+    """RFC 8785 canonical text of a JSON value: sorted keys, no whitespace, ECMAScript numbers."""
+    write = _CANONICAL.get(type(obj))
+    if write is None:
+        raise InvalidEvent(f"not a JSON value: {type(obj).__name__}")
+    return write(obj)
+
+
+def envelope_text(env: dict, payload_text: str, with_hash: bool) -> str:
+    """Canonical text of an envelope, given its payload's canonical text (keys in JCS order)."""
+    step = env["step"]
+    parts = [
+        '{"attempt":', str(env["attempt"]),
+        ',"event_id":', _encode_str(env["event_id"]),
+    ]
+    if with_hash:
+        parts += [',"hash":', _encode_str(env["hash"])]
+    parts += [
+        ',"kind":', _encode_str(env["kind"]),
+        ',"payload":', payload_text,
+        ',"prev_hash":', _encode_str(env["prev_hash"]),
+        ',"producer":', _encode_str(env["producer"]),
+        ',"run_id":', _encode_str(env["run_id"]),
+        ',"schema_version":', str(env["schema_version"]),
+        ',"seq":', str(env["seq"]),
+        ',"step":', "null" if step is None else str(step),
+        ',"time":', _encode_str(env["time"]),
+        "}",
+    ]
+    return "".join(parts)
+
+
+def event_hash(env: dict, payload_text: str) -> str:
+    """Lowercase hex SHA-256 of the canonical JSON of the envelope without `hash`."""
+    return hashlib.sha256(envelope_text(env, payload_text, with_hash=False).encode()).hexdigest()
+
+
+def make_event_id(run_id: str, producer: str, attempt: int, seq: int) -> str:
+    return f"{run_id}:{producer}:{attempt}:{seq}"
+
+
+def subject_for(run_id: str, kind: str) -> str:
+    return f"{SUBJECT_PREFIX}.{run_id}.{kind}"
+
+
+_second_text: list = [None, ""]  # (second, its formatted text): formatting dominates otherwise
+
+
+def utc_now() -> str:
+    """Now as RFC 3339 UTC with microseconds, e.g. 2026-11-29T10:00:00.123456Z."""
+    t = time.time()
+    sec = int(t)
+    if _second_text[0] != sec:
+        _second_text[:] = [sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))]
+    return f"{_second_text[1]}.{int((t - sec) * 1e6):06d}Z"
+
+
+def check_name(value: str, what: str) -> str:
+    """A run_id or producer, or InvalidEvent saying why not (it is a subject token and a dir name)."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise InvalidEvent(
+            f"{what} {value!r} is not allowed: use 1-64 of a-z 0-9 _ - starting with a letter or digit "
+            "(no dots, slashes or upper case: it is a NATS subject token and a directory name)"
+        )
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Payloads: one frozen model per kind
+# --------------------------------------------------------------------------------------------
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+NonNeg = Annotated[int, Field(ge=0)]
+Json = dict[str, Any]
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class RunStarted(Payload):
+    """A worker started (or resumed, or forked) a run: everything needed to audit it later."""
+
+    config: Json
+    config_hash: str
+    code_commit: str | None = None
+    preset: str | None = None
+    token_budget: NonNeg
+    tokens_per_step: NonNeg | None = None
+    schedule: Json = Field(description="peak_lr, warmup_steps, horizon_tokens, min_lr_ratio, ...")
+    data_mixture: dict[str, Finite] = Field(default_factory=dict)
+    planned_tokens_per_s: Finite | None = None
+    deadline_s: Finite | None = None
+    hardware: Json = Field(default_factory=dict)
+    peak_flops: Finite | None = None
+    flops_per_token: Finite | None = None
+    thresholds: dict[str, Finite] = Field(default_factory=dict, description="overrides of the anchors")
+    resumed_from: Json | None = Field(None, description="checkpoint path, step, content_hash")
+    parent: Json | None = Field(None, description="fork: run_id, step, checkpoint content_hash")
+    ladder: Json | None = Field(None, description="ladder name, rung, target")
+
+
+class StepCompleted(Payload):
+    """One optimizer step."""
+
+    loss: Finite | None
+    grad_norm: Finite | None
+    lr: Finite
+    tokens: NonNeg
+    step_time_s: Finite
+    param_norm: Finite | None = None
+    z_loss: Finite | None = None
+    lb_loss: Finite | None = None
+    router_entropy: Finite | None = None
+    mfu: Finite | None = None
+    tokens_per_s: Finite | None = None
+    seq_len: NonNeg | None = None
+    skipped: bool = False
+
+
+class LayerDrops(Payload):
+    layer: NonNeg
+    assignments: NonNeg
+    sender_dropped: NonNeg
+    receiver_dropped: NonNeg
+    drop_fraction: Finite
+    expert_loads: list[NonNeg] = Field(default_factory=list)
+
+
+class TokensDropped(Payload):
+    """Token assignments the capacity-limited transport dropped in one step, per layer."""
+
+    dispatch: Literal["capacity", "dropless"]
+    assignments: NonNeg
+    dropped: NonNeg
+    drop_fraction: Finite
+    layers: list[LayerDrops] = Field(default_factory=list)
+    cf_send: Finite | None = None
+    cf_recv: Finite | None = None
+    seq_len: NonNeg | None = None
+
+
+class EvalCompleted(Payload):
+    """Held-out loss, overall and per domain."""
+
+    loss: Finite
+    domain_losses: dict[str, Finite] = Field(default_factory=dict)
+    tokens: NonNeg = 0
+    split: str = "heldout"
+
+
+class CheckpointSaved(Payload):
+    path: str
+    bytes: NonNeg
+    seconds: Finite
+    content_hash: str
+    config_hash: str | None = None
+    tokens_seen: NonNeg | None = None
+    reason: Literal["periodic", "requested", "final", "rollback"] = "periodic"
+
+
+class DataSource(Payload):
+    domain: str
+    path: str
+    sha256: str
+    byte_start: NonNeg
+    byte_end: NonNeg
+
+
+class DataRecorded(Payload):
+    """Where the tokens came from: sources with hashes, byte ranges, tokens per domain."""
+
+    sources: list[DataSource] = Field(default_factory=list)
+    tokens_per_domain: dict[str, NonNeg] = Field(default_factory=dict)
+    mixture: dict[str, Finite] = Field(default_factory=dict)
+    seed: int | None = None
+
+
+class ForecastMade(Payload):
+    """The ladder's projected loss for the target run at one fraction of training."""
+
+    target_run: str
+    fraction: Finite
+    target_tokens: NonNeg | None = None
+    target_flops: Finite | None = None
+    projected_loss: Finite
+    band_low: Finite
+    band_high: Finite
+    fit: dict[str, Finite] = Field(default_factory=dict, description="E, A, alpha")
+    rungs: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
+    self_check_error: Finite | None = None
+
+
+class AlertRaised(Payload):
+    alert_id: str
+    agent: str
+    rule: str
+    severity: Literal["info", "warn", "fail"] = "warn"
+    state: Literal["open", "resolved"] = "open"
+    message: str
+    evidence: Json = Field(default_factory=dict)
+
+
+ACTIONS = (
+    "set_token_horizon", "set_capacity_factor", "set_dispatch", "hold_context_extension",
+    "release_context_extension", "set_z_loss_weight", "checkpoint_now", "rollback",
+    "approve", "reject",
+)
+
+
+class DecisionMade(Payload):
+    """A contingency decision (an agent's or a person's) with the evidence that caused it."""
+
+    decision_id: str
+    agent: str
+    rule: str
+    action: Literal[ACTIONS]  # type: ignore[valid-type]
+    params: Json = Field(default_factory=dict)
+    rationale: str
+    evidence: Json = Field(default_factory=dict, description="query, rows, ledger position seen")
+    mode: Literal["auto", "proposed"] = "auto"
+
+
+class DecisionApplied(Payload):
+    """The worker carried out (or refused) a decision at a step boundary."""
+
+    decision_id: str
+    action: str
+    status: Literal["applied", "refused"] = "applied"
+    before: Json = Field(default_factory=dict)
+    after: Json = Field(default_factory=dict)
+    reason: str | None = None
+
+
+class RunFinished(Payload):
+    status: Literal["completed", "failed", "stopped"]
+    final_step: NonNeg | None = None
+    tokens_seen: NonNeg | None = None
+    final_loss: Finite | None = None
+    reason: str | None = None
+
+
+KINDS: dict[str, type[Payload]] = {
+    "run_started": RunStarted,
+    "step": StepCompleted,
+    "drops": TokensDropped,
+    "eval": EvalCompleted,
+    "checkpoint": CheckpointSaved,
+    "data": DataRecorded,
+    "forecast": ForecastMade,
+    "alert": AlertRaised,
+    "decision": DecisionMade,
+    "decision_applied": DecisionApplied,
+    "run_finished": RunFinished,
+}
+
+
+class Envelope(BaseModel):
+    """One event: who, when, where in its producer's chain, and the kind-specific payload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    event_id: str
+    run_id: Annotated[str, Field(pattern=NAME_RE.pattern)]
+    producer: Annotated[str, Field(pattern=NAME_RE.pattern)]
+    attempt: NonNeg
+    seq: NonNeg
+    kind: Literal[tuple(KINDS)]  # type: ignore[valid-type]
+    time: Annotated[str, Field(pattern=TIME_RE.pattern)]
+    step: NonNeg | None
+    schema_version: Literal[SCHEMA_VERSION]
+    prev_hash: str
+    hash: Annotated[str, Field(pattern=HASH_RE.pattern)]
+    payload: Json
+
+
+ENVELOPE_FIELDS = tuple(Envelope.model_fields)
+_PAYLOAD_VALIDATORS = {kind: model.__pydantic_validator__ for kind, model in KINDS.items()}
+_ENVELOPE_VALIDATOR = Envelope.__pydantic_validator__
+
+
+def _one_line(err: ValidationError, prefix: str = "") -> str:
+    parts = []
+    for e in err.errors()[:3]:
+        loc = ".".join(str(p) for p in e["loc"]) or "(root)"
+        parts.append(f"{prefix}{loc}: {e['msg']}")
+    more = err.error_count() - 3
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def check_payload(kind: str, payload: Any) -> None:
+    """Raise InvalidEvent unless `payload` is valid for `kind`."""
+    validator = _PAYLOAD_VALIDATORS.get(kind)
+    if validator is None:
+        raise InvalidEvent(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    try:
+        validator.validate_python(payload)
+    except ValidationError as err:
+        raise InvalidEvent(_one_line(err, "payload.")) from None
+
+
+def check_envelope(obj: Any) -> str:
+    """Validate a parsed envelope completely; return its payload's canonical text.
+
+    Checks the envelope fields, the payload against its kind's model, the event_id rule, the
+    prev_hash rule for seq 0, and the hash. Raises InvalidEvent with a one-line reason.
+    """
+    if not isinstance(obj, dict):
+        raise InvalidEvent(f"an event is a JSON object, got {type(obj).__name__}")
+    for name in ("run_id", "producer"):
+        if name in obj:
+            check_name(obj[name], name)
+    if "kind" in obj and obj["kind"] not in KINDS:
+        raise InvalidEvent(f"unknown kind {obj['kind']!r} (kinds: {', '.join(KINDS)})")
+    try:
+        _ENVELOPE_VALIDATOR.validate_python(obj)
+    except ValidationError as err:
+        raise InvalidEvent(_one_line(err)) from None
+    expected_id = make_event_id(obj["run_id"], obj["producer"], obj["attempt"], obj["seq"])
+    if obj["event_id"] != expected_id:
+        raise InvalidEvent(f"event_id {obj['event_id']!r} breaks the rule run_id:producer:attempt:seq ({expected_id!r})")
+    if obj["seq"] == 0 and obj["prev_hash"] != "":
+        raise InvalidEvent("prev_hash must be empty for seq 0")
+    if obj["seq"] > 0 and not HASH_RE.match(obj["prev_hash"]):
+        raise InvalidEvent("prev_hash must be the 64-hex hash of the previous event for seq > 0")
+    check_payload(obj["kind"], obj["payload"])
+    payload_text = canonical_json(obj["payload"])
+    computed = event_hash(obj, payload_text)
+    if computed != obj["hash"]:
+        raise InvalidEvent(f"hash mismatch: the envelope says {obj['hash'][:12]}…, its content hashes to {computed[:12]}…")
+    return payload_text
+
+
+def parse_json(data: bytes | str) -> Any:
+    """json.loads that refuses NaN/Infinity (they are not JSON) with a clear reason."""
+
+    def refuse(name: str) -> Any:
+        raise InvalidEvent(f"{name} is not allowed in an event (send null, with skipped=true for a loss)")
+
+    try:
+        return json.loads(data, parse_constant=refuse)
+    except InvalidEvent:
+        raise
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InvalidEvent(f"not JSON: {err}") from None
+
+
+def seal(
+    run_id: str, producer: str, attempt: int, seq: int, kind: str, payload: dict,
+    step: int | None, prev_hash: str, time: str | None = None,
+) -> tuple[dict, str]:
+    """Build a valid, hashed envelope; return (envelope, its canonical wire text).
+
+    Raises InvalidEvent for a bad name or payload, so a producer learns at `emit` time.
+    """
+    check_name(run_id, "run_id")
+    check_name(producer, "producer")
+    check_payload(kind, payload)
+    env = {
+        "event_id": make_event_id(run_id, producer, attempt, seq),
+        "run_id": run_id,
+        "producer": producer,
+        "attempt": attempt,
+        "seq": seq,
+        "kind": kind,
+        "time": time or utc_now(),
+        "step": step,
+        "schema_version": SCHEMA_VERSION,
+        "prev_hash": prev_hash,
+        "payload": payload,
+    }
+    payload_text = canonical_json(payload)
+    env["hash"] = event_hash(env, payload_text)
+    return env, envelope_text(env, payload_text, with_hash=True)
+
+
+def json_schema() -> dict:
+    """JSON Schema of the envelope and of every kind's payload (what `runledger schema` prints)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "envelope": Envelope.model_json_schema(),
+        "kinds": {kind: model.model_json_schema() for kind, model in KINDS.items()},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Column types for storage (derived from the models above)
+# --------------------------------------------------------------------------------------------
+
+
+def column_kind(annotation: Any) -> str:
+    """'double' | 'bigint' | 'boolean' | 'varchar' | 'json' for a payload field's annotation."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return column_kind(get_args(annotation)[0])
+    if origin in (Union, getattr(__import__("types"), "UnionType")):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return column_kind(args[0]) if len(args) == 1 else "json"
+    if origin is Literal:
+        return "varchar"
+    if annotation is bool:
+        return "boolean"
+    if annotation is int:
+        return "bigint"
+    if annotation is float:
+        return "double"
+    if annotation is str:
+        return "varchar"
+    return "json"  # dicts, lists, nested models: stored as canonical JSON text
+
+
+def payload_columns(kind: str) -> dict[str, str]:
+    """Typed payload columns of a kind: field name -> column kind (see `column_kind`)."""
+    return {name: column_kind(f.annotation) for name, f in KINDS[kind].model_fields.items()}
+
+
+def _check_no_collisions() -> None:
+    reserved = set(ENVELOPE_FIELDS) | {"stream_seq", "ingested_at", "ts"}
+    for kind, model in KINDS.items():
+        clash = reserved & set(model.model_fields)
+        assert not clash, f"payload of {kind} reuses envelope column names {clash}"
+
+
+_check_no_collisions()

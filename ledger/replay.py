@@ -1,0 +1,174 @@
+"""Replay: a run's state at any point, rebuilt by a pure fold of its events in stream order.
+
+`replay(events)` folds envelopes (dicts with a parsed `payload`) into a `RunState`; `replay_run(root,
+run_id, as_of_seq)` reads them from the ledger first. `apply(state, event)` is the single step of the
+fold: no I/O, so agents, the worker (on resume) and the audit all see the same state.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow.compute as pc
+
+from ledger import store
+
+
+@dataclass
+class RunState:
+    """What is known about a run after some prefix of its events."""
+
+    run_id: str
+    status: str = "unknown"  # unknown | running | completed | failed | stopped
+    step: int | None = None  # the last step recorded (it goes back after a resume)
+    tokens_seen: int = 0  # tokens of the steps in force (a re-done step counts once, its latest)
+    token_budget: int | None = None
+    events: int = 0
+    last_stream_seq: int = 0
+    config_hash: str | None = None
+    attempts: dict[int, dict] = field(default_factory=dict)
+    last_checkpoint: dict | None = None
+    schedule: dict = field(default_factory=dict)  # in force: initial, then as decisions moved it
+    dispatch: dict = field(default_factory=dict)  # in force: dispatch mode, capacity factors
+    last_loss: float | None = None
+    last_eval: dict | None = None
+    decisions: dict[str, dict] = field(default_factory=dict)  # decision_id -> what, and what became of it
+    open_alerts: dict[str, dict] = field(default_factory=dict)
+    _tokens_by_step: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.pop("_tokens_by_step")
+        out["attempts"] = {str(k): v for k, v in self.attempts.items()}
+        return out
+
+
+def _run_started(s: RunState, e: dict, p: dict) -> None:
+    s.status = "running"
+    s.token_budget = p["token_budget"]
+    s.config_hash = p["config_hash"]
+    s.schedule = dict(p.get("schedule") or {})
+    s.attempts[e["attempt"]] = {
+        "producer": e["producer"], "first_step": e["step"], "time": e["time"],
+        "code_commit": p.get("code_commit"), "config_hash": p["config_hash"],
+        "resumed_from": p.get("resumed_from"), "parent": p.get("parent"),
+    }
+    resumed = p.get("resumed_from") or {}
+    if "step" in resumed:  # steps after the checkpoint will be done again: their tokens no longer count
+        for st in [st for st in s._tokens_by_step if st > resumed["step"]]:
+            s.tokens_seen -= s._tokens_by_step.pop(st)
+
+
+def _step(s: RunState, e: dict, p: dict) -> None:
+    st = e["step"]
+    s.step = st
+    s.tokens_seen += p["tokens"] - s._tokens_by_step.get(st, 0)
+    s._tokens_by_step[st] = p["tokens"]
+    if p.get("loss") is not None:
+        s.last_loss = p["loss"]
+
+
+def _drops(s: RunState, e: dict, p: dict) -> None:
+    s.dispatch["dispatch"] = p["dispatch"]
+    for k in ("cf_send", "cf_recv", "seq_len"):
+        if p.get(k) is not None:
+            s.dispatch[k] = p[k]
+
+
+def _eval(s: RunState, e: dict, p: dict) -> None:
+    s.last_eval = {"step": e["step"], "loss": p["loss"], "domain_losses": p.get("domain_losses", {})}
+
+
+def _checkpoint(s: RunState, e: dict, p: dict) -> None:
+    s.last_checkpoint = {"step": e["step"], "path": p["path"], "content_hash": p["content_hash"],
+                         "attempt": e["attempt"], "tokens_seen": p.get("tokens_seen")}
+
+
+def _alert(s: RunState, e: dict, p: dict) -> None:
+    if p.get("state", "open") == "open":
+        s.open_alerts[p["alert_id"]] = {"agent": p["agent"], "rule": p["rule"], "severity": p.get("severity", "warn"),
+                                        "message": p["message"], "step": e["step"]}
+    else:
+        s.open_alerts.pop(p["alert_id"], None)
+
+
+def _decision(s: RunState, e: dict, p: dict) -> None:
+    if p["action"] in ("approve", "reject"):
+        target = s.decisions.get(p["params"].get("decision_id", ""))
+        if target is not None and target["status"] == "proposed":
+            target["status"] = "approved" if p["action"] == "approve" else "rejected"
+            target["reviewed_by"] = p["agent"]
+        return
+    s.decisions[p["decision_id"]] = {
+        "action": p["action"], "params": p.get("params", {}), "agent": p["agent"], "rule": p["rule"],
+        "mode": p.get("mode", "auto"), "status": "proposed" if p.get("mode") == "proposed" else "decided",
+        "decided_at_step": e["step"], "applied_at_step": None,
+    }
+
+
+def _decision_applied(s: RunState, e: dict, p: dict) -> None:
+    d = s.decisions.setdefault(p["decision_id"], {"action": p["action"], "params": {}, "status": "unknown"})
+    d["status"] = p.get("status", "applied")
+    d["applied_at_step"] = e["step"]
+    if d["status"] != "applied":
+        return
+    after = p.get("after") or {}
+    if p["action"] == "set_token_horizon":
+        s.schedule.update(after)
+    elif p["action"] in ("set_dispatch", "set_capacity_factor"):
+        s.dispatch.update(after)
+
+
+def _run_finished(s: RunState, e: dict, p: dict) -> None:
+    s.status = p["status"]
+
+
+_FOLD = {
+    "run_started": _run_started, "step": _step, "drops": _drops, "eval": _eval, "checkpoint": _checkpoint,
+    "alert": _alert, "decision": _decision, "decision_applied": _decision_applied, "run_finished": _run_finished,
+}
+
+
+def apply(state: RunState, event: dict) -> RunState:
+    """One step of the fold: `event` is an envelope dict whose `payload` is a parsed dict."""
+    state.events += 1
+    state.last_stream_seq = event.get("stream_seq") or state.last_stream_seq
+    fold = _FOLD.get(event["kind"])
+    if fold is not None:
+        fold(state, event, event["payload"])
+    return state
+
+
+def replay(run_id: str, events: Iterable[dict]) -> RunState:
+    state = RunState(run_id)
+    for e in events:
+        apply(state, e)
+    return state
+
+
+def run_events(root: str | Path, run_id: str, as_of_seq: int | None = None) -> list[dict]:
+    """The run's stored events in stream order, payloads parsed (up to stream_seq `as_of_seq`)."""
+    cols = ["event_id", "run_id", "producer", "attempt", "seq", "kind", "time", "step", "payload", "stream_seq"]
+    table = store.read_events(root, run_id=run_id, columns=cols)
+    if as_of_seq is not None:
+        table = table.filter(pc.less_equal(table["stream_seq"], as_of_seq))
+    table = table.sort_by("stream_seq")
+    rows = table.to_pylist()
+    loads = json.loads
+    for r in rows:
+        r["payload"] = loads(r["payload"])
+    return rows
+
+
+def replay_run(root: str | Path, run_id: str, as_of_seq: int | None = None) -> RunState:
+    return replay(run_id, run_events(root, run_id, as_of_seq))
+
+
+def to_json_text(state: RunState) -> str:
+    def default(o: Any) -> Any:
+        raise TypeError(f"not JSON: {type(o).__name__}")
+
+    return json.dumps(state.to_json(), indent=2, sort_keys=True, default=default)

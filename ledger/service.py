@@ -1,0 +1,210 @@
+"""The ledger service: JetStream → validated, deduplicated, durable Parquet, exactly once.
+
+One loop (`runledger ledger serve`): fetch a batch from the durable pull consumer `ledger`, validate
+every event (`ledger.events.check_envelope`), drop the ones already stored (by event_id: the stored
+set is rebuilt from Parquet at start, so a crash between write and ack stores nothing twice), write
+the rest and the rejected input (to quarantine, with raw bytes, subject and reason) atomically, and
+only then ack. A write that fails (a full disk) is retried without acking; the service keeps running
+and says so. SIGTERM/SIGINT: finish the batch in hand, drain, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ledger import bus, store
+from ledger.events import KINDS, MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_envelope, parse_json
+from ledger.store import Quarantined, StoredEvent
+
+log = logging.getLogger(__name__)
+
+DURABLE = "ledger"
+FETCH_BATCH = 2_000
+FETCH_TIMEOUT_S = 0.5
+
+
+@dataclass
+class Counters:
+    messages: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    write_retries: int = 0
+    compactions: int = 0
+
+    def line(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.__dict__.items())
+
+
+@dataclass
+class Decoded:
+    """What one batch of messages turned into."""
+
+    events: list[StoredEvent] = field(default_factory=list)
+    rejected: list[Quarantined] = field(default_factory=list)
+
+
+def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tuple[dict, str]], list[Quarantined]]:
+    """Validate one NATS message: ([(envelope, payload_text)], [rejected input with reasons])."""
+
+    def reject(reason: str, raw: bytes = data, entry: str | None = None) -> Quarantined:
+        return Quarantined(stream_seq, subject, reason, raw, entry)
+
+    parts = subject.split(".")
+    if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
+        return [], [reject(f"subject {subject!r} is not runledger.<run_id>.<kind>")]
+    _, run_id, subject_kind = parts
+    is_batch = subject_kind == "batch"
+    if not is_batch and len(data) > MAX_EVENT_BYTES:
+        return [], [reject(f"event of {len(data):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")]
+    try:
+        obj = parse_json(data)
+    except InvalidEvent as err:
+        return [], [reject(str(err))]
+    if is_batch and not isinstance(obj, list):
+        return [], [reject("a batch message (subject ….batch) must be a JSON array of envelopes")]
+    good, bad = [], []
+    for i, env in enumerate(obj if is_batch else [obj]):
+        raw = json.dumps(env, ensure_ascii=False, allow_nan=True).encode() if is_batch else data
+        where = f"batch entry {i}: " if is_batch else ""
+        try:
+            if len(raw) > MAX_EVENT_BYTES:
+                raise InvalidEvent(f"event of {len(raw):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
+            payload_text = check_envelope(env)
+            if env["run_id"] != run_id:
+                raise InvalidEvent(f"subject says run {run_id!r} but the event is for run {env['run_id']!r}")
+            if not is_batch and env["kind"] != subject_kind:
+                raise InvalidEvent(f"subject says kind {subject_kind!r} but the event is a {env['kind']!r}")
+            good.append((env, payload_text))
+        except InvalidEvent as err:
+            eid = env.get("event_id") if isinstance(env, dict) and isinstance(env.get("event_id"), str) else None
+            bad.append(reject(where + str(err), raw, f"{i}" if eid is None else eid))
+    return good, bad
+
+
+class Ledger:
+    """The service's state: the root, what is stored, and the counters."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        recovered = store.recover(self.root)
+        if any(recovered.values()):
+            log.info("recovered root %s: %s", self.root, recovered)
+        self.index = store.SeqIndex.load(self.root)
+        self.quarantined = store.stored_quarantine_seqs(self.root)
+        self.counters = Counters()
+        log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
+
+    def decode(self, messages: list[tuple[str, bytes, int]]) -> Decoded:
+        """Validate and deduplicate a batch of (subject, data, stream_seq)."""
+        out = Decoded()
+        batch_hashes: dict[str, str] = {}
+        maybe_dup: list[tuple[dict, str, int, str]] = []
+        for subject, data, sseq in messages:
+            good, bad = decode_message(subject, data, sseq)
+            if sseq not in self.quarantined:
+                out.rejected.extend(bad)
+            for env, payload_text in good:
+                key = (env["run_id"], env["producer"], env["attempt"], env["seq"])
+                eid = env["event_id"]
+                if eid in batch_hashes:
+                    self._duplicate(out, batch_hashes[eid], env, subject, data, sseq)
+                elif key in self.index:
+                    maybe_dup.append((env, subject, sseq, data))
+                else:
+                    batch_hashes[eid] = env["hash"]
+                    out.events.append(StoredEvent(env, payload_text, sseq))
+        if maybe_dup:  # redelivered after a crash, or resent by a producer: same hash = same event
+            by_part: dict[tuple[str, str], set[str]] = {}
+            for env, *_ in maybe_dup:
+                by_part.setdefault((env["kind"], env["run_id"]), set()).add(env["event_id"])
+            stored = {}
+            for (kind, run_id), ids in by_part.items():
+                stored.update(store.stored_hashes(self.root, kind, run_id, ids))
+            for env, subject, sseq, data in maybe_dup:
+                self._duplicate(out, stored.get(env["event_id"]), env, subject, data, sseq)
+        return out
+
+    def _duplicate(self, out: Decoded, stored_hash: str | None, env: dict, subject: str, data: bytes, sseq: int) -> None:
+        if stored_hash == env["hash"]:
+            self.counters.duplicates += 1
+        elif sseq not in self.quarantined:
+            out.rejected.append(Quarantined(
+                sseq, subject, f"event_id {env['event_id']} is already stored with a different hash (a conflicting event)",
+                json.dumps(env).encode(), env["event_id"]))
+
+    def write(self, decoded: Decoded) -> None:
+        """Durably write a decoded batch, then remember it as stored. Raises OSError on failure."""
+        written = store.write_events(self.root, decoded.events) if decoded.events else []
+        store.write_quarantine(self.root, decoded.rejected)
+        for ev in decoded.events:
+            e = ev.env
+            self.index.add((e["run_id"], e["producer"], e["attempt"], e["seq"]))
+        self.quarantined.update(q.stream_seq for q in decoded.rejected)
+        self.counters.stored += len(decoded.events)
+        self.counters.quarantined += len(decoded.rejected)
+        for reason in {q.reason for q in decoded.rejected[:5]}:
+            log.warning("quarantined: %s", reason)
+        for part in {p.parent for p in written}:
+            if store.compact_partition(part) is not None:
+                self.counters.compactions += 1
+
+
+async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
+                batch: int = FETCH_BATCH, durable: str = DURABLE) -> Counters:
+    """Run the ledger until `stop` is set (or SIGTERM/SIGINT when `stop` is None)."""
+    ledger = Ledger(root)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    nc = await bus.connect(nats_url, name="ledger")
+    js = nc.jetstream()
+    await bus.ensure_stream(js)
+    await bus.ensure_consumer(js, durable)
+    sub = await js.pull_subscribe_bind(durable=durable, stream=STREAM)
+    log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
+    last_report = time.monotonic()
+    while not stop.is_set():
+        try:
+            msgs = await sub.fetch(batch, timeout=FETCH_TIMEOUT_S)
+        except (asyncio.TimeoutError, TimeoutError):
+            continue
+        except Exception as err:  # disconnected: nats-py reconnects; keep trying
+            log.debug("fetch failed: %s", err)
+            await asyncio.sleep(0.2)
+            continue
+        batch_in = [(m.subject, m.data, m.metadata.sequence.stream) for m in msgs]
+        decoded = ledger.decode(batch_in)
+        while True:
+            try:
+                ledger.write(decoded)
+                break
+            except OSError as err:  # e.g. the disk is full: keep the batch, ack nothing, try again
+                ledger.counters.write_retries += 1
+                log.error("cannot write to %s (%s); not acking %d messages, retrying", root, err, len(msgs))
+                try:
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    continue
+                log.warning("stopping with %d messages unwritten; JetStream will redeliver them", len(msgs))
+                await nc.close()
+                return ledger.counters
+        for m in msgs:
+            await m.ack()
+        ledger.counters.messages += len(msgs)
+        if time.monotonic() - last_report > 10:
+            log.info("ledger: %s", ledger.counters.line())
+            last_report = time.monotonic()
+    await nc.flush()  # the acks are out; nothing else is in hand
+    await nc.close()
+    log.info("ledger stopped: %s", ledger.counters.line())
+    return ledger.counters

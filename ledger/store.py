@@ -1,0 +1,324 @@
+"""The ledger's storage: append-only Parquet files of events and quarantined input, under one root.
+
+Layout (DESIGN.md, Storage):
+    {root}/events/kind={kind}/run_id={run_id}/part-{first}-{last}-{tag}.parquet
+    {root}/quarantine/part-{first}-{last}-{tag}.parquet
+where first/last are the NATS stream sequences the file holds. Every file is written atomically
+(hidden temp file, fsync, rename, fsync dir) and never modified afterwards; compaction writes one
+new file listing the files it replaces in its metadata, then deletes them, and `recover()` finishes
+a compaction that a crash interrupted, so no row is lost or doubled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ledger.events import KINDS, canonical_json, payload_columns
+
+ARROW_TYPES = {"double": pa.float64(), "bigint": pa.int64(), "boolean": pa.bool_(), "varchar": pa.string(), "json": pa.string()}
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+ENVELOPE_SCHEMA = [
+    ("event_id", pa.string()), ("run_id", pa.string()), ("producer", pa.string()), ("attempt", pa.int64()),
+    ("seq", pa.int64()), ("kind", pa.string()), ("time", pa.string()), ("ts", TIMESTAMP),
+    ("step", pa.int64()), ("schema_version", pa.int64()), ("prev_hash", pa.string()), ("hash", pa.string()),
+    ("payload", pa.string()), ("stream_seq", pa.int64()), ("ingested_at", TIMESTAMP),
+]
+QUARANTINE_SCHEMA = pa.schema([
+    ("stream_seq", pa.int64()), ("subject", pa.string()), ("reason", pa.string()), ("raw", pa.binary()),
+    ("received_at", TIMESTAMP), ("event_id", pa.string()),
+])
+REPLACES_KEY = b"runledger.replaces"
+COMPACT_MIN_FILES = 16  # a partition with this many small files is compacted
+SMALL_FILE_BYTES = 16 << 20
+
+
+def _payload_defaults(kind: str) -> dict:
+    out = {}
+    for name, f in KINDS[kind].model_fields.items():
+        out[name] = f.default_factory() if f.default_factory is not None else (None if f.is_required() else f.default)
+    return out
+
+
+_DEFAULTS = {kind: _payload_defaults(kind) for kind in KINDS}
+_COLUMNS = {kind: payload_columns(kind) for kind in KINDS}
+
+
+def arrow_schema(kind: str) -> pa.Schema:
+    """The Parquet schema of one kind: envelope columns, then one typed column per payload field."""
+    fields = [pa.field(n, t) for n, t in ENVELOPE_SCHEMA]
+    fields += [pa.field(n, ARROW_TYPES[c]) for n, c in _COLUMNS[kind].items()]
+    return pa.schema(fields)
+
+
+def typed_columns(kind: str, payloads: list[dict]) -> dict[str, list]:
+    """The typed payload columns for a list of (validated) payload dicts, defaults filled in."""
+    defaults = _DEFAULTS[kind]
+    cols = {}
+    for name, ck in _COLUMNS[kind].items():
+        d = defaults[name]
+        if ck == "json":
+            cols[name] = [None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads]
+        else:
+            cols[name] = [p.get(name, d) for p in payloads]
+    return cols
+
+
+@dataclass
+class StoredEvent:
+    """One validated event on its way to disk."""
+
+    env: dict
+    payload_text: str
+    stream_seq: int
+
+
+def events_table(kind: str, rows: list[StoredEvent], ingested_at: datetime) -> pa.Table:
+    envs = [r.env for r in rows]
+    data: dict[str, list | pa.Array] = {
+        name: [e[name] for e in envs]
+        for name, _ in ENVELOPE_SCHEMA
+        if name not in ("ts", "payload", "stream_seq", "ingested_at")
+    }
+    data["ts"] = pa.array(data["time"], pa.string()).cast(pa.timestamp("ns", tz="UTC")).cast(TIMESTAMP, safe=False)
+    data["payload"] = [r.payload_text for r in rows]
+    data["stream_seq"] = [r.stream_seq for r in rows]
+    data["ingested_at"] = pa.array([ingested_at] * len(rows), TIMESTAMP)
+    data.update(typed_columns(kind, [e["payload"] for e in envs]))
+    schema = arrow_schema(kind)
+    return pa.table([pa.array(data[f.name], f.type) if not isinstance(data[f.name], pa.Array) else data[f.name]
+                     for f in schema], schema=schema)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_dirs(path: Path) -> None:
+    """mkdir -p, fsyncing each parent whose listing changed, so a new partition survives a crash."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(exist_ok=True)
+        fsync_dir(d.parent)
+
+
+def write_atomic(table: pa.Table, final: Path, metadata: dict[bytes, bytes] | None = None) -> int:
+    """Write `table` to `final` so that it is either absent or complete and durable; return its size."""
+    _make_dirs(final.parent)
+    tmp = final.parent / f".{final.name}.tmp"
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    with open(tmp, "wb") as f:
+        pq.write_table(table, f, compression="zstd", compression_level=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+    return final.stat().st_size
+
+
+def _file_name(prefix: str, seqs: Iterable[int]) -> str:
+    seqs = list(seqs)
+    return f"{prefix}-{min(seqs):012d}-{max(seqs):012d}-{secrets.token_hex(4)}.parquet"
+
+
+def partition_dir(root: Path, kind: str, run_id: str) -> Path:
+    return Path(root) / "events" / f"kind={kind}" / f"run_id={run_id}"
+
+
+def write_events(root: Path, rows: list[StoredEvent], ingested_at: datetime | None = None) -> list[Path]:
+    """Durably write validated events, one file per (kind, run_id); return the files written."""
+    ingested_at = ingested_at or datetime.now(timezone.utc)
+    groups: dict[tuple[str, str], list[StoredEvent]] = defaultdict(list)
+    for r in rows:
+        groups[(r.env["kind"], r.env["run_id"])].append(r)
+    written = []
+    for (kind, run_id), group in groups.items():
+        path = partition_dir(root, kind, run_id) / _file_name("part", (r.stream_seq for r in group))
+        write_atomic(events_table(kind, group, ingested_at), path)
+        written.append(path)
+    return written
+
+
+@dataclass
+class Quarantined:
+    stream_seq: int
+    subject: str
+    reason: str
+    raw: bytes
+    event_id: str | None = None
+
+
+def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime | None = None) -> Path | None:
+    if not items:
+        return None
+    received_at = received_at or datetime.now(timezone.utc)
+    table = pa.table({
+        "stream_seq": [q.stream_seq for q in items],
+        "subject": [q.subject for q in items],
+        "reason": [q.reason for q in items],
+        "raw": [q.raw for q in items],
+        "received_at": pa.array([received_at] * len(items), TIMESTAMP),
+        "event_id": [q.event_id for q in items],
+    }, schema=QUARANTINE_SCHEMA)
+    path = Path(root) / "quarantine" / _file_name("part", (q.stream_seq for q in items))
+    write_atomic(table, path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+def event_files(root: Path, kind: str | None = None, run_id: str | None = None) -> list[Path]:
+    base = Path(root) / "events"
+    k = f"kind={kind}" if kind else "kind=*"
+    r = f"run_id={run_id}" if run_id else "run_id=*"
+    return sorted(base.glob(f"{k}/{r}/*.parquet"))
+
+
+def quarantine_files(root: Path) -> list[Path]:
+    return sorted((Path(root) / "quarantine").glob("*.parquet"))
+
+
+def read_events(root: Path, kind: str | None = None, run_id: str | None = None,
+                columns: list[str] | None = None) -> pa.Table:
+    """Envelope columns (or `columns`) of every stored event, across kinds, unordered."""
+    columns = columns or [n for n, _ in ENVELOPE_SCHEMA]
+    tables = [pq.read_table(f, columns=columns) for f in event_files(root, kind, run_id)]
+    if not tables:
+        return pa.schema([(n, t) for n, t in ENVELOPE_SCHEMA if n in columns]).empty_table().select(columns)
+    return pa.concat_tables(tables)
+
+
+# --------------------------------------------------------------------------------------------
+# What is stored already (for idempotent ingest), recovery and compaction
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SeqIndex:
+    """Which (run_id, producer, attempt, seq) are stored, compactly: seqs are gapless per chain,
+    so each chain is `upto` (all seqs below it stored) plus the few stored above it."""
+
+    chains: dict[tuple[str, str, int], list] = field(default_factory=dict)
+
+    def __contains__(self, key: tuple[str, str, int, int]) -> bool:
+        c = self.chains.get(key[:3])
+        return c is not None and (key[3] < c[0] or key[3] in c[1])
+
+    def add(self, key: tuple[str, str, int, int]) -> None:
+        c = self.chains.setdefault(key[:3], [0, set()])
+        seq = key[3]
+        if seq < c[0]:
+            return
+        c[1].add(seq)
+        while c[0] in c[1]:
+            c[1].discard(c[0])
+            c[0] += 1
+
+    def __len__(self) -> int:
+        return sum(c[0] + len(c[1]) for c in self.chains.values())
+
+    @classmethod
+    def load(cls, root: Path) -> "SeqIndex":
+        idx = cls()
+        t = read_events(root, columns=["run_id", "producer", "attempt", "seq"])
+        if t.num_rows == 0:
+            return idx
+        stats = t.group_by(["run_id", "producer", "attempt"]).aggregate([("seq", "min"), ("seq", "max"), ("seq", "count")])
+        irregular = set()
+        for r in stats.to_pylist():
+            key = (r["run_id"], r["producer"], r["attempt"])
+            if r["seq_min"] == 0 and r["seq_count"] == r["seq_max"] + 1:
+                idx.chains[key] = [r["seq_max"] + 1, set()]
+            else:
+                irregular.add(key)
+        if irregular:  # gaps or duplicates on disk: index those chains seq by seq
+            for r in t.to_pylist():
+                key = (r["run_id"], r["producer"], r["attempt"])
+                if key in irregular:
+                    idx.add((*key, r["seq"]))
+        return idx
+
+
+def stored_quarantine_seqs(root: Path) -> set[int]:
+    files = quarantine_files(root)
+    if not files:
+        return set()
+    return set(pa.concat_tables([pq.read_table(f, columns=["stream_seq"]) for f in files]).column(0).to_pylist())
+
+
+def stored_hashes(root: Path, kind: str, run_id: str, event_ids: set[str]) -> dict[str, str]:
+    """event_id -> stored hash for the given ids in one partition (used only when duplicates arrive)."""
+    out = {}
+    for f in event_files(root, kind, run_id):
+        t = pq.read_table(f, columns=["event_id", "hash"])
+        for eid, h in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
+            if eid in event_ids:
+                out[eid] = h
+    return out
+
+
+def recover(root: Path) -> dict[str, int]:
+    """Make the root consistent after a crash: drop temp files, finish interrupted compactions."""
+    root = Path(root)
+    removed_tmp = finished = 0
+    for tmp in list(root.glob("events/*/*/.*.tmp")) + list(root.glob("quarantine/.*.tmp")):
+        tmp.unlink(missing_ok=True)
+        removed_tmp += 1
+    for f in root.glob("events/*/*/compact-*.parquet"):
+        meta = pq.read_schema(f).metadata or {}
+        for name in json.loads(meta.get(REPLACES_KEY, b"[]")):
+            src = f.parent / name
+            if src.exists():
+                src.unlink()
+                finished += 1
+        fsync_dir(f.parent)
+    return {"temp_files_removed": removed_tmp, "compaction_sources_removed": finished}
+
+
+def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | None:
+    """Merge the partition's small files into one, in stream order; None if there is nothing to do."""
+    small = sorted(f for f in part.glob("*.parquet") if f.stat().st_size < SMALL_FILE_BYTES)
+    if len(small) < min_files:
+        return None
+    table = pa.concat_tables([pq.read_table(f) for f in small], promote_options="default")
+    table = table.sort_by("stream_seq")
+    seqs = table.column("stream_seq")
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(seqs).as_py()
+    out = part / _file_name("compact", (bounds["min"], bounds["max"]))
+    write_atomic(table, out, {REPLACES_KEY: json.dumps([f.name for f in small]).encode()})
+    for f in small:
+        f.unlink()
+    fsync_dir(part)
+    return out
+
+
+def compact(root: Path, min_files: int = COMPACT_MIN_FILES) -> int:
+    """Compact every partition that needs it; return how many partitions were compacted."""
+    done = 0
+    for part in sorted((Path(root) / "events").glob("kind=*/run_id=*")):
+        if compact_partition(part, min_files) is not None:
+            done += 1
+    return done

@@ -1,0 +1,100 @@
+"""SQL over the ledger: `connect(root)` gives a read-only DuckDB connection with the views of views.sql.
+
+The views scan the Parquet files under `{root}/events` and `{root}/quarantine` directly; their
+columns come from `ledger.events` (through `ledger.store.arrow_schema`), so a kind with no files yet
+still has a view with the right columns. Audits live as `.sql` files beside this one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+
+from ledger.events import KINDS
+from ledger.store import ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema, event_files, quarantine_files
+
+HERE = Path(__file__).parent
+ENVELOPE_COLUMNS = [n for n, _ in ENVELOPE_SCHEMA]
+
+
+class ReadOnlyViolation(ValueError):
+    """A statement other than a query was given to a read-only connection."""
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+_ARROW_TO_DUCK = {
+    "string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN", "binary": "BLOB",
+    "timestamp[us, tz=UTC]": "TIMESTAMPTZ",
+}
+
+
+def _scan(pattern: Path, has_files: bool, schema) -> str:
+    """A scan of the Parquet files matching `pattern`, or an empty relation of the same columns.
+
+    The glob is resolved at query time, so files written after connect() are seen too.
+    """
+    if has_files:
+        return f"read_parquet({_sql_str(str(pattern))}, union_by_name=true, hive_partitioning=false)"
+    cols = ", ".join(f"NULL::{_ARROW_TO_DUCK[str(f.type)]} AS {f.name}" for f in schema)
+    return f"(select {cols} where false)"
+
+
+def render_views(root: Path) -> str:
+    """views.sql with its placeholders replaced for the files under `root`."""
+    root = Path(root).resolve()
+    sql = (HERE / "views.sql").read_text()
+    env_cols = ", ".join(ENVELOPE_COLUMNS)
+    kinds_sql = {
+        k: _scan(root / "events" / f"kind={k}" / "*" / "*.parquet", bool(event_files(root, k)), arrow_schema(k))
+        for k in KINDS
+    }
+    all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
+    sql = sql.replace("{{all_kinds}}", all_kinds)
+    sql = sql.replace("{{quarantine}}", _scan(root / "quarantine" / "*.parquet", bool(quarantine_files(root)), QUARANTINE_SCHEMA))
+    sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
+    return sql
+
+
+def connect(root: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the ledger's views over `root`.
+
+    With read_only (the default) the connection cannot write: external access is off except
+    reading under `root`, spilling to disk is off, extensions are not installed, and the
+    configuration is locked. Use `query()` to also refuse any statement that is not a query.
+    """
+    root = Path(root).resolve()
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute(render_views(root))
+    if read_only:
+        con.execute("SET temp_directory = ''")
+        con.execute(f"SET allowed_directories = [{_sql_str(str(root) + '/')}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    return con
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise ReadOnlyViolation unless every statement in `sql` is a plain query."""
+    statements = con.extract_statements(sql)
+    if not statements:
+        raise ReadOnlyViolation("no SQL statement given")
+    for st in statements:
+        if st.type != duckdb.StatementType.SELECT:
+            raise ReadOnlyViolation(f"only queries are allowed here, not {st.type.name}: {st.query.strip()[:60]}")
+
+
+def query(root: str | Path, sql: str) -> duckdb.DuckDBPyRelation:
+    """Run a read-only query over the ledger views; returns the last statement's result."""
+    con = connect(root)
+    check_read_only(con, sql)
+    return con.sql(sql)
+
+
+def load_query(name: str) -> str:
+    """The text of a query file, e.g. load_query('health/grad_norm')."""
+    return (HERE / f"{name}.sql").read_text()

@@ -1,0 +1,86 @@
+"""Shared fixtures: a real nats-server on a free loopback port in a temp dir, and ledger roots.
+
+Integration tests talk to real JetStream and real DuckDB; nothing here is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ledger.natsserver import NatsServer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def nats_server(tmp_path):
+    server = NatsServer(tmp_path / "nats").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    r = tmp_path / "ledger"
+    r.mkdir()
+    return r
+
+
+def runledger(*args: str, input: str | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "tools.cli", *args], input=input, capture_output=True, text=True,
+        timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})},
+    )
+
+
+class LedgerProcess:
+    """`runledger ledger serve` as a child process that a test can SIGKILL and restart."""
+
+    def __init__(self, root: Path, nats_url: str, log_path: Path):
+        self.root, self.nats_url, self.log_path = root, nats_url, log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "LedgerProcess":
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats_url],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def terminate(self, timeout: float = 30) -> int:
+        self.proc.terminate()
+        return self.proc.wait(timeout)
+
+
+@pytest.fixture
+def ledger_process(tmp_path, nats_server, root):
+    lp = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log")
+    yield lp
+    lp.kill()
+
+
+def wait_for_count(root: Path, sql: str, expected: int, timeout: float = 120) -> int:
+    """Poll a count query over the ledger until it reaches `expected` (or time runs out)."""
+    import queries
+
+    deadline = time.monotonic() + timeout
+    n = -1
+    while time.monotonic() < deadline:
+        n = queries.connect(root).execute(sql).fetchone()[0]
+        if n >= expected:
+            return n
+        time.sleep(0.2)
+    return n

@@ -1,0 +1,279 @@
+"""The training worker: a pure jitted `train_step(state, batch) -> (state, metrics)` and a thin
+loop around it that times each step, checkpoints, evaluates and emits the run's events.
+
+Events (through an `Emitter`-like object with `emit(kind, payload, step=None)`; None turns
+emission off): `run_started` and `data` once per attempt, `step` and `drops` every step, `eval`
+every `eval_every` steps, `checkpoint` every `ckpt_every` steps and at the end, `run_finished`.
+Steps are 1-based: step k is the k-th update; it trains on `batch_at(seed, k)`, so a run resumed
+from the checkpoint of step k continues exactly as if it had never stopped.
+A non-finite loss or gradient never crashes the run: that update is skipped (params and optimizer
+state unchanged) and the step is recorded with loss None and skipped True.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from training import checkpoint, data
+from training.config import TrainConfig, config_hash
+from training.flops import flops_per_token, measure_peak_flops
+from training.model import loss_fn, token_losses
+from training.moe import AXIS
+from training.schedule import lr_at, make_schedule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where an attempt starts: fresh (the defaults), resumed, or forked from a parent checkpoint."""
+
+    attempt: int = 0
+    checkpoint_path: str | None = None
+    step: int = 0
+    schedule: dict | None = None  # the schedule in force (None: the config's own)
+    content_hash: str | None = None  # expected hash of the checkpoint (checked on restore)
+    parent: dict | None = None  # fork: {"run_id", "step", "content_hash", "path"}
+
+
+@dataclass
+class TrainResult:
+    state: Any
+    losses: dict[int, float | None] = field(default_factory=dict)
+    final_step: int = 0
+    tokens_seen: int = 0
+    status: str = "completed"
+    checkpoints: list[dict] = field(default_factory=list)
+
+
+def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+    o = cfg.optim
+
+    def build(learning_rate):
+        return optax.chain(optax.clip_by_global_norm(o.clip_norm),
+                           optax.adamw(learning_rate, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay))
+
+    return optax.inject_hyperparams(build)(learning_rate=o.peak_lr)
+
+
+def init_state(cfg: TrainConfig) -> dict:
+    from training.model import init_params
+
+    params = init_params(jax.random.key(cfg.seed), cfg)
+    return {"params": params, "opt_state": make_optimizer(cfg).init(params), "step": jnp.zeros((), jnp.int32)}
+
+
+def with_lr(state: dict, lr: float) -> dict:
+    """The state with the optimizer's injected learning rate set (same shape: no recompile)."""
+    opt_state = state["opt_state"]
+    hp = dict(opt_state.hyperparams, learning_rate=jnp.asarray(lr, jnp.float32))
+    return {**state, "opt_state": opt_state._replace(hyperparams=hp)}
+
+
+def lr_in_force(state: dict) -> float:
+    return float(state["opt_state"].hyperparams["learning_rate"])
+
+
+def make_mesh(cfg: TrainConfig):
+    """A 1-D expert-parallel mesh over S devices when this process has them, else None (simulated)."""
+    S = cfg.moe.shards
+    if S > 1 and jax.device_count() >= S:
+        return jax.sharding.Mesh(np.array(jax.devices()[:S]), (AXIS,))
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def make_train_step(cfg: TrainConfig, mesh=None) -> Callable:
+    """The pure, jitted update for this config (cached, so a process compiles it once)."""
+    opt = make_optimizer(cfg)
+
+    def train_step(state, batch):
+        params, opt_state = state["params"], state["opt_state"]
+        (total, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, cfg, mesh)
+        total = jnp.where(batch["poison"] > 0, jnp.nan, total)  # fault injection (chaos tests)
+        grad_norm = optax.global_norm(grads)
+        ok = jnp.isfinite(total) & jnp.isfinite(grad_norm)
+        updates, new_opt = opt.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
+        params, opt_state = keep(new_params, params), keep(new_opt, opt_state)
+        layers = aux["layers"]
+        metrics = {
+            "loss": aux["ce"], "total_loss": total, "grad_norm": grad_norm,
+            "param_norm": optax.global_norm(params), "lr": state["opt_state"].hyperparams["learning_rate"],
+            "z_loss": aux["z_loss"], "lb_loss": aux["lb_loss"], "logit_z": aux["logit_z"],
+            "router_entropy": jnp.mean(layers["entropy"]), "skipped": ~ok,
+            "layers": {k: layers[k] for k in ("sender_dropped", "receiver_dropped", "assignments", "loads", "entropy")},
+        }
+        return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
+
+    return jax.jit(train_step)
+
+
+@functools.lru_cache(maxsize=16)
+def make_eval_step(cfg: TrainConfig, mesh=None) -> Callable:
+    return jax.jit(lambda params, b: token_losses(params, b["inputs"], b["targets"], cfg, mesh))
+
+
+def code_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def hardware(mesh) -> dict:
+    dev = jax.devices()[0]
+    return {"platform": dev.platform, "device_kind": dev.device_kind, "device_count": jax.device_count(),
+            "cpu_count": os.cpu_count() or 0, "jax": jax.__version__,
+            "expert_parallel_devices": int(mesh.devices.size) if mesh is not None else 0}
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def step_payload(m: dict, tokens: int, seq_len: int, dt: float, fpt: float, peak: float) -> dict:
+    skipped = bool(m["skipped"])
+    return {
+        "loss": None if skipped else _num(m["loss"]), "grad_norm": _num(m["grad_norm"]), "lr": float(m["lr"]),
+        "tokens": tokens, "step_time_s": dt, "param_norm": _num(m["param_norm"]), "z_loss": _num(m["z_loss"]),
+        "lb_loss": _num(m["lb_loss"]), "router_entropy": _num(m["router_entropy"]),
+        "mfu": fpt * tokens / dt / peak if peak else None, "tokens_per_s": tokens / dt, "seq_len": seq_len,
+        "skipped": skipped,
+    }
+
+
+def drops_payload(layers: dict, cfg: TrainConfig, seq_len: int) -> dict:
+    rows = []
+    for i in range(len(layers["assignments"])):
+        a, s, r = (int(layers[k][i]) for k in ("assignments", "sender_dropped", "receiver_dropped"))
+        rows.append({"layer": i, "assignments": a, "sender_dropped": s, "receiver_dropped": r,
+                     "drop_fraction": (s + r) / a if a else 0.0,
+                     "expert_loads": [int(v) for v in layers["loads"][i]]})
+    total = sum(r["assignments"] for r in rows)
+    dropped = sum(r["sender_dropped"] + r["receiver_dropped"] for r in rows)
+    capacity = cfg.moe.dispatch == "capacity"
+    return {"dispatch": cfg.moe.dispatch, "assignments": total, "dropped": dropped,
+            "drop_fraction": dropped / total if total else 0.0, "layers": rows,
+            "cf_send": float(cfg.moe.cf_send) if capacity else None,
+            "cf_recv": float(cfg.moe.cf_recv) if capacity else None, "seq_len": seq_len}
+
+
+def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> dict:
+    """Held-out loss per domain (and their mean) for the `eval` event."""
+    fn = make_eval_step(cfg, mesh)
+    losses, tokens = {}, 0
+    for name, batches in heldout.items():
+        per_seq = [np.asarray(fn(params, b)) for b in batches]
+        losses[name] = float(np.mean(np.concatenate(per_seq)))
+        tokens += sum(b["targets"].size for b in batches)
+    return {"loss": float(np.mean(list(losses.values()))), "domain_losses": losses, "tokens": tokens}
+
+
+def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, start: Start = Start(),
+          steps: int | None = None, preset: str | None = None, mesh=None, peak_flops: float | None = None,
+          nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None) -> TrainResult:
+    """Run (or resume, or fork) a run up to step `steps` (default: the config's horizon)."""
+    emit = emitter.emit if emitter is not None else None
+    last = steps if steps is not None else cfg.steps
+    T, L = cfg.tokens_per_step, cfg.model.seq_len
+    schedule = start.schedule or make_schedule(cfg.optim.peak_lr, cfg.optim.warmup_steps, cfg.steps,
+                                               cfg.optim.min_lr_ratio, tokens_per_step=T)
+    corpus = data.load_corpus(cfg.data)
+    mixture = cfg.data.mixture_dict()
+    state = init_state(cfg)
+    resumed_from = None
+    if start.checkpoint_path:
+        state = checkpoint.restore(start.checkpoint_path, state, start.content_hash)
+        resumed_from = {"path": str(start.checkpoint_path), "step": int(state["step"]),
+                        "content_hash": checkpoint.content_hash(state)}
+        log.info("restored step %d from %s", int(state["step"]), start.checkpoint_path)
+    first = int(state["step"]) + 1
+    peak = peak_flops if peak_flops is not None else measure_peak_flops()
+    fpt = flops_per_token(cfg)
+    chash = config_hash(cfg)
+    if emit:
+        emit("run_started", {
+            "config": cfg.to_dict(), "config_hash": chash, "code_commit": code_commit(), "preset": preset,
+            "token_budget": cfg.token_budget, "tokens_per_step": T, "schedule": schedule,
+            "data_mixture": mixture, "planned_tokens_per_s": cfg.planned_mfu * peak / fpt,
+            "hardware": hardware(mesh), "peak_flops": peak, "flops_per_token": fpt,
+            "resumed_from": None if start.parent else resumed_from, "parent": start.parent,
+        }, step=first - 1)
+        emit("data", data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, cfg.steps), step=first - 1)
+
+    heldout = data.heldout_batches(corpus, cfg.seed, cfg.batch_size, L, cfg.eval_batches)
+    train_step = make_train_step(cfg, mesh)
+    result = TrainResult(state=state, final_step=first - 1, tokens_seen=(first - 1) * T)
+    t_compile = time.perf_counter()
+    warm = {**data.batch_at(corpus, mixture, cfg.seed, first, cfg.batch_size, L), "poison": np.float32(0)}
+    train_step = train_step.lower(state, warm).compile()
+    log.info("%s: compiled the train step in %.1fs; steps %d..%d", run_id, time.perf_counter() - t_compile, first, last)
+
+    def save(k: int, reason: str) -> None:
+        info = checkpoint.save(ckpt_dir, k, state, {"run_id": run_id, "config_hash": chash, "schedule": schedule,
+                                                    "tokens_seen": k * T, "attempt": start.attempt})
+        result.checkpoints.append(info)
+        if emit:
+            emit("checkpoint", {"path": info["path"], "bytes": info["bytes"], "seconds": info["seconds"],
+                                "content_hash": info["content_hash"], "config_hash": chash,
+                                "tokens_seen": k * T, "reason": reason}, step=k)
+
+    k = first - 1
+    try:
+        for k in range(first, last + 1):
+            if should_stop is not None and should_stop():
+                k -= 1
+                result.status = "stopped"
+                break
+            batch = data.batch_at(corpus, mixture, cfg.seed, k, cfg.batch_size, L)
+            batch["poison"] = np.float32(k in nan_steps)
+            state = with_lr(state, lr_at(k, **schedule))
+            t0 = time.perf_counter()
+            state, metrics = train_step(state, batch)
+            m = jax.device_get(metrics)
+            dt = time.perf_counter() - t0
+            step = step_payload(m, T, L, dt, fpt, peak)
+            result.losses[k] = step["loss"]
+            if emit:
+                emit("step", step, step=k)
+                emit("drops", drops_payload(m["layers"], cfg, L), step=k)
+            if k % cfg.log_every == 0 or k == last:
+                log.info("%s step %d loss %s lr %.2e %.0f tok/s%s", run_id, k, step["loss"], step["lr"],
+                         step["tokens_per_s"], " SKIPPED" if step["skipped"] else "")
+            if emit and (k % cfg.eval_every == 0 or k == last):
+                emit("eval", evaluate(state["params"], cfg, heldout, mesh), step=k)
+            if k % cfg.ckpt_every == 0 and k != last:
+                save(k, "periodic")
+        if result.status == "completed" or k >= first:
+            if not result.checkpoints or result.checkpoints[-1]["step"] != k:
+                save(k, "final")
+    except BaseException as err:
+        if emit:
+            emit("run_finished", {"status": "failed" if isinstance(err, Exception) else "stopped",
+                                  "final_step": max(k, 0), "tokens_seen": max(k, 0) * T,
+                                  "reason": f"{type(err).__name__}: {err}"[:500]}, step=max(k, 0))
+        raise
+    result.state, result.final_step, result.tokens_seen = state, k, k * T
+    final_loss = next((v for s, v in sorted(result.losses.items(), reverse=True) if v is not None), None)
+    if emit:
+        emit("run_finished", {"status": result.status, "final_step": k, "tokens_seen": k * T,
+                              "final_loss": final_loss}, step=k)
+    return result
