@@ -116,3 +116,46 @@ def step_files(root: Path, run_id: str, n_steps: int, seq0: int, prev0: str, sch
         write_atomic(table, partition_dir(root, "step", run_id) / f"part-{seq:012d}-{seq + m - 1:012d}-bench.parquet")
         seq, prev = seq + m, hashes[-1]
     return seq, prev
+
+
+def make_run(root: Path, run_id: str, n_steps: int, rng) -> None:
+    """One synthetic, healthy run: run_started, steps, drops every 100 steps, evals every 1000,
+    checkpoints every 10,000, run_finished."""
+    warmup = max(n_steps // 100, 1)
+    sched = {"peak_lr": 3e-3, "warmup_steps": warmup, "horizon_steps": n_steps, "min_lr_ratio": 0.05,
+             "tokens_per_step": TOKENS_PER_STEP, "horizon_tokens": n_steps * TOKENS_PER_STEP}
+    config = {"moe": {"n_experts": N_EXPERTS}, "steps": n_steps, "bench": True}
+    import hashlib
+
+    chash = hashlib.sha256(canonical_json(config).encode()).hexdigest()
+    meta = Chain(run_id, "bench-meta")
+    meta.emit("run_started", {
+        "config": config, "config_hash": chash, "code_commit": "bench", "token_budget": n_steps * TOKENS_PER_STEP,
+        "tokens_per_step": TOKENS_PER_STEP, "schedule": sched, "planned_tokens_per_s": TOKENS_PER_STEP / STEP_TIME_S * 0.95,
+    }, 0, T0)
+    step_files(root, run_id, n_steps, 0, "", sched, rng)
+    for s in range(100, n_steps + 1, 100):
+        at = T0 + timedelta(seconds=s * STEP_TIME_S)
+        meta.emit("drops", {"dispatch": "capacity", "assignments": 8192, "dropped": 80, "drop_fraction": 80 / 8192}, s, at)
+        if s % 1000 == 0:
+            meta.emit("eval", {"loss": 2.0 + 8.0 / math.sqrt(s)}, s, at)
+        if s % 10_000 == 0:
+            meta.emit("checkpoint", {"path": f"ckpt/{s}", "bytes": 1, "seconds": 1.0, "content_hash": f"{s:064x}",
+                                     "config_hash": chash, "tokens_seen": s * TOKENS_PER_STEP}, s, at)
+    meta.emit("run_finished", {"status": "completed", "final_step": n_steps}, n_steps,
+              T0 + timedelta(seconds=n_steps * STEP_TIME_S + 1))
+    for i, r in enumerate(meta.rows):
+        r.stream_seq = i
+    write_events(root, meta.rows)
+
+
+def make_ledger(root: Path, n_runs: int, total_steps: int, big_steps: int) -> str:
+    """`n_runs` runs with `total_steps` steps in all, one of them `big_steps` long; return its id."""
+    rng = np.random.default_rng(0)
+    per_run = (total_steps - big_steps) // (n_runs - 1)
+    big = "run-big"
+    make_run(root, big, big_steps, rng)
+    for i in range(n_runs - 1):
+        make_run(root, f"run-{i:03d}", per_run, rng)
+        log.info("wrote run %d/%d", i + 2, n_runs)
+    return big

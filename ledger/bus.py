@@ -59,8 +59,12 @@ async def ensure_stream(js: JetStreamContext, replicas: int = 1) -> None:
         await js.update_stream(cfg)
 
 
-async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: str | None = None) -> None:
-    """A durable pull consumer with explicit acks that never gives up redelivering."""
+async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: str | None = None,
+                          rewind: bool = False) -> None:
+    """A durable pull consumer with explicit acks that never gives up redelivering.
+
+    With `rewind`, messages a dead predecessor left unacked are delivered again at once.
+    """
     cfg = ConsumerConfig(
         durable_name=durable,
         deliver_policy=DeliverPolicy.ALL,
@@ -71,6 +75,17 @@ async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: st
         filter_subject=filter_subject or f"{SUBJECT_PREFIX}.>",
     )
     try:
-        await js.consumer_info(STREAM, durable)
+        info = await js.consumer_info(STREAM, durable)
     except NotFoundError:
+        await js.add_consumer(STREAM, cfg)
+        return
+    if rewind and info.num_ack_pending:
+        # A previous instance died holding unacked messages; JetStream would redeliver them only
+        # after ack_wait. Start again just past the ack floor instead: the sink is idempotent, so
+        # messages acked out of order and delivered again are recognised and acked once more.
+        floor = info.ack_floor.stream_seq
+        log.info("consumer %s had %d unacked messages; rewinding to stream seq %d", durable, info.num_ack_pending, floor + 1)
+        await js.delete_consumer(STREAM, durable)
+        cfg.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+        cfg.opt_start_seq = floor + 1
         await js.add_consumer(STREAM, cfg)

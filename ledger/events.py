@@ -15,6 +15,7 @@ import json
 import math
 import re
 import time
+from datetime import datetime
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -24,7 +25,9 @@ STREAM = "RUNLEDGER"
 SUBJECT_PREFIX = "runledger"
 MAX_EVENT_BYTES = 1 << 20  # one event's JSON text; larger input is quarantined, never truncated
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # run_id and producer: subject token, dir name
-TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
+# [0-9], not \d: \d also matches non-ASCII digits (e.g. "٢٠٢٦"), which no timestamp parser reads
+TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$")
+TIME_YEARS = (1970, 2261)  # stored as a timestamp via nanoseconds (int64 ns: 1677..2262)
 HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -155,9 +158,29 @@ def utc_now() -> str:
     return f"{_second_text[1]}.{int((t - sec) * 1e6):06d}Z"
 
 
+def check_time(value: str) -> str:
+    """An event time, or InvalidEvent: RFC 3339 UTC (TIME_RE), a real date and time, years TIME_YEARS."""
+    if not isinstance(value, str) or not TIME_RE.fullmatch(value):
+        raise InvalidEvent(f"time {value!r} is not RFC 3339 UTC like 2026-11-29T10:00:00.123456Z")
+    if value[:19] == _valid_second[0]:
+        return value
+    try:
+        year = datetime(int(value[0:4]), int(value[5:7]), int(value[8:10]),
+                        int(value[11:13]), int(value[14:16]), int(value[17:19])).year
+    except ValueError as err:
+        raise InvalidEvent(f"time {value!r} is not a real date and time ({err})") from None
+    if not TIME_YEARS[0] <= year <= TIME_YEARS[1]:
+        raise InvalidEvent(f"time {value!r} is outside the years {TIME_YEARS[0]}..{TIME_YEARS[1]}")
+    _valid_second[0] = value[:19]
+    return value
+
+
+_valid_second = [None]  # the last second checked valid: consecutive events mostly share it
+
+
 def check_name(value: str, what: str) -> str:
     """A run_id or producer, or InvalidEvent saying why not (it is a subject token and a dir name)."""
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise InvalidEvent(
             f"{what} {value!r} is not allowed: use 1-64 of a-z 0-9 _ - starting with a letter or digit "
             "(no dots, slashes or upper case: it is a NATS subject token and a directory name)"
@@ -170,7 +193,9 @@ def check_name(value: str, what: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
-NonNeg = Annotated[int, Field(ge=0)]
+INT64_MAX = 2**63 - 1  # integers are stored in int64 Parquet columns
+NonNeg = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
 Json = dict[str, Any]
 
 
@@ -273,7 +298,7 @@ class DataRecorded(Payload):
     sources: list[DataSource] = Field(default_factory=list)
     tokens_per_domain: dict[str, NonNeg] = Field(default_factory=dict)
     mixture: dict[str, Finite] = Field(default_factory=dict)
-    seed: int | None = None
+    seed: Int64 | None = None
 
 
 class ForecastMade(Payload):
@@ -411,7 +436,7 @@ def check_envelope(obj: Any) -> str:
     for name in ("run_id", "producer"):
         if name in obj:
             check_name(obj[name], name)
-    if "kind" in obj and obj["kind"] not in KINDS:
+    if "kind" in obj and not (isinstance(obj["kind"], str) and obj["kind"] in KINDS):
         raise InvalidEvent(f"unknown kind {obj['kind']!r} (kinds: {', '.join(KINDS)})")
     try:
         _ENVELOPE_VALIDATOR.validate_python(obj)
@@ -422,10 +447,14 @@ def check_envelope(obj: Any) -> str:
         raise InvalidEvent(f"event_id {obj['event_id']!r} breaks the rule run_id:producer:attempt:seq ({expected_id!r})")
     if obj["seq"] == 0 and obj["prev_hash"] != "":
         raise InvalidEvent("prev_hash must be empty for seq 0")
-    if obj["seq"] > 0 and not HASH_RE.match(obj["prev_hash"]):
+    if obj["seq"] > 0 and not HASH_RE.fullmatch(obj["prev_hash"]):
         raise InvalidEvent("prev_hash must be the 64-hex hash of the previous event for seq > 0")
+    check_time(obj["time"])
     check_payload(obj["kind"], obj["payload"])
-    payload_text = canonical_json(obj["payload"])
+    try:
+        payload_text = canonical_json(obj["payload"])
+    except RecursionError:
+        raise InvalidEvent("payload is nested too deeply") from None
     computed = event_hash(obj, payload_text)
     if computed != obj["hash"]:
         raise InvalidEvent(f"hash mismatch: the envelope says {obj['hash'][:12]}…, its content hashes to {computed[:12]}…")
@@ -439,11 +468,23 @@ def parse_json(data: bytes | str) -> Any:
         raise InvalidEvent(f"{name} is not allowed in an event (send null, with skipped=true for a loss)")
 
     try:
-        return json.loads(data, parse_constant=refuse)
+        if isinstance(data, (bytes, bytearray)):
+            text = data.decode()  # UTF-8 only (DESIGN.md), strictly: encoded surrogates are refused too
+        else:
+            text = data
+            text.encode()  # a str from Python may hold lone surrogates
+        obj = json.loads(text, parse_constant=refuse)
+        if "\\u" in text:  # an escaped lone surrogate ("\\ud800") parses, but is not text: it cannot be hashed
+            json.dumps(obj, ensure_ascii=False).encode()
+        return obj
     except InvalidEvent:
         raise
+    except UnicodeEncodeError:
+        raise InvalidEvent("a string holds a lone UTF-16 surrogate (unpaired \\ud800-\\udfff): not Unicode text") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise InvalidEvent(f"not JSON: {err}") from None
+    except RecursionError:
+        raise InvalidEvent("not JSON this program reads: nested too deeply") from None
 
 
 def seal(
@@ -456,6 +497,8 @@ def seal(
     """
     check_name(run_id, "run_id")
     check_name(producer, "producer")
+    if time is not None:
+        check_time(time)
     check_payload(kind, payload)
     env = {
         "event_id": make_event_id(run_id, producer, attempt, seq),

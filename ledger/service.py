@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import bus, store
-from ledger.events import KINDS, MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_envelope, parse_json
+from ledger.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_envelope, parse_json
 from ledger.store import Quarantined, StoredEvent
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
     nc = await bus.connect(nats_url, name="ledger")
     js = nc.jetstream()
     await bus.ensure_stream(js)
-    await bus.ensure_consumer(js, durable)
+    await bus.ensure_consumer(js, durable, rewind=True)
     sub = await js.pull_subscribe_bind(durable=durable, stream=STREAM)
     log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
     last_report = time.monotonic()

@@ -110,7 +110,10 @@ def verify(root: str | Path) -> Report:
             if seq == prev_seq:
                 continue  # a duplicate, reported above
             if seq != prev_seq + 1:
-                report.problems.append(f"{run_id}:{producer}:{attempt}: seq {prev_seq + 1}..{seq - 1} missing (gap before {eid})")
+                first, last = (make_event_id(run_id, producer, attempt, s) for s in (prev_seq + 1, seq - 1))
+                missing = first if first == last else f"{first} .. {last}"
+                report.problems.append(f"{missing} missing: seq {prev_seq + 1}..{seq - 1} of {run_id}:{producer}:{attempt} "
+                                       f"(gap before {eid})")
             elif ph != prev_hash:
                 report.problems.append(f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)")
             prev_seq, prev_hash = seq, h

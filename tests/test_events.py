@@ -1,0 +1,244 @@
+"""The event contract: golden vectors, canonical JSON against the reference, seal/check, refusals."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO, runledger
+from ledger.events import (
+    KINDS, InvalidEvent, canonical_json, check_envelope, check_name, es_number, event_hash, parse_json, seal,
+)
+
+SHARED = REPO.parent / "shared"  # CI clones the repo with shared/ beside it
+VECTORS = SHARED / "contract-vectors.jsonl"
+T0 = "2026-11-29T10:00:00.000000Z"
+
+# The smallest valid payload of each kind (only required fields).
+MINIMAL = {
+    "run_started": {"config": {"d_model": 64}, "config_hash": "c0ffee", "token_budget": 1_000_000, "schedule": {}},
+    "step": {"loss": 2.5, "grad_norm": 0.9, "lr": 3e-4, "tokens": 8192, "step_time_s": 0.25},
+    "drops": {"dispatch": "capacity", "assignments": 100, "dropped": 3, "drop_fraction": 0.03},
+    "eval": {"loss": 2.7},
+    "checkpoint": {"path": "/ckpt/100", "bytes": 1234, "seconds": 1.5, "content_hash": "ab12"},
+    "data": {},
+    "forecast": {"target_run": "big", "fraction": 0.05, "projected_loss": 2.1, "band_low": 2.0, "band_high": 2.2},
+    "alert": {"alert_id": "a1", "agent": "agent-mfu", "rule": "mfu_low", "message": "MFU below plan"},
+    "decision": {"decision_id": "d1", "agent": "agent-drops", "rule": "drops", "action": "set_capacity_factor",
+                 "rationale": "drop fraction above 7%"},
+    "decision_applied": {"decision_id": "d1", "action": "set_capacity_factor"},
+    "run_finished": {"status": "completed"},
+}
+
+
+def sealed(kind: str = "step", seq: int = 0, prev_hash: str = "", **over) -> dict:
+    env, _ = seal("run-1", "worker-0", 0, seq, kind, MINIMAL[kind], 0, prev_hash, time=T0)
+    env.update(over)
+    return env
+
+
+def rehash(env: dict) -> dict:
+    env["hash"] = event_hash(env, canonical_json(env["payload"]))
+    return env
+
+
+def test_vectors_file_is_there():
+    assert VECTORS.exists(), f"contract vectors not found at {VECTORS} (shared/ must be beside the repo)"
+
+
+@pytest.mark.parametrize("line", VECTORS.read_text().splitlines() if VECTORS.exists() else [])
+def test_golden_vector_canonicalises_and_hashes(line):
+    vec = json.loads(line)
+    env = vec["envelope"]
+    without_hash = {k: v for k, v in env.items() if k != "hash"}
+    assert canonical_json(without_hash) == vec["canonical_without_hash"]
+    assert event_hash(env, canonical_json(env["payload"])) == vec["hash"] == env["hash"]
+
+
+finite_doubles = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(finite_doubles, st.integers(-1074, 1023).map(lambda e: math.ldexp(1.0, e)),
+                 st.sampled_from([1e21, 1e-7, 1e-6, 9.999999999999999e20, 5e-324, -0.0, 0.1, 2**53 + 2.0])))
+def test_es_number_agrees_with_rfc8785(x):
+    assert es_number(x) == rfc8785.dumps(x).decode()
+
+
+json_scalars = st.one_of(
+    st.none(), st.booleans(), finite_doubles, st.integers(-(2**53) + 1, 2**53 - 1), st.text(max_size=8),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_canonical_json_agrees_with_rfc8785(value):
+    """Key order (by UTF-16 code units), string escapes and numbers as the reference writes them."""
+    assert canonical_json(value) == rfc8785.dumps(value).decode()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_seal_then_check_round_trips(kind):
+    env, wire = seal("run-1", "worker-0", 2, 7, kind, MINIMAL[kind], 7, "a" * 64, time=T0)
+    assert env["event_id"] == "run-1:worker-0:2:7"
+    assert check_envelope(env) == canonical_json(MINIMAL[kind])
+    parsed = parse_json(wire)  # what travels is the canonical text, and it checks out too
+    assert parsed == env
+    assert check_envelope(parsed) == canonical_json(MINIMAL[kind])
+
+
+def test_minimal_payloads_cover_every_kind():
+    assert set(MINIMAL) == set(KINDS)
+
+
+@pytest.mark.parametrize("bad", ["../x", "a.b", "A", "", "run\n", "x" * 65, "-lead", "a/b", "a b"])
+def test_bad_run_id_is_refused_clearly(bad):
+    with pytest.raises(InvalidEvent, match="run_id .* is not allowed: use 1-64 of a-z 0-9"):
+        check_name(bad, "run_id")
+    with pytest.raises(InvalidEvent, match="run_id"):
+        seal(bad, "worker-0", 0, 0, "step", MINIMAL["step"], 0, "")
+    env = sealed()
+    env["run_id"] = bad
+    with pytest.raises(InvalidEvent, match="run_id"):
+        check_envelope(env)
+
+
+def test_producer_with_a_dot_is_refused():
+    with pytest.raises(InvalidEvent, match="producer 'worker.0' is not allowed"):
+        seal("run-1", "worker.0", 0, 0, "step", MINIMAL["step"], 0, "")
+    with pytest.raises(InvalidEvent, match="producer"):
+        check_envelope(sealed(producer="worker.0", event_id="run-1:worker.0:0:0"))
+
+
+@pytest.mark.parametrize("text", [
+    '{"loss": NaN}', '{"loss": Infinity}', '{"loss": -Infinity}', '[1, NaN]',
+])
+def test_parse_json_refuses_nan_and_infinity(text):
+    with pytest.raises(InvalidEvent, match="is not allowed in an event"):
+        parse_json(text)
+
+
+def test_nan_loss_in_a_payload_is_refused_even_from_python():
+    payload = {**MINIMAL["step"], "loss": float("nan")}
+    with pytest.raises(InvalidEvent, match="payload.loss"):
+        seal("run-1", "worker-0", 0, 0, "step", payload, 0, "")
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"{not json", "not JSON"),
+    (b'{"a": "\\ud800"}', "lone UTF-16 surrogate"),  # valid JSON syntax, not Unicode text: cannot be hashed
+    (b'"\xed\xa0\x80"', "not JSON"),  # a surrogate encoded in (invalid) UTF-8
+    (b"[" * 50_000, "nested too deeply"),
+])
+def test_parse_json_refuses_what_cannot_be_an_event(data, reason):
+    with pytest.raises(InvalidEvent, match=reason):
+        parse_json(data)
+
+
+def test_parse_json_keeps_surrogate_pairs():
+    assert parse_json(b'"\\ud83d\\ude00"') == "\U0001F600"
+
+
+def test_unknown_payload_field_is_refused():
+    with pytest.raises(InvalidEvent, match="payload.colour"):
+        seal("run-1", "worker-0", 0, 0, "step", {**MINIMAL["step"], "colour": "red"}, 0, "")
+    env = sealed()
+    env["payload"] = {**env["payload"], "colour": "red"}
+    with pytest.raises(InvalidEvent, match="payload.colour"):
+        check_envelope(rehash(env))  # a correct hash does not make an unknown field acceptable
+
+
+def test_unknown_envelope_field_is_refused():
+    env = sealed()
+    env["extra"] = 1
+    with pytest.raises(InvalidEvent, match="extra"):
+        check_envelope(env)
+
+
+def test_wrong_hash_is_refused():
+    env = sealed()
+    env["hash"] = "0" * 64
+    with pytest.raises(InvalidEvent, match="hash mismatch"):
+        check_envelope(env)
+    env = sealed()
+    env["payload"] = {**env["payload"], "loss": 2.4}  # content changed, hash kept
+    with pytest.raises(InvalidEvent, match="hash mismatch"):
+        check_envelope(env)
+
+
+def test_event_id_rule_is_enforced():
+    env = rehash(sealed(event_id="run-1:worker-0:0:1"))  # seq is 0
+    with pytest.raises(InvalidEvent, match="breaks the rule run_id:producer:attempt:seq"):
+        check_envelope(env)
+    env = rehash(sealed(event_id="run-1:worker-1:0:0"))
+    with pytest.raises(InvalidEvent, match="event_id"):
+        check_envelope(env)
+
+
+def test_prev_hash_rules():
+    with pytest.raises(InvalidEvent, match="prev_hash must be empty for seq 0"):
+        check_envelope(rehash(sealed(prev_hash="a" * 64)))
+    env = rehash(sealed(seq=1, event_id="run-1:worker-0:0:1", prev_hash=""))
+    with pytest.raises(InvalidEvent, match="prev_hash must be the 64-hex hash"):
+        check_envelope(env)
+    env = rehash(sealed(seq=1, event_id="run-1:worker-0:0:1", prev_hash="a" * 64 + "\n"))
+    with pytest.raises(InvalidEvent, match="prev_hash"):
+        check_envelope(env)
+
+
+@pytest.mark.parametrize("bad_time", [
+    "2026-02-30T10:00:00Z",  # no such day
+    "2026-11-29T24:00:00Z",
+    "2026-11-29T10:00:60Z",  # a leap second: no timestamp type stores it
+    "0000-01-01T00:00:00Z",
+    "2999-01-01T00:00:00Z",  # past what the store's timestamp column holds
+    "٢٠٢٦-11-29T10:00:00Z",  # non-ASCII digits
+    "2026-11-29 10:00:00Z",
+    "2026-11-29T10:00:00+01:00",
+])
+def test_time_must_be_a_real_storable_utc_time(bad_time):
+    with pytest.raises(InvalidEvent, match="time"):
+        check_envelope(rehash(sealed(time=bad_time)))
+    with pytest.raises(InvalidEvent, match="time"):
+        seal("run-1", "worker-0", 0, 0, "step", MINIMAL["step"], 0, "", time=bad_time)
+
+
+@pytest.mark.parametrize("field, value", [("seq", 2**63), ("step", 2**64), ("attempt", 10**30)])
+def test_integers_beyond_int64_are_refused(field, value):
+    env = sealed(**{field: value})
+    env["event_id"] = f"run-1:worker-0:{env['attempt']}:{env['seq']}"
+    with pytest.raises(InvalidEvent, match=field):
+        check_envelope(rehash(env))
+    with pytest.raises(InvalidEvent, match="payload.tokens"):
+        seal("run-1", "worker-0", 0, 0, "step", {**MINIMAL["step"], "tokens": 2**63}, 0, "")
+
+
+@pytest.mark.parametrize("kind_value", [[], {}, 3, None, "steps"])
+def test_a_bad_kind_is_refused_not_crashed_on(kind_value):
+    env = copy.deepcopy(sealed())
+    env["kind"] = kind_value
+    with pytest.raises(InvalidEvent, match="kind"):
+        check_envelope(env)
+
+
+def test_schema_command_prints_every_kind():
+    r = runledger("schema")
+    assert r.returncode == 0, r.stderr
+    schema = json.loads(r.stdout)
+    assert set(schema["kinds"]) == set(KINDS)
+    assert schema["kinds"]["step"]["additionalProperties"] is False
+    assert {"loss", "grad_norm", "lr", "tokens", "step_time_s"} <= set(schema["kinds"]["step"]["required"])
+    assert set(schema["envelope"]["properties"]) >= {"event_id", "run_id", "producer", "attempt", "seq", "kind",
+                                                      "time", "step", "schema_version", "prev_hash", "hash", "payload"}
