@@ -425,6 +425,43 @@ def check_payload(kind: str, payload: Any) -> None:
         raise InvalidEvent(_one_line(err, "payload.")) from None
 
 
+_ENVELOPE_KEYS = frozenset(ENVELOPE_FIELDS)
+
+
+def _envelope_fields_ok(o: dict) -> bool:
+    """The envelope model's rules, checked directly (the hot path of the ledger); False if any fails."""
+    step = o.get("step", -1)
+    return (
+        o.keys() == _ENVELOPE_KEYS
+        and type(o["event_id"]) is str
+        and type(o["run_id"]) is str and NAME_RE.fullmatch(o["run_id"]) is not None
+        and type(o["producer"]) is str and NAME_RE.fullmatch(o["producer"]) is not None
+        and type(o["attempt"]) is int and o["attempt"] >= 0
+        and type(o["seq"]) is int and o["seq"] >= 0
+        and type(o["kind"]) is str and o["kind"] in KINDS
+        and type(o["time"]) is str and TIME_RE.fullmatch(o["time"]) is not None
+        and (step is None or (type(step) is int and step >= 0))
+        and o["schema_version"] == SCHEMA_VERSION and type(o["schema_version"]) is int
+        and type(o["prev_hash"]) is str
+        and type(o["hash"]) is str and HASH_RE.fullmatch(o["hash"]) is not None
+        and type(o["payload"]) is dict
+    )
+
+
+def _explain_envelope(obj: dict) -> None:
+    """Raise InvalidEvent saying why the envelope is invalid, most useful reason first."""
+    for name in ("run_id", "producer"):
+        if name in obj:
+            check_name(obj[name], name)
+    if "kind" in obj and obj["kind"] not in KINDS:
+        raise InvalidEvent(f"unknown kind {obj['kind']!r} (kinds: {', '.join(KINDS)})")
+    try:
+        _ENVELOPE_VALIDATOR.validate_python(obj)
+    except ValidationError as err:
+        raise InvalidEvent(_one_line(err)) from None
+    raise InvalidEvent("invalid envelope")  # the direct check and the model disagree: still refuse
+
+
 def check_envelope(obj: Any) -> str:
     """Validate a parsed envelope completely; return its payload's canonical text.
 
@@ -433,15 +470,8 @@ def check_envelope(obj: Any) -> str:
     """
     if not isinstance(obj, dict):
         raise InvalidEvent(f"an event is a JSON object, got {type(obj).__name__}")
-    for name in ("run_id", "producer"):
-        if name in obj:
-            check_name(obj[name], name)
-    if "kind" in obj and not (isinstance(obj["kind"], str) and obj["kind"] in KINDS):
-        raise InvalidEvent(f"unknown kind {obj['kind']!r} (kinds: {', '.join(KINDS)})")
-    try:
-        _ENVELOPE_VALIDATOR.validate_python(obj)
-    except ValidationError as err:
-        raise InvalidEvent(_one_line(err)) from None
+    if not _envelope_fields_ok(obj):
+        _explain_envelope(obj)
     expected_id = make_event_id(obj["run_id"], obj["producer"], obj["attempt"], obj["seq"])
     if obj["event_id"] != expected_id:
         raise InvalidEvent(f"event_id {obj['event_id']!r} breaks the rule run_id:producer:attempt:seq ({expected_id!r})")
@@ -485,6 +515,9 @@ def parse_json(data: bytes | str) -> Any:
         raise InvalidEvent(f"not JSON: {err}") from None
     except RecursionError:
         raise InvalidEvent("not JSON this program reads: nested too deeply") from None
+
+
+_CHECKED_NAMES: set[tuple[str, str]] = set()
 
 
 def seal(

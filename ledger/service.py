@@ -71,12 +71,10 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
         return [], [reject("a batch message (subject ….batch) must be a JSON array of envelopes")]
     good, bad = [], []
     for i, env in enumerate(obj if is_batch else [obj]):
-        raw = json.dumps(env, ensure_ascii=False, allow_nan=True).encode() if is_batch else data
-        where = f"batch entry {i}: " if is_batch else ""
         try:
-            if len(raw) > MAX_EVENT_BYTES:
-                raise InvalidEvent(f"event of {len(raw):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
             payload_text = check_envelope(env)
+            if is_batch and len(payload_text) > MAX_EVENT_BYTES:
+                raise InvalidEvent(f"event payload of {len(payload_text):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
             if env["run_id"] != run_id:
                 raise InvalidEvent(f"subject says run {run_id!r} but the event is for run {env['run_id']!r}")
             if not is_batch and env["kind"] != subject_kind:
@@ -84,7 +82,11 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
             good.append((env, payload_text))
         except InvalidEvent as err:
             eid = env.get("event_id") if isinstance(env, dict) and isinstance(env.get("event_id"), str) else None
-            bad.append(reject(where + str(err), raw, f"{i}" if eid is None else eid))
+            if not is_batch:
+                bad.append(reject(str(err), data, eid))
+            else:  # keep this entry alone, as JSON text (the batch's bytes are in the stream)
+                raw = json.dumps(env, ensure_ascii=False, allow_nan=True).encode()
+                bad.append(reject(f"batch entry {i}: {err}", raw, eid or str(i)))
     return good, bad
 
 
@@ -158,8 +160,9 @@ class Ledger:
 
 
 async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
-                batch: int = FETCH_BATCH, durable: str = DURABLE) -> Counters:
-    """Run the ledger until `stop` is set (or SIGTERM/SIGINT when `stop` is None)."""
+                batch: int = FETCH_BATCH, durable: str = DURABLE, until_stored: int | None = None) -> Counters:
+    """Run the ledger until `stop` is set (or SIGTERM/SIGINT when `stop` is None), or until it has
+    stored `until_stored` events in this run (for benches)."""
     ledger = Ledger(root)
     if stop is None:
         stop = asyncio.Event()
@@ -201,6 +204,8 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
         for m in msgs:
             await m.ack()
         ledger.counters.messages += len(msgs)
+        if until_stored is not None and ledger.counters.stored >= until_stored:
+            stop.set()
         if time.monotonic() - last_report > 10:
             log.info("ledger: %s", ledger.counters.line())
             last_report = time.monotonic()

@@ -244,11 +244,13 @@ class SeqIndex:
         t = read_events(root, columns=["run_id", "producer", "attempt", "seq"])
         if t.num_rows == 0:
             return idx
-        stats = t.group_by(["run_id", "producer", "attempt"]).aggregate([("seq", "min"), ("seq", "max"), ("seq", "count")])
+        # count_distinct, not count: a chain with a gap and a duplicate ([0, 1, 3, 3]) must not pass as gapless
+        stats = t.group_by(["run_id", "producer", "attempt"]).aggregate(
+            [("seq", "min"), ("seq", "max"), ("seq", "count_distinct")])
         irregular = set()
         for r in stats.to_pylist():
             key = (r["run_id"], r["producer"], r["attempt"])
-            if r["seq_min"] == 0 and r["seq_count"] == r["seq_max"] + 1:
+            if r["seq_min"] == 0 and r["seq_count_distinct"] == r["seq_max"] + 1:
                 idx.chains[key] = [r["seq_max"] + 1, set()]
             else:
                 irregular.add(key)
@@ -285,7 +287,9 @@ def recover(root: Path) -> dict[str, int]:
     for tmp in list(root.glob("events/*/*/.*.tmp")) + list(root.glob("quarantine/.*.tmp")):
         tmp.unlink(missing_ok=True)
         removed_tmp += 1
-    for f in root.glob("events/*/*/compact-*.parquet"):
+    for f in sorted(root.glob("events/*/*/compact-*.parquet")):
+        if not f.exists():  # a later compaction replaced this compacted file, and it was removed just above
+            continue
         meta = pq.read_schema(f).metadata or {}
         for name in json.loads(meta.get(REPLACES_KEY, b"[]")):
             src = f.parent / name

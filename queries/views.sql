@@ -101,6 +101,7 @@ select * from (values
     ('grad_norm_rise_max', 0.5, 'runledger: grad norm rising > 50% across the trailing window (regr_slope)'),
     ('drop_fraction_max', 0.07, 'Marin alert: drop fraction > 7%'),
     ('drops_vs_ladder_ratio', 2.0, 'runledger: drop fraction > 2x the ladder rungs at the same fraction of training'),
+    ('drops_vs_ladder_min_diff', 0.01, 'runledger: ...and above them by more than 1 percentage point'),
     ('loss_floor_rise_max', 1.0, 'Marin checklist: loss floor more than 1.0 above the trailing floor'),
     ('loss_rise_max', 0.05, 'runledger: mean loss of a window above the previous window by > 0.05'),
     ('eval_rise_last_max', 0.02, 'Marin alert: eval > 2% worse than the last'),
@@ -127,18 +128,19 @@ from audit_runs r
 cross join threshold_defaults d
 left join run_plan p using (run_id);
 
+-- steps per block for each run: window_steps if set, else 1% of the horizon, else 100
+create or replace view run_blocks as
+select
+    a.run_id,
+    greatest(1, coalesce(nullif(w.value, 0)::bigint, p.horizon_steps // 100, 100)) as block_steps
+from audit_runs a
+left join run_plan p using (run_id)
+left join run_thresholds w on w.run_id = a.run_id and w.name = 'window_steps';
+
 -- per (run, attempt, block of `block_steps` steps): the sufficient statistics the health checks
 -- need (counts, sums for regr_slope, extremes, first/last), so that a check over a 400k-step run
 -- reads a few hundred rows; block_steps is window_steps, or 1% of the horizon, or 100.
 create or replace view step_blocks as
-with sized as (
-    select
-        a.run_id,
-        greatest(1, coalesce(nullif(w.value, 0)::bigint, p.horizon_steps // 100, 100)) as block_steps
-    from audit_runs a
-    left join run_plan p using (run_id)
-    left join run_thresholds w on w.run_id = a.run_id and w.name = 'window_steps'
-)
 select
     s.run_id, s.attempt, (s.step - 1) // z.block_steps as block, any_value(z.block_steps) as block_steps,
     count(*) as n, min(s.step) as step_lo, max(s.step) as step_hi, min(s.ts) as ts_lo, max(s.ts) as ts_hi,
@@ -155,6 +157,30 @@ select
     count(s.tokens_per_s) as tps_n, avg(s.tokens_per_s) as tps_mean,
     count(*) filter (s.skipped) as n_skipped
 from steps_all s
-join sized z using (run_id)
+join run_blocks z using (run_id)
 where s.step is not null
 group by s.run_id, s.attempt, (s.step - 1) // z.block_steps;
+
+-- training/schedule.lr_at in SQL, the same three cases (steps are 1-based): warmup linear to peak at
+-- `warmup`; then linear from peak (or from anchor_lr at anchor_step, after a retime) to ratio*peak at
+-- `horizon`; ratio*peak from the horizon on.
+create or replace macro scheduled_lr(step, peak, warmup, horizon, ratio, anchor_step, anchor_lr) as
+    case
+        when step >= horizon then ratio * peak
+        when anchor_step is not null and step >= anchor_step
+            then anchor_lr + (ratio * peak - anchor_lr) * (step - anchor_step) / greatest(horizon - anchor_step, 1)
+        when step < warmup then peak * greatest(step, 1) / warmup
+        else peak + (ratio * peak - peak) * (step - warmup) / greatest(horizon - warmup, 1)
+    end;
+
+-- per (run, block): the latest attempt's block, with the tokens seen by its end and its mean loss
+-- (the observed side of forecast vs actual)
+create or replace view step_progress as
+with latest as (
+    select * from step_blocks
+    qualify row_number() over (partition by run_id, block order by attempt desc) = 1
+)
+select
+    run_id, block, step_lo, step_hi, ts_hi, l_n, l_sy / nullif(l_n, 0) as loss_mean,
+    sum(tokens) over (partition by run_id order by block) as tokens_seen
+from latest;

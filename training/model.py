@@ -11,31 +11,34 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from training.config import TrainConfig
 from training.moe import init_moe, moe_layer
 
 
-def init_params(key: jax.Array, cfg: TrainConfig) -> dict:
+def init_params(seed: int, cfg: TrainConfig) -> dict:
+    """Parameters as a pure function of the seed (numpy's generator: fast on CPU, no compile)."""
     m = cfg.model
     d = m.d_model
-    keys = jax.random.split(key, m.n_layers + 2)
+    rng = np.random.default_rng(seed)
+
+    def normal(shape, scale):
+        return jnp.asarray(rng.standard_normal(shape, np.float32) * np.float32(scale))
+
     blocks = []
-    for i in range(m.n_layers):
-        ka, km = jax.random.split(keys[i])
-        kq, kk, kv, ko = jax.random.split(ka, 4)
+    for _ in range(m.n_layers):
         blocks.append({
             "ln1": jnp.ones((d,)), "ln2": jnp.ones((d,)),
-            "wq": jax.random.normal(kq, (d, d)) / math.sqrt(d), "wk": jax.random.normal(kk, (d, d)) / math.sqrt(d),
-            "wv": jax.random.normal(kv, (d, d)) / math.sqrt(d),
-            "wo": jax.random.normal(ko, (d, d)) / math.sqrt(d * 2 * m.n_layers),
-            "moe": init_moe(km, d, cfg.moe),
+            "wq": normal((d, d), d**-0.5), "wk": normal((d, d), d**-0.5), "wv": normal((d, d), d**-0.5),
+            "wo": normal((d, d), (d * 2 * m.n_layers) ** -0.5),
+            "moe": init_moe(rng, d, cfg.moe),
         })
     return {
-        "embed": jax.random.normal(keys[-2], (m.vocab_size, d)) * 0.02,
+        "embed": normal((m.vocab_size, d), 0.02),
         "blocks": blocks,
         "ln_f": jnp.ones((d,)),
-        "head": jax.random.normal(keys[-1], (d, m.vocab_size)) / math.sqrt(d),
+        "head": normal((d, m.vocab_size), d**-0.5),
     }
 
 

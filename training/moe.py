@@ -24,6 +24,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from training.config import MoEConfig
@@ -31,21 +32,20 @@ from training.config import MoEConfig
 AXIS = "ep"  # the expert-parallel mesh axis
 
 
-def init_moe(key: jax.Array, d_model: int, cfg: MoEConfig) -> dict:
-    ks = jax.random.split(key, 9)
+def init_moe(rng: np.random.Generator, d_model: int, cfg: MoEConfig) -> dict:
+    """Parameters from a numpy generator (fast on CPU, and a pure function of the seed)."""
     E, f, fs, dl, ns = cfg.n_experts, cfg.d_ff_expert, cfg.d_ff_shared, cfg.d_latent, cfg.n_shared
 
-    def dense(k, shape, fan_in):
-        return jax.random.normal(k, shape, jnp.float32) / math.sqrt(fan_in)
+    def dense(shape, fan_in):
+        return jnp.asarray(rng.standard_normal(shape, np.float32) / np.float32(math.sqrt(fan_in)))
 
     return {
-        "router": dense(ks[0], (d_model, E), d_model),
-        "shared": {"w1": dense(ks[1], (ns, d_model, fs), d_model), "w3": dense(ks[2], (ns, d_model, fs), d_model),
-                   "w2": dense(ks[3], (ns, fs, d_model), fs)},
-        "down": dense(ks[4], (d_model, dl), d_model),
-        "up": dense(ks[5], (dl, d_model), dl),
-        "experts": {"w1": dense(ks[6], (E, dl, f), dl), "w3": dense(ks[7], (E, dl, f), dl),
-                    "w2": dense(ks[8], (E, f, dl), f)},
+        "router": dense((d_model, E), d_model),
+        "shared": {"w1": dense((ns, d_model, fs), d_model), "w3": dense((ns, d_model, fs), d_model),
+                   "w2": dense((ns, fs, d_model), fs)},
+        "down": dense((d_model, dl), d_model),
+        "up": dense((dl, d_model), dl),
+        "experts": {"w1": dense((E, dl, f), dl), "w3": dense((E, dl, f), dl), "w2": dense((E, f, dl), f)},
     }
 
 
@@ -84,10 +84,15 @@ def capacities(n_local: int, k: int, n_experts: int, shards: int, waves: int,
 
 
 def _rank_in_group(groups: jax.Array, valid: jax.Array, n_groups: int) -> jax.Array:
-    """For each item, how many valid items of its group come before it (array order)."""
-    onehot = jax.nn.one_hot(groups, n_groups, dtype=jnp.int32) * valid[:, None].astype(jnp.int32)
-    before = jnp.cumsum(onehot, axis=0) - onehot
-    return jnp.take_along_axis(before, groups[:, None], axis=1)[:, 0]
+    """For each valid item, how many valid items of its group come before it (array order).
+
+    A stable sort by group keeps array order within a group; rank = sorted position - group start.
+    """
+    g = jnp.where(valid, groups, n_groups)  # invalid items sort last, in a group of their own
+    order = jnp.argsort(g, stable=True)
+    sorted_g = g[order]
+    rank_sorted = jnp.arange(g.shape[0]) - jnp.searchsorted(sorted_g, sorted_g, side="left")
+    return jnp.zeros_like(rank_sorted).at[order].set(rank_sorted)
 
 
 def dispatch_capacity_local(x_lat, top_e, gates, w1, w3, w2, *, n_experts, shards, waves, pool, cap):

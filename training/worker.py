@@ -57,6 +57,7 @@ class TrainResult:
     tokens_seen: int = 0
     status: str = "completed"
     checkpoints: list[dict] = field(default_factory=list)
+    drops: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # step -> per layer (sender, receiver)
 
 
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
@@ -72,7 +73,7 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 def init_state(cfg: TrainConfig) -> dict:
     from training.model import init_params
 
-    params = init_params(jax.random.key(cfg.seed), cfg)
+    params = init_params(cfg.seed, cfg)
     return {"params": params, "opt_state": make_optimizer(cfg).init(params), "step": jnp.zeros((), jnp.int32)}
 
 
@@ -252,6 +253,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
             dt = time.perf_counter() - t0
             step = step_payload(m, T, L, dt, fpt, peak)
             result.losses[k] = step["loss"]
+            result.drops[k] = [(int(s), int(r)) for s, r in zip(m["layers"]["sender_dropped"], m["layers"]["receiver_dropped"])]
             if emit:
                 emit("step", step, step=k)
                 emit("drops", drops_payload(m["layers"], cfg, L), step=k)

@@ -1,0 +1,195 @@
+"""Ingest throughput, end to end, against raw nats-py and pyarrow alone, in one command.
+
+    python bench/ingest.py [--events N]
+
+Each path runs as two processes (producer, consumer) on this machine, with a fresh nats-server:
+  e2e      Emitter.emit → spool → NATS → ledger service (validate, dedupe, Parquet, fsync) → ack
+  raw      nats-py publish_async + pull fetch + ack of the same bytes, no validation, no writing
+  pyarrow  the ledger's Parquet writer alone on the same rows (one process)
+both with one event per NATS message and with the Emitter's batching (many events per message).
+Ratios are against the raw path in the same mode, run in the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ledger import bus, service, store  # noqa: E402
+from ledger.emitter import MAX_BATCH_EVENTS, Emitter, batch_subject  # noqa: E402
+from ledger.events import STREAM, canonical_json, seal, subject_for  # noqa: E402
+from ledger.natsserver import NatsServer  # noqa: E402
+from tools.produce import step_payload  # noqa: E402
+
+
+def make_events(n: int, run_id: str = "bench") -> list[tuple[dict, str]]:
+    out, prev = [], ""
+    for i in range(n):
+        env, text = seal(run_id, "worker-0", 0, i, "step", step_payload(i), i, prev)
+        prev = env["hash"]
+        out.append((env, text))
+    return out
+
+
+# ------------------------------------------------------------------------------ e2e
+
+
+def _e2e_producer(url: str, spool: str, n: int, batch: bool, q) -> None:
+    em = Emitter("bench", "worker-0", 0, url, spool, batch=batch)
+    t0 = time.time()
+    for i in range(n):
+        em.emit("step", step_payload(i), step=i)
+    emitted = time.time()
+    em.close(600)
+    q.put(("producer", t0, emitted, time.time()))
+
+
+def _e2e_ledger(url: str, root: str, n: int, q) -> None:
+    counters = asyncio.run(service.serve(root, url, stop=asyncio.Event(), until_stored=n))
+    q.put(("ledger", time.time(), counters.stored, counters.messages))
+
+
+def run_e2e(url: str, tmp: Path, n: int, batch: bool) -> dict:
+    q = mp.Queue()
+    ledger = mp.Process(target=_e2e_ledger, args=(url, str(tmp / "root"), n, q))
+    ledger.start()
+    time.sleep(1.0)  # the ledger is connected and waiting
+    producer = mp.Process(target=_e2e_producer, args=(url, str(tmp / "spool"), n, batch, q))
+    producer.start()
+    results = {}
+    for _ in range(2):
+        r = q.get(timeout=900)
+        results[r[0]] = r
+    producer.join()
+    ledger.join()
+    _, t0, emitted, _ = results["producer"]
+    _, t_end, stored, messages = results["ledger"]
+    assert stored == n, f"stored {stored} of {n}"
+    return {"events_per_s": n / (t_end - t0), "emit_per_s": n / (emitted - t0), "messages": messages}
+
+
+# ------------------------------------------------------------------------------ raw nats-py
+
+
+def _raw_producer(url: str, n: int, per_msg: int, q) -> None:
+    async def go():
+        nc = await bus.connect(url)
+        js = nc.jetstream(publish_async_max_pending=512)
+        events = make_events(n, "raw")
+        t0 = time.time()
+        futs = []
+        for i in range(0, n, per_msg):
+            chunk = events[i:i + per_msg]
+            if per_msg == 1:
+                subject, body, msg_id = subject_for("raw", "step"), chunk[0][1].encode(), chunk[0][0]["event_id"]
+            else:
+                subject = batch_subject("raw")
+                body = ("[" + ",".join(t for _, t in chunk) + "]").encode()
+                msg_id = f"batch:{chunk[0][0]['event_id']}"
+            futs.append(await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id}))
+            if len(futs) >= 256:
+                await asyncio.gather(*futs)
+                futs = []
+        await asyncio.gather(*futs)
+        q.put(("producer", t0, time.time()))
+        await nc.close()
+
+    asyncio.run(go())
+
+
+def _raw_consumer(url: str, n_msgs: int, q) -> None:
+    async def go():
+        nc = await bus.connect(url)
+        js = nc.jetstream()
+        await bus.ensure_stream(js)
+        await bus.ensure_consumer(js, "raw")
+        sub = await js.pull_subscribe_bind(durable="raw", stream=STREAM)
+        q.put(("ready",))
+        got = 0
+        while got < n_msgs:
+            try:
+                msgs = await sub.fetch(service.FETCH_BATCH, timeout=service.FETCH_TIMEOUT_S)
+            except (asyncio.TimeoutError, TimeoutError):
+                continue
+            for m in msgs:
+                _ = (m.subject, m.data, m.metadata.sequence.stream)
+                await m.ack()
+            got += len(msgs)
+        await nc.flush()
+        q.put(("consumer", time.time()))
+        await nc.close()
+
+    asyncio.run(go())
+
+
+def run_raw(url: str, n: int, per_msg: int) -> dict:
+    q = mp.Queue()
+    n_msgs = -(-n // per_msg)
+    consumer = mp.Process(target=_raw_consumer, args=(url, n_msgs, q))
+    consumer.start()
+    assert q.get(timeout=60)[0] == "ready"
+    producer = mp.Process(target=_raw_producer, args=(url, n, per_msg, q))
+    producer.start()
+    results = {}
+    for _ in range(2):
+        r = q.get(timeout=900)
+        results[r[0]] = r
+    producer.join()
+    consumer.join()
+    return {"events_per_s": n / (results["consumer"][1] - results["producer"][1])}
+
+
+# ------------------------------------------------------------------------------ pyarrow alone
+
+
+def run_pyarrow(tmp: Path, n: int, per_file: int) -> dict:
+    rows = [store.StoredEvent(env, canonical_json(env["payload"]), i + 1) for i, (env, _) in enumerate(make_events(n, "pa"))]
+    t0 = time.time()
+    for i in range(0, n, per_file):
+        store.write_events(tmp / "pa-root", rows[i:i + per_file])
+    return {"events_per_s": n / (time.time() - t0)}
+
+
+def fresh_server(tmp: Path, name: str) -> NatsServer:
+    return NatsServer(tmp / name).start()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="ingest throughput: e2e vs raw nats-py vs pyarrow alone")
+    p.add_argument("--events", type=int, default=100_000, help="events per batched run")
+    p.add_argument("--unbatched-events", type=int, default=30_000, help="events per one-event-per-message run")
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="rl-bench-ingest-"))
+    rows = []
+    try:
+        for mode, n, per_msg, batch in (("batched", args.events, MAX_BATCH_EVENTS, True),
+                                        ("1 event/msg", args.unbatched_events, 1, False)):
+            srv = fresh_server(tmp, f"nats-raw-{per_msg}")
+            raw = run_raw(srv.url, n, per_msg)
+            srv.stop()
+            srv = fresh_server(tmp, f"nats-e2e-{per_msg}")
+            e2e = run_e2e(srv.url, tmp / f"e2e-{per_msg}", n, batch)
+            srv.stop()
+            rows.append((mode, n, e2e, raw))
+        pa_rate = run_pyarrow(tmp, args.events, 2_000)["events_per_s"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{'mode':<12} {'events':>8} {'e2e ev/s':>10} {'raw ev/s':>10} {'e2e/raw':>8} {'emit ev/s':>10} {'NATS msgs':>10}")
+    for mode, n, e2e, raw in rows:
+        print(f"{mode:<12} {n:>8} {e2e['events_per_s']:>10.0f} {raw['events_per_s']:>10.0f} "
+              f"{e2e['events_per_s'] / raw['events_per_s']:>8.2f} {e2e['emit_per_s']:>10.0f} {e2e['messages']:>10}")
+    print(f"pyarrow writer alone (2,000-row files, fsync'd): {pa_rate:.0f} events/s; "
+          f"e2e batched / pyarrow alone = {rows[0][2]['events_per_s'] / pa_rate:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

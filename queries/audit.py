@@ -1,0 +1,215 @@
+"""The audits: the health, provenance and forecast suites of `.sql` files, run for one run or all.
+
+`run_suite(root, 'health', run_id)` returns the rows of every `queries/health/*.sql` check, each
+(run_id, check, status, value, threshold, at_step, evidence); provenance and forecast queries return
+their own columns, one table per file. `register(subparsers)` adds
+`runledger audit {health,provenance,forecast} RUN --root DIR [--format table|json|csv]`; health exits
+1 when any check fails.
+
+Before a suite runs, the small helper views of views.sql (audit_runs, run_plan, run_thresholds,
+run_blocks, step_blocks, step_progress) are materialised as temp tables that shadow them, scoped to
+the run when one is given (its steps and events are read once, through run-filtered views of
+`steps_all` and `events`); the `.sql` files themselves are plain queries over the views.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+import queries
+from ledger.events import KINDS
+from ledger.store import arrow_schema, event_files, partition_dir
+
+log = logging.getLogger(__name__)
+
+SUITES = ("health", "provenance", "forecast")
+HEALTH_COLUMNS = ("run_id", "check", "status", "value", "threshold", "at_step", "evidence")
+STATUSES = ("ok", "warn", "fail", "skip")
+# the helper views materialised before a suite, in dependency order
+_HELPERS = ("run_plan", "run_thresholds", "run_blocks", "step_blocks", "step_progress")
+
+
+@dataclass
+class Result:
+    """One query's answer: its name (the file's, e.g. 'health/lr_schedule'), columns and rows."""
+
+    name: str
+    columns: list[str]
+    rows: list[tuple]
+    seconds: float = 0.0
+
+
+@dataclass
+class Audit:
+    suite: str
+    run_id: str | None
+    results: list[Result] = field(default_factory=list)
+
+    def rows(self) -> list[dict]:
+        return [dict(zip(r.columns, row)) for r in self.results for row in r.rows]
+
+    @property
+    def failed(self) -> bool:
+        return self.suite == "health" and any(d.get("status") == "fail" for d in self.rows())
+
+
+def query_names(suite: str) -> list[str]:
+    """The queries of a suite, e.g. ['health/config_match', ...], in file-name order."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r} (suites: {', '.join(SUITES)})")
+    return [f"{suite}/{p.stem}" for p in sorted((queries.HERE / suite).glob("*.sql"))]
+
+
+def known_runs(root: Path) -> list[str]:
+    """Every run with at least one event file (from the partition names: no file is opened)."""
+    return sorted({p.parent.name.removeprefix("run_id=") for p in event_files(root)})
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def partition_glob(root: Path, kind: str, run_id: str) -> Path:
+    return partition_dir(Path(root).resolve(), kind, run_id) / "*.parquet"
+
+
+def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None) -> None:
+    """Materialise the audit helpers as temp tables, for `run_id` or for every run."""
+    runs = [run_id] if run_id else known_runs(root)
+    con.execute("create or replace temp table audit_runs (run_id varchar)")
+    if runs:
+        con.execute("insert into audit_runs values " + ", ".join(f"({_sql_str(r)})" for r in runs))
+    if run_id:  # the run's own steps and events, read from its partitions only
+        step_scan = queries._scan(partition_glob(root, "step", run_id), bool(event_files(root, "step", run_id)), arrow_schema("step"))
+        con.execute(f"create or replace temp view steps_all as select * from {step_scan}")
+        cols = ", ".join(queries.ENVELOPE_COLUMNS)
+        kinds = [k for k in KINDS if event_files(root, k, run_id)]
+        union = " union all ".join(
+            f"select {cols} from {queries._scan(partition_glob(root, k, run_id), True, arrow_schema(k))}" for k in kinds)
+        empty = queries._scan(partition_glob(root, "step", run_id), False, arrow_schema("step"))
+        con.execute(f"create or replace temp view events as {union or f'select {cols} from {empty}'}")
+    for name in _HELPERS:
+        t0 = time.perf_counter()
+        con.execute(f"create or replace temp table {name} as select * from main.{name}")
+        log.debug("materialised %s in %.3fs", name, time.perf_counter() - t0)
+
+
+def run_suite(root: str | Path, suite: str, run_id: str | None = None,
+              con: duckdb.DuckDBPyConnection | None = None) -> Audit:
+    """Run every query of `suite` for `run_id` (or all runs); health rows are sorted by run and check."""
+    root = Path(root)
+    names = query_names(suite)
+    con = con or queries.connect(root)
+    t0 = time.perf_counter()
+    prepare(con, root, run_id)
+    log.info("audit %s %s: helpers ready in %.3fs", suite, run_id or "(all runs)", time.perf_counter() - t0)
+    audit = Audit(suite, run_id)
+    for name in names:
+        t1 = time.perf_counter()
+        sql = queries.load_query(name)
+        if run_id:
+            cur = con.execute(f"select * from ({sql}) where run_id = ?", [run_id])
+        else:
+            cur = con.execute(sql)
+        columns = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        if suite == "health":
+            _check_shape(name, columns, rows)
+            rows.sort(key=lambda r: (r[0], r[1]))
+        audit.results.append(Result(name, columns, rows, time.perf_counter() - t1))
+        log.debug("%s: %d rows in %.3fs", name, len(rows), time.perf_counter() - t1)
+    log.info("audit %s %s: %d queries in %.3fs", suite, run_id or "(all runs)", len(names), time.perf_counter() - t0)
+    return audit
+
+
+def _check_shape(name: str, columns: list[str], rows: list[tuple]) -> None:
+    if tuple(columns) != HEALTH_COLUMNS:
+        raise ValueError(f"{name} returns columns {columns}, a health check returns {list(HEALTH_COLUMNS)}")
+    bad = {r[2] for r in rows} - set(STATUSES)
+    if bad:
+        raise ValueError(f"{name} returns statuses {sorted(bad)}, not one of {STATUSES}")
+
+
+# ------------------------------------------------------------------------------------- output
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def format_audit(audit: Audit, fmt: str) -> str:
+    """The audit as a table (one per query, or one for health), JSON or CSV text."""
+    if audit.suite == "health":
+        results = [Result("health", list(HEALTH_COLUMNS), [r for res in audit.results for r in res.rows])]
+    else:
+        results = audit.results
+    if fmt == "json":
+        if audit.suite == "health":
+            return json.dumps(audit.rows(), default=str, indent=1)
+        return json.dumps({r.name: [dict(zip(r.columns, row)) for row in r.rows] for r in results}, default=str, indent=1)
+    out = io.StringIO()
+    if fmt == "csv":
+        for r in results:
+            if audit.suite != "health":
+                out.write(f"# {r.name}\n")
+            w = csv.writer(out, lineterminator="\n")
+            w.writerow(r.columns)
+            w.writerows([[("" if v is None else v) for v in row] for row in r.rows])
+        return out.getvalue()
+    for r in results:
+        cells = [[_cell(v) for v in row] for row in r.rows]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(r.columns)]
+        widths = [min(w, 120) for w in widths]
+        if audit.suite != "health":
+            out.write(f"{r.name} ({len(r.rows)} rows)\n")
+        out.write("  ".join(c.ljust(w) for c, w in zip(r.columns, widths)).rstrip() + "\n")
+        out.write("  ".join("-" * w for w in widths) + "\n")
+        for row in cells:
+            out.write("  ".join(c[:w].ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
+        out.write("\n")
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def cmd_audit(args: argparse.Namespace) -> int:
+    root = Path(args.root)
+    if args.run not in known_runs(root):
+        print(f"runledger audit: no events for run {args.run!r} under {root}", file=sys.stderr)
+        return 2
+    audit = run_suite(root, args.suite, args.run)
+    sys.stdout.write(format_audit(audit, args.format))
+    if audit.failed:
+        failed = sorted({d["check"] for d in audit.rows() if d["status"] == "fail"})
+        log.warning("run %s failed: %s", args.run, ", ".join(failed))
+        return 1
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add `audit {health,provenance,forecast} RUN --root DIR [--format ...]` to the runledger CLI."""
+    p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
+    p.add_argument("suite", choices=SUITES)
+    p.add_argument("run", help="run_id")
+    p.add_argument("--root", default=None, help="ledger root directory (env RUNLEDGER_ROOT)")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.set_defaults(func=_cmd_with_root)
+
+
+def _cmd_with_root(args: argparse.Namespace) -> int:
+    if args.root is None:
+        import os
+
+        args.root = os.environ.get("RUNLEDGER_ROOT", "./runledger-data")
+    return cmd_audit(args)

@@ -1,0 +1,45 @@
+-- Is the gradient norm rising across a trailing window (regr_slope over window_blocks blocks, as a relative change)?
+with threshold as (
+    select run_id, value from run_thresholds where name = 'grad_norm_rise_max'
+), width as (
+    select run_id, value::bigint as k from run_thresholds where name = 'window_blocks'
+), trailing as (
+    -- regr_slope(grad_norm, step) over the trailing k blocks, from the blocks' sums
+    select
+        b.run_id, b.attempt, b.block, b.step_hi, w.k,
+        count(*) over win as blocks,
+        sum(b.g_n) over win as n, sum(b.g_sx) over win as sx, sum(b.g_sy) over win as sy,
+        sum(b.g_sxx) over win as sxx, sum(b.g_sxy) over win as sxy,
+        min(b.step_lo) over win as lo, max(b.step_hi) over win as hi
+    from step_blocks b
+    join width w using (run_id)
+    where b.g_n > 0
+    window win as (partition by b.run_id, b.attempt order by b.block rows between w.k - 1 preceding and current row)
+), rise as (
+    select
+        run_id, attempt, step_hi,
+        (n * sxy - sx * sy) / nullif(n * sxx - sx * sx, 0) * (hi - lo) / nullif(sy / n, 0) as rel_change
+    from trailing
+    where blocks = k and n > 2
+), worst as (
+    select
+        x.run_id, count(*) as windows, max(x.rel_change) as worst,
+        min(x.step_hi) filter (x.rel_change > t.value) as first_step,
+        count(*) filter (x.rel_change > t.value) as windows_over
+    from rise x
+    join threshold t using (run_id)
+    group by x.run_id
+)
+select
+    r.run_id,
+    'grad_norm_rise' as "check",
+    case when w.windows is null then 'skip' when w.windows_over > 0 then 'warn' else 'ok' end as status,
+    w.worst as value,
+    t.value as threshold,
+    w.first_step as at_step,
+    case when w.windows is null then json_object('reason', 'fewer than window_blocks blocks of steps with a grad_norm')
+         else json_object('windows', w.windows, 'windows_over', w.windows_over,
+                          'measure', 'regr_slope(grad_norm, step) * window steps / mean grad_norm') end::varchar as evidence
+from audit_runs r
+join threshold t using (run_id)
+left join worst w using (run_id)

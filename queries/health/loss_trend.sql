@@ -1,0 +1,42 @@
+-- Is the loss still decreasing: is a trailing window's mean loss above the previous window's by more than loss_rise_max?
+with threshold as (
+    select run_id, value from run_thresholds where name = 'loss_rise_max'
+), width as (
+    select run_id, value::bigint as k from run_thresholds where name = 'window_blocks'
+), windows as (
+    -- for each block: the mean loss of the k blocks ending there and of the k blocks before those
+    select
+        b.run_id, b.attempt, b.block, b.step_hi, w.k,
+        sum(b.l_sy) over cur / sum(b.l_n) over cur as cur_mean,
+        count(*) over cur as cur_blocks,
+        sum(b.l_sy) over prev / sum(b.l_n) over prev as prev_mean,
+        count(*) over prev as prev_blocks
+    from step_blocks b
+    join width w using (run_id)
+    where b.l_n > 0
+    window
+        cur as (partition by b.run_id, b.attempt order by b.block rows between w.k - 1 preceding and current row),
+        prev as (partition by b.run_id, b.attempt order by b.block rows between 2 * w.k - 1 preceding and w.k preceding)
+), rises as (
+    select
+        x.run_id, count(*) as windows, max(x.cur_mean - x.prev_mean) as worst,
+        count(*) filter (x.cur_mean - x.prev_mean > t.value) as windows_over,
+        min(x.step_hi) filter (x.cur_mean - x.prev_mean > t.value) as first_step
+    from windows x
+    join threshold t using (run_id)
+    where x.cur_blocks = x.k and x.prev_blocks = x.k
+    group by x.run_id
+)
+select
+    r.run_id,
+    'loss_decreasing' as "check",
+    case when x.windows is null then 'skip' when x.windows_over > 0 then 'warn' else 'ok' end as status,
+    x.worst as value,
+    t.value as threshold,
+    x.first_step as at_step,
+    case when x.windows is null then json_object('reason', 'fewer than 2 x window_blocks blocks of steps with a loss')
+         else json_object('windows', x.windows, 'windows_over', x.windows_over,
+                          'measure', 'mean loss of the trailing window - mean loss of the window before it') end::varchar as evidence
+from audit_runs r
+join threshold t using (run_id)
+left join rises x using (run_id)

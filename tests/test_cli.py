@@ -1,0 +1,184 @@
+"""The `runledger` command as a user runs it: read-only SQL, publish, a local NATS server, replay errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, runledger, wait_for_count
+from ledger.events import seal
+from test_verify_replay import build_run
+from tools.cli import main
+
+
+@pytest.fixture
+def ledger_root(root) -> Path:
+    build_run(root)
+    return root
+
+
+def sql(root: Path, query: str, fmt: str = "table"):
+    return runledger("sql", "--root", str(root), "--format", fmt, query)
+
+
+def test_sql_formats(ledger_root):
+    q = "select step, attempt, loss from steps where step >= 8 order by step"
+    r = sql(ledger_root, q, "csv")
+    assert r.returncode == 0, r.stderr
+    assert list(csv.reader(io.StringIO(r.stdout))) == [["step", "attempt", "loss"], ["8", "1", "3.0"], ["9", "1", "3.0"]]
+
+    r = sql(ledger_root, q, "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [{"step": 8, "attempt": 1, "loss": 3.0}, {"step": 9, "attempt": 1, "loss": 3.0}]
+
+    r = sql(ledger_root, "select count(*) as n_steps, count(distinct step) as distinct_steps from steps", "table")
+    assert r.returncode == 0, r.stderr
+    assert "n_steps" in r.stdout and "10" in r.stdout
+
+
+def test_sql_error_is_bad_input(ledger_root):
+    r = sql(ledger_root, "select no_such_column from steps")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("runledger sql: SQL error:"), r.stderr
+
+
+def files_under(*dirs: Path) -> set[Path]:
+    return {p for d in dirs for p in d.rglob("*")} if dirs else set()
+
+
+WRITES = [
+    "COPY (select * from steps) TO '{name}.csv'",  # relative: the current directory
+    "COPY (select * from steps) TO '{root}/{name}.parquet' (FORMAT parquet)",
+    "CREATE TABLE {name} AS select * from steps",
+    "ATTACH '{root}/{name}.duckdb' AS db2",
+    "INSTALL httpfs",
+    "SET threads = 1",
+    "EXPORT DATABASE '{root}/{name}'",
+    "select count(*) from steps; COPY (select 1) TO '{root}/{name}.csv'",
+]
+
+
+@pytest.mark.parametrize("statement", WRITES)
+def test_sql_refuses_writes(ledger_root, statement, capsys, monkeypatch):
+    """In-process (the same `main` the console script runs), to keep the suite fast; cwd is the repo."""
+    monkeypatch.chdir(REPO)
+    name = f"leak_{uuid.uuid4().hex[:8]}"
+    before = files_under(ledger_root)
+    rc = main(["sql", "--root", str(ledger_root), statement.format(name=name, root=ledger_root)])
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert err.count("\n") == 1 and "runledger sql:" in err and "only queries" in err, err
+    assert out == ""  # not even the select before the write ran
+    assert files_under(ledger_root) == before
+    assert not list(REPO.glob(f"{name}*")) and not list(Path.cwd().glob(f"{name}*"))
+
+
+def test_sql_cannot_read_outside_the_root(ledger_root, tmp_path):
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    r = sql(ledger_root, f"select * from read_csv('{secret}')")
+    assert r.returncode == 2 and "secret" not in r.stdout, r.stdout
+
+
+def test_publish_reports_bad_lines_and_publishes_every_valid_one(ledger_process, root):
+    lines, prev, valid_ids = [], "", []
+    for step in range(5):
+        env, text = seal("pub-run", "worker-0", 0, step, "step",
+                         {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 100, "step_time_s": 0.1}, step, prev)
+        prev = env["hash"]
+        lines.append(text)
+        valid_ids.append(env["event_id"])
+    tampered = json.loads(lines[1]) | {"hash": "0" * 64, "seq": 9, "event_id": "pub-run:worker-0:0:9"}
+    bad = {
+        2: "this is not json",
+        4: json.dumps(tampered),
+        5: lines[0].replace('"pub-run', '"../x'),
+        7: lines[2].replace('"loss":2', '"loss":NaN'),
+        9: lines[3].replace('"tokens":100', '"tokens":100,"colour":"red"'),
+    }
+    text_in = []
+    valid_iter = iter(lines)
+    for lineno in range(1, 12):
+        if lineno in bad:
+            text_in.append(bad[lineno])
+        elif lineno == 6:
+            text_in.append("")  # a blank line is skipped but still counted
+        else:
+            text_in.append(next(valid_iter))
+    assert next(valid_iter, None) is None
+
+    r = runledger("publish", "--nats", ledger_process.nats_url, input="\n".join(text_in) + "\n")
+    assert r.returncode == 2, r.stderr
+    reported = {int(line.split(":")[0].removeprefix("line ")): line for line in r.stderr.splitlines()
+                if line.startswith("line ")}
+    assert set(reported) == set(bad), r.stderr
+    assert "not JSON" in reported[2] and "hash mismatch" in reported[4] and "'../x'" in reported[5]
+    assert "NaN" in reported[7] and "colour" in reported[9]
+
+    ledger_process.start()
+    n = wait_for_count(root, "select count(*) from steps where run_id = 'pub-run'", len(valid_ids), timeout=60)
+    assert n == len(valid_ids)
+    import queries
+
+    stored = sorted(r[0] for r in queries.connect(root).execute("select event_id from steps").fetchall())
+    assert stored == sorted(valid_ids)
+    assert queries.connect(root).execute("select count(*) from quarantine").fetchone() == (0,)
+    assert ledger_process.terminate() == 0
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_nats_up_prints_the_url_and_down_stops_it(tmp_path):
+    root = tmp_path / "r"
+    pid = None
+    try:
+        r = runledger("nats", "up", "--root", str(root), timeout=60)
+        assert r.returncode == 0, r.stderr
+        url = r.stdout.strip().splitlines()[-1]
+        assert url.startswith("nats://127.0.0.1:")
+        pid = int((root / "nats" / "nats-server.pid").read_text())
+        assert pid_alive(pid)
+
+        again = runledger("nats", "up", "--root", str(root), timeout=60)  # already up: same server
+        assert again.stdout.strip().splitlines()[-1] == url
+        assert int((root / "nats" / "nats-server.pid").read_text()) == pid
+
+        r = runledger("nats", "down", "--root", str(root), timeout=60)
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(pid)
+        assert runledger("nats", "down", "--root", str(root)).returncode == 0  # nothing to stop: fine
+    finally:
+        if pid and pid_alive(pid):
+            os.kill(pid, 9)
+
+
+def test_replay_of_an_unknown_run_is_bad_input(ledger_root):
+    r = runledger("replay", "no-such-run", "--root", str(ledger_root))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "no events for run 'no-such-run'" in r.stderr, r.stderr
+    r = runledger("replay", "../x", "--root", str(ledger_root))
+    assert r.returncode == 2 and "run_id '../x' is not allowed" in r.stderr, r.stderr
+
+
+def test_sql_refuses_a_write_after_a_select_in_a_subprocess(ledger_root):
+    name = f"leak_{uuid.uuid4().hex[:8]}"
+    r = sql(ledger_root, f"select 1; COPY (select * from steps) TO '{name}.csv'")
+    assert r.returncode == 2 and r.stdout == "" and "only queries are allowed here, not COPY" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert not list(REPO.glob(f"{name}*"))

@@ -1,0 +1,184 @@
+"""Storage: events written by the real writer read back through the SQL views; compaction and its
+crash recovery keep every row exactly once; the index of stored sequence numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import queries
+from ledger import store
+from ledger.events import seal
+from ledger.store import SeqIndex, StoredEvent
+
+T0 = "2026-11-29T10:00:00.000000Z"
+
+
+class Producer:
+    """Seals a gapless, hash-chained sequence of events, the way an Emitter would."""
+
+    def __init__(self, run_id: str = "run-1", producer: str = "worker-0", attempt: int = 0):
+        self.run_id, self.producer, self.attempt = run_id, producer, attempt
+        self.seq, self.prev = 0, ""
+
+    def event(self, kind: str, payload: dict, step: int | None, stream_seq: int) -> StoredEvent:
+        env, _ = seal(self.run_id, self.producer, self.attempt, self.seq, kind, payload, step, self.prev, time=T0)
+        self.seq, self.prev = self.seq + 1, env["hash"]
+        return StoredEvent(env, json.dumps(payload, sort_keys=True, separators=(",", ":")), stream_seq)
+
+
+def step_payload(loss: float, tokens: int = 1000) -> dict:
+    return {"loss": loss, "grad_norm": 1.0, "lr": 1e-3, "tokens": tokens, "step_time_s": 0.1}
+
+
+def canonical(ev: StoredEvent) -> StoredEvent:
+    from ledger.events import canonical_json
+
+    ev.payload_text = canonical_json(ev.env["payload"])
+    return ev
+
+
+def one(con, sql: str):
+    return con.execute(sql).fetchone()
+
+
+def test_views_read_what_the_writer_wrote_and_steps_keep_the_latest_attempt(root):
+    first, resumed = Producer(attempt=0), Producer(attempt=1)
+    sseq = iter(range(1, 100))
+    rows = [canonical(first.event("step", step_payload(10.0 - s), s, next(sseq))) for s in range(5)]
+    rows += [canonical(resumed.event("step", step_payload(100.0 + s), s, next(sseq))) for s in (3, 4)]  # re-done
+    store.write_events(root, rows[:5])
+    store.write_events(root, rows[5:])
+
+    con = queries.connect(root)
+    assert one(con, "select count(*) from steps_all") == (7,)
+    assert one(con, "select count(*), count(distinct step) from steps") == (5, 5)
+    latest = dict(con.execute("select step, loss from steps order by step").fetchall())
+    assert latest == {0: 10.0, 1: 9.0, 2: 8.0, 3: 103.0, 4: 104.0}
+    assert one(con, "select attempt from steps where step = 4") == (1,)
+    # the envelope and typed columns come back as written
+    assert one(con, "select event_id, producer, seq, prev_hash = '', stream_seq, tokens from steps_all where step = 0 "
+                    "and attempt = 0") == ("run-1:worker-0:0:0", "worker-0", 0, True, 1, 1000)
+    assert one(con, "select count(*), count(distinct event_id) from events") == (7, 7)
+    assert one(con, "select count(*) from events where event_id is null or hash is null or kind is null") == (0,)
+    # a kind with no files yet still has its view, with its columns
+    assert one(con, "select count(*) from evals") == (0,)
+    assert "domain_losses" in [c[0] for c in con.execute("describe evals").fetchall()]
+
+
+def test_connection_sees_files_written_after_it_was_opened(root):
+    p = Producer()
+    store.write_events(root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
+    con = queries.connect(root)
+    store.write_events(root, [canonical(p.event("step", step_payload(2.0), 1, 2))])
+    assert one(con, "select count(*) from steps") == (2,)
+
+
+def write_small_files(root: Path, n_files: int, per_file: int = 3) -> tuple[Path, list[str]]:
+    p = Producer()
+    ids, sseq = [], 1
+    for f in range(n_files):
+        batch = []
+        for _ in range(per_file):
+            batch.append(canonical(p.event("step", step_payload(float(sseq)), sseq, sseq)))
+            ids.append(batch[-1].env["event_id"])
+            sseq += 1
+        store.write_events(root, batch)
+    return store.partition_dir(root, "step", "run-1"), ids
+
+
+def stored_ids(root: Path) -> list[str]:
+    return sorted(r[0] for r in queries.connect(root).execute("select event_id from steps_all").fetchall())
+
+
+def test_compaction_keeps_every_row_exactly_once(root):
+    part, ids = write_small_files(root, 5)
+    assert len(list(part.glob("*.parquet"))) == 5
+    assert store.compact_partition(part, min_files=6) is None  # not enough files: nothing done
+
+    out = store.compact_partition(part, min_files=2)
+    assert out is not None and list(part.glob("*.parquet")) == [out]
+    assert stored_ids(root) == sorted(ids)
+    assert pq.read_table(out).column("stream_seq").to_pylist() == list(range(1, 16))  # in stream order
+
+    # a second round folds the compacted file with new small files, still exactly once
+    p = Producer(producer="worker-1")
+    store.write_events(root, [canonical(p.event("step", step_payload(0.5), 99, 100))])
+    store.write_events(root, [canonical(p.event("step", step_payload(0.5), 100, 101))])
+    store.compact_partition(part, min_files=2)
+    assert len(list(part.glob("*.parquet"))) == 1
+    assert stored_ids(root) == sorted(ids + ["run-1:worker-1:0:0", "run-1:worker-1:0:1"])
+
+
+def crash_mid_compaction(part: Path) -> Path:
+    """What compact_partition does, stopped after the new file is durable and before the sources go."""
+    sources = sorted(part.glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in sources]).sort_by("stream_seq")
+    out = part / "compact-000000000000-000000000999-dead.parquet"  # sorts before any other
+    store.write_atomic(table, out, {store.REPLACES_KEY: json.dumps([f.name for f in sources]).encode()})
+    return out
+
+
+def test_recover_finishes_a_compaction_that_a_crash_interrupted(root):
+    part, ids = write_small_files(root, 4)
+    out = crash_mid_compaction(part)
+    (part / ".part-x.parquet.tmp").write_bytes(b"half a file")  # a write that a crash cut short
+    assert len(stored_ids(root)) == 2 * len(ids)  # before recovery every row is there twice
+
+    done = store.recover(root)
+    assert done == {"temp_files_removed": 1, "compaction_sources_removed": 4}
+    assert list(part.iterdir()) == [out]
+    assert stored_ids(root) == sorted(ids)
+    assert store.recover(root) == {"temp_files_removed": 0, "compaction_sources_removed": 0}  # idempotent
+
+
+def test_recover_after_a_crash_while_compacting_a_compacted_file(root):
+    part, ids = write_small_files(root, 3)
+    first = store.compact_partition(part, min_files=2)
+    p = Producer(producer="worker-1")
+    more = [canonical(p.event("step", step_payload(0.5), s, 100 + s)) for s in range(2)]
+    for ev in more:
+        store.write_events(root, [ev])
+    crash_mid_compaction(part)  # replaces the first compacted file and the two new ones
+
+    store.recover(root)
+    assert not first.exists()
+    assert len(list(part.glob("*.parquet"))) == 1
+    assert stored_ids(root) == sorted(ids + [ev.env["event_id"] for ev in more])
+
+
+def test_seq_index_membership_with_out_of_order_adds():
+    idx = SeqIndex()
+    chain = ("run-1", "worker-0", 0)
+    for seq in (3, 1, 0, 5):
+        idx.add((*chain, seq))
+    assert [s for s in range(8) if (*chain, s) in idx] == [0, 1, 3, 5]
+    assert len(idx) == 4
+    idx.add((*chain, 2))
+    idx.add((*chain, 1))  # again: no change
+    assert [s for s in range(8) if (*chain, s) in idx] == [0, 1, 2, 3, 5]
+    assert len(idx) == 5
+    assert idx.chains[chain][0] == 4  # everything below 4 is stored: kept as a bound, not a set
+    assert ("run-1", "worker-0", 1, 0) not in idx and ("run-2", "worker-0", 0, 0) not in idx
+
+
+def test_seq_index_load_from_a_root(root):
+    a0, a1, gappy = Producer(attempt=0), Producer(attempt=1), Producer(producer="agent-x")
+    rows = [canonical(a0.event("step", step_payload(1.0), s, s + 1)) for s in range(4)]
+    rows += [canonical(a1.event("step", step_payload(1.0), s, s + 10)) for s in range(2)]
+    g = [canonical(gappy.event("alert", {"alert_id": f"a{i}", "agent": "x", "rule": "r", "message": "m"}, None, 20 + i))
+         for i in range(5)]
+    rows += [g[0], g[1], g[3], g[4]]  # seq 2 of agent-x is missing, and seq 4 is stored twice
+    store.write_events(root, rows)
+    store.write_events(root, [g[4]])
+
+    idx = SeqIndex.load(root)
+    assert all((("run-1", "worker-0", 0, s) in idx) == (s < 4) for s in range(6))
+    assert all((("run-1", "worker-0", 1, s) in idx) == (s < 2) for s in range(4))
+    assert [s for s in range(6) if ("run-1", "agent-x", 0, s) in idx] == [0, 1, 3, 4]
+    assert len(idx) == 4 + 2 + 4
+    assert len(SeqIndex.load(root / "nothing-here")) == 0

@@ -1,0 +1,217 @@
+"""`runledger verify` finds any change to a stored file and names the event; `runledger replay` rebuilds a
+run's state (resume, decisions, schedule) from its events, up to any stream position."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import runledger
+from ledger import store
+from ledger.events import canonical_json, event_hash
+from test_store import Producer, canonical, step_payload
+
+RUN = "run-1"
+SCHEDULE = {"peak_lr": 1e-3, "warmup_steps": 2, "horizon_tokens": 10_000, "min_lr_ratio": 0.05}
+
+
+class Stream:
+    """Events in the order JetStream would have stored them, written by the real writer."""
+
+    def __init__(self) -> None:
+        self.rows: list[store.StoredEvent] = []
+
+    def emit(self, producer: Producer, kind: str, payload: dict, step: int | None) -> int:
+        self.rows.append(canonical(producer.event(kind, payload, step, len(self.rows) + 1)))
+        return len(self.rows)  # its stream sequence
+
+    def write(self, root: Path) -> None:
+        store.write_events(root, self.rows)
+
+
+def run_started(resumed_from: dict | None = None) -> dict:
+    return {"config": {"d_model": 64}, "config_hash": "cfg1", "token_budget": 10_000, "tokens_per_step": 1000,
+            "schedule": SCHEDULE, "resumed_from": resumed_from}
+
+
+def build_run(root: Path) -> dict[str, int]:
+    """A run that is resumed from a checkpoint, and whose horizon is shortened by an approved decision."""
+    s, marks = Stream(), {}
+    w0, w1 = Producer(RUN, "worker-0", 0), Producer(RUN, "worker-0", 1)
+    agent, person = Producer(RUN, "agent-horizon", 0), Producer(RUN, "cli", 0)
+    s.emit(w0, "run_started", run_started(), 0)
+    for step in range(6):
+        s.emit(w0, "step", step_payload(5.0 - 0.1 * step), step)
+        if step == 3:
+            s.emit(w0, "checkpoint", {"path": "/ckpt/3", "bytes": 10, "seconds": 0.1, "content_hash": "h3",
+                                      "tokens_seen": 4000}, 3)
+    marks["proposed"] = s.emit(agent, "decision", {
+        "decision_id": "d1", "agent": "agent-horizon", "rule": "loss_on_track", "action": "set_token_horizon",
+        "params": {"horizon_tokens": 8000}, "rationale": "projected loss reached early", "mode": "proposed"}, 5)
+    # worker-0 died after step 5; attempt 1 resumes from the step-3 checkpoint and re-does steps 4 and 5
+    s.emit(w1, "run_started", run_started({"path": "/ckpt/3", "step": 3, "content_hash": "h3"}), 4)
+    for step in range(4, 8):
+        s.emit(w1, "step", step_payload(4.0 - 0.1 * step), step)
+    marks["approved"] = s.emit(person, "decision", {
+        "decision_id": "d2", "agent": "alice", "rule": "manual", "action": "approve", "params": {"decision_id": "d1"},
+        "rationale": "agreed"}, 7)
+    marks["applied"] = s.emit(w1, "decision_applied", {
+        "decision_id": "d1", "action": "set_token_horizon", "before": {"horizon_tokens": 10_000},
+        "after": {"horizon_tokens": 8000}}, 7)
+    for step in range(8, 10):
+        s.emit(w1, "step", step_payload(3.0), step)
+    s.write(root)
+    return marks
+
+
+@pytest.fixture
+def ledger_root(root) -> Path:
+    build_run(root)
+    return root
+
+
+def steps_file(root: Path) -> Path:
+    (f,) = store.event_files(root, "step", RUN)
+    return f
+
+
+def rewrite(path: Path, table: pa.Table) -> None:
+    pq.write_table(table, path)  # what someone editing the file by hand would do
+
+
+def row_index(table: pa.Table, event_id: str) -> int:
+    return table.column("event_id").to_pylist().index(event_id)
+
+
+def set_cell(table: pa.Table, column: str, i: int, value) -> pa.Table:
+    values = table.column(column).to_pylist()
+    values[i] = value
+    j = table.schema.get_field_index(column)
+    return table.set_column(j, table.schema.field(j), pa.array(values, table.schema.field(j).type))
+
+
+def verify(root: Path):
+    r = runledger("verify", "--root", str(root))
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_verify_passes_on_a_clean_ledger(ledger_root):
+    rc, out = verify(ledger_root)
+    assert rc == 0, out
+    assert "ok: every hash, chain and typed column checks out" in out
+    assert "4 chains" in out
+
+
+TARGET = "run-1:worker-0:0:3"  # step 2 of the first attempt, mid-chain
+
+
+def test_a_changed_loss_column_is_found(ledger_root):
+    f = steps_file(ledger_root)
+    t = pq.read_table(f)
+    rewrite(f, set_cell(t, "loss", row_index(t, TARGET), 0.123))
+    rc, out = verify(ledger_root)
+    assert rc == 1 and TARGET in out and "column loss = 0.123" in out, out
+
+
+def test_a_changed_payload_text_is_found(ledger_root):
+    f = steps_file(ledger_root)
+    t = pq.read_table(f)
+    i = row_index(t, TARGET)
+    payload = json.loads(t.column("payload")[i].as_py())
+    payload["loss"] = 0.123
+    rewrite(f, set_cell(t, "payload", i, canonical_json(payload)))
+    rc, out = verify(ledger_root)
+    assert rc == 1 and TARGET in out and "hash does not match" in out, out
+
+
+def test_a_deleted_row_is_found(ledger_root):
+    f = steps_file(ledger_root)
+    t = pq.read_table(f)
+    i = row_index(t, TARGET)
+    rewrite(f, pa.concat_tables([t.slice(0, i), t.slice(i + 1)]))
+    rc, out = verify(ledger_root)
+    assert rc == 1 and f"{TARGET} missing" in out, out
+
+
+def test_an_inserted_row_is_found_even_with_a_correct_hash(ledger_root):
+    f = steps_file(ledger_root)
+    t = pq.read_table(f)
+    env = {k: v for k, v in t.slice(row_index(t, TARGET), 1).to_pylist()[0].items()}
+    forged = {**json.loads(env["payload"]), "loss": 0.5}
+    fenv = {k: env[k] for k in ("event_id", "run_id", "producer", "attempt", "seq", "kind", "time", "step",
+                                "schema_version", "prev_hash")} | {"payload": forged}
+    fenv["hash"] = event_hash(fenv, canonical_json(forged))  # a careful forger
+    row = store.events_table("step", [store.StoredEvent(fenv, canonical_json(forged), 999)], env["ingested_at"])
+    rewrite(f, pa.concat_tables([t.slice(0, 2), row, t.slice(2)]))
+    rc, out = verify(ledger_root)
+    assert rc == 1 and f"{TARGET}: stored 2 times" in out, out
+
+
+def test_two_swapped_seqs_are_found(ledger_root):
+    f = steps_file(ledger_root)
+    t = pq.read_table(f)
+    a, b = row_index(t, "run-1:worker-0:0:3"), row_index(t, "run-1:worker-0:0:4")
+    seqs = t.column("seq").to_pylist()
+    t = set_cell(set_cell(t, "seq", a, seqs[b]), "seq", b, seqs[a])
+    rewrite(f, t)
+    rc, out = verify(ledger_root)
+    assert rc == 1, out
+    assert "run-1:worker-0:0:3 (" in out and "run-1:worker-0:0:4 (" in out, out
+    assert "event_id does not match" in out, out
+
+
+def test_a_second_copy_of_a_file_is_found(ledger_root):
+    f = steps_file(ledger_root)
+    (f.parent / "part-copy.parquet").write_bytes(f.read_bytes())
+    rc, out = verify(ledger_root)
+    assert rc == 1 and "run-1:worker-0:0:1: stored 2 times" in out, out
+
+
+def replay(root: Path, *extra: str) -> dict:
+    r = runledger("replay", RUN, "--root", str(root), *extra)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_replay_rebuilds_resume_decisions_and_schedule(root):
+    marks = build_run(root)
+    state = replay(root)
+    assert state["status"] == "running"
+    assert state["step"] == 9
+    assert state["tokens_seen"] == 10 * 1000  # steps 4 and 5 were done twice, and count once
+    assert state["schedule"] == {**SCHEDULE, "horizon_tokens": 8000}
+    assert state["decisions"]["d1"]["status"] == "applied"
+    assert state["decisions"]["d1"]["reviewed_by"] == "alice"
+    assert state["decisions"]["d1"]["applied_at_step"] == 7
+    assert set(state["attempts"]) == {"0", "1"}
+    assert state["attempts"]["1"]["resumed_from"]["step"] == 3
+    assert state["last_checkpoint"]["step"] == 3
+    assert state["last_loss"] == 3.0
+    assert state["last_stream_seq"] == state["events"] == 18
+
+    before_applied = replay(root, "--as-of-seq", str(marks["applied"] - 1))
+    assert before_applied["schedule"]["horizon_tokens"] == 10_000
+    assert before_applied["decisions"]["d1"]["status"] == "approved"
+    assert before_applied["last_stream_seq"] == marks["applied"] - 1
+
+    before_approval = replay(root, "--as-of-seq", str(marks["approved"] - 1))
+    assert before_approval["decisions"]["d1"]["status"] == "proposed"
+    assert before_approval["tokens_seen"] == 4000 + 4 * 1000  # resumed at step 3, then steps 4..7
+
+    at_proposal = replay(root, "--as-of-seq", str(marks["proposed"]))
+    assert at_proposal["tokens_seen"] == 6 * 1000 and at_proposal["step"] == 5
+    assert set(at_proposal["attempts"]) == {"0"}
+
+
+def test_replay_folds_in_stream_order_across_files(root):
+    """Files are per kind; the fold must interleave them by stream_seq, not read them kind by kind."""
+    build_run(root)
+    rows = pq.read_table(steps_file(root))  # a compaction of the steps partition changes nothing
+    store.compact_partition(steps_file(root).parent, min_files=1)
+    assert pq.read_table(steps_file(root)).num_rows == rows.num_rows
+    assert replay(root)["tokens_seen"] == 10_000
