@@ -436,11 +436,11 @@ def _envelope_fields_ok(o: dict) -> bool:
         and type(o["event_id"]) is str
         and type(o["run_id"]) is str and NAME_RE.fullmatch(o["run_id"]) is not None
         and type(o["producer"]) is str and NAME_RE.fullmatch(o["producer"]) is not None
-        and type(o["attempt"]) is int and o["attempt"] >= 0
-        and type(o["seq"]) is int and o["seq"] >= 0
+        and type(o["attempt"]) is int and 0 <= o["attempt"] <= INT64_MAX
+        and type(o["seq"]) is int and 0 <= o["seq"] <= INT64_MAX
         and type(o["kind"]) is str and o["kind"] in KINDS
         and type(o["time"]) is str and TIME_RE.fullmatch(o["time"]) is not None
-        and (step is None or (type(step) is int and step >= 0))
+        and (step is None or (type(step) is int and 0 <= step <= INT64_MAX))
         and o["schema_version"] == SCHEMA_VERSION and type(o["schema_version"]) is int
         and type(o["prev_hash"]) is str
         and type(o["hash"]) is str and HASH_RE.fullmatch(o["hash"]) is not None
@@ -453,7 +453,7 @@ def _explain_envelope(obj: dict) -> None:
     for name in ("run_id", "producer"):
         if name in obj:
             check_name(obj[name], name)
-    if "kind" in obj and obj["kind"] not in KINDS:
+    if "kind" in obj and not (isinstance(obj["kind"], str) and obj["kind"] in KINDS):  # [] is unhashable
         raise InvalidEvent(f"unknown kind {obj['kind']!r} (kinds: {', '.join(KINDS)})")
     try:
         _ENVELOPE_VALIDATOR.validate_python(obj)

@@ -159,6 +159,20 @@ class Ledger:
                 self.counters.compactions += 1
 
 
+async def _connect_until_up(nats_url: str, stop: asyncio.Event):
+    """Connect, waiting for the server if it is not up yet (a service may start first)."""
+    waited = 0.0
+    while not stop.is_set():
+        try:
+            return await bus.connect(nats_url, name="ledger")
+        except Exception as err:
+            if waited % 10 == 0:
+                log.warning("waiting for NATS at %s (%s)", nats_url, err or type(err).__name__)
+            await asyncio.sleep(0.5)
+            waited += 0.5
+    return None
+
+
 async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
                 batch: int = FETCH_BATCH, durable: str = DURABLE, until_stored: int | None = None) -> Counters:
     """Run the ledger until `stop` is set (or SIGTERM/SIGINT when `stop` is None), or until it has
@@ -169,7 +183,9 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    nc = await bus.connect(nats_url, name="ledger")
+    nc = await _connect_until_up(nats_url, stop)
+    if nc is None:
+        return ledger.counters
     js = nc.jetstream()
     await bus.ensure_stream(js)
     await bus.ensure_consumer(js, durable, rewind=True)

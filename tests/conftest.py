@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ledger.natsserver import NatsServer
@@ -79,7 +80,10 @@ def wait_for_count(root: Path, sql: str, expected: int, timeout: float = 120) ->
     deadline = time.monotonic() + timeout
     n = -1
     while time.monotonic() < deadline:
-        n = queries.connect(root).execute(sql).fetchone()[0]
+        try:
+            n = queries.connect(root).execute(sql).fetchone()[0]
+        except duckdb.IOException:  # a file compacted away between listing and reading: ask again
+            continue
         if n >= expected:
             return n
         time.sleep(0.2)

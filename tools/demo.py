@@ -11,6 +11,7 @@ import logging
 import math
 import random
 import tempfile
+import time
 from pathlib import Path
 
 from ledger import service
@@ -77,5 +78,7 @@ async def _run(root: Path, steps: int) -> int:
 
 
 def run_demo(root: Path | None, quick: bool = False) -> int:
-    root = Path(root) if root else Path(tempfile.mkdtemp(prefix="runledger-demo-", dir="."))
-    return asyncio.run(_run(root.resolve(), 100 if quick else 300))
+    if root is None:  # a fresh root each time, so a second demo never mixes with the first
+        Path("runledger-data").mkdir(exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=time.strftime("demo-%Y%m%d-%H%M%S-"), dir="runledger-data"))
+    return asyncio.run(_run(Path(root).resolve(), 100 if quick else 300))

@@ -3,7 +3,7 @@ with threshold as (
     select run_id, value from run_thresholds where name = 'grad_norm_rise_max'
 ), width as (
     select run_id, value::bigint as k from run_thresholds where name = 'window_blocks'
-), trailing as (
+), trailing_window as (
     -- regr_slope(grad_norm, step) over the trailing k blocks, from the blocks' sums
     select
         b.run_id, b.attempt, b.block, b.step_hi, w.k,
@@ -19,7 +19,7 @@ with threshold as (
     select
         run_id, attempt, step_hi,
         (n * sxy - sx * sy) / nullif(n * sxx - sx * sx, 0) * (hi - lo) / nullif(sy / n, 0) as rel_change
-    from trailing
+    from trailing_window
     where blocks = k and n > 2
 ), worst as (
     select

@@ -3,7 +3,7 @@ with threshold as (
     select run_id, value from run_thresholds where name = 'param_norm_growth_max'
 ), width as (
     select run_id, value::bigint as k from run_thresholds where name = 'window_blocks'
-), trailing as (
+), trailing_window as (
     select
         b.run_id, b.attempt, b.block, b.step_hi, w.k,
         count(*) over win as blocks,
@@ -18,7 +18,7 @@ with threshold as (
         g.run_id, count(*) as windows, max(g.end_norm / g.start_norm - 1) as worst,
         count(*) filter (g.end_norm / g.start_norm - 1 > t.value) as windows_over,
         min(g.step_hi) filter (g.end_norm / g.start_norm - 1 > t.value) as first_step
-    from trailing g
+    from trailing_window g
     join threshold t using (run_id)
     where g.blocks = g.k and g.start_norm > 0
     group by g.run_id

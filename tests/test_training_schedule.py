@@ -1,0 +1,44 @@
+"""The learning-rate schedule: warmup, linear decay to 5% of peak at the horizon, and the retime a
+horizon decision makes (it keeps the lr in force and still ends at 5% of peak at the new horizon)."""
+
+import pytest
+
+from training.schedule import lr_at, make_schedule, retime
+
+
+def test_warmup_then_linear_decay_to_five_percent_of_peak():
+    s = make_schedule(peak_lr=1e-3, warmup_steps=10, horizon_steps=110, min_lr_ratio=0.05)
+    assert lr_at(1, **s) == pytest.approx(1e-4)
+    assert lr_at(10, **s) == pytest.approx(1e-3)
+    assert lr_at(60, **s) == pytest.approx(1e-3 + (0.05e-3 - 1e-3) * 0.5)
+    assert lr_at(110, **s) == pytest.approx(0.05e-3)
+    assert lr_at(500, **s) == pytest.approx(0.05e-3)
+    lrs = [lr_at(k, **s) for k in range(10, 111)]
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_a_shorter_horizon_retimes_the_decay_from_the_decision_step():
+    s = make_schedule(peak_lr=1e-3, warmup_steps=10, horizon_steps=1000, tokens_per_step=512)
+    at = 200
+    before = lr_at(at, **s)
+    new = retime(s, at, 400)
+    assert new["horizon_steps"] == 400 and new["horizon_tokens"] == 400 * 512
+    assert lr_at(at, **new) == pytest.approx(before)  # no jump at the decision
+    assert all(lr_at(k, **new) == lr_at(k, **s) for k in range(1, at))  # the past is unchanged
+    assert lr_at(400, **new) == pytest.approx(0.05e-3)  # still reaches 5% of peak at the new horizon
+    assert lr_at(300, **new) == pytest.approx(before + (0.05e-3 - before) * 0.5)  # linear in between
+    again = retime(new, 300, 350)  # a second decision composes
+    assert lr_at(300, **again) == pytest.approx(lr_at(300, **new))
+    assert lr_at(350, **again) == pytest.approx(0.05e-3)
+
+
+def test_a_longer_horizon_and_a_decision_during_warmup():
+    s = make_schedule(peak_lr=2e-3, warmup_steps=20, horizon_steps=100)
+    longer = retime(s, 50, 200)
+    assert lr_at(50, **longer) == pytest.approx(lr_at(50, **s))
+    assert lr_at(200, **longer) == pytest.approx(1e-4)
+    early = retime(s, 5, 300)  # during warmup only the horizon moves
+    assert early["anchor_step"] is None
+    assert lr_at(20, **early) == pytest.approx(2e-3) and lr_at(300, **early) == pytest.approx(1e-4)
+    with pytest.raises(ValueError):
+        retime(s, 50, 50)
