@@ -408,7 +408,8 @@ _ENVELOPE_VALIDATOR = Envelope.__pydantic_validator__
 def _one_line(err: ValidationError, prefix: str = "") -> str:
     parts = []
     for e in err.errors()[:3]:
-        loc = ".".join(str(p) for p in e["loc"]) or "(root)"
+        # a key may be any string ("\n", ""): quote the odd ones so that the reason stays one readable line
+        loc = ".".join(str(p) if isinstance(p, int) or (p.isprintable() and p) else repr(p) for p in e["loc"]) or "(root)"
         parts.append(f"{prefix}{loc}: {e['msg']}")
     more = err.error_count() - 3
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

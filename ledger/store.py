@@ -125,10 +125,14 @@ def write_atomic(table: pa.Table, final: Path, metadata: dict[bytes, bytes] | No
     tmp = final.parent / f".{final.name}.tmp"
     if metadata:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    with open(tmp, "wb") as f:
-        pq.write_table(table, f, compression="zstd", compression_level=1)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, compression="zstd", compression_level=1)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:  # e.g. the disk is full: leave nothing half-written behind
+        tmp.unlink(missing_ok=True)
+        raise
     os.rename(tmp, final)
     fsync_dir(final.parent)
     return final.stat().st_size

@@ -55,6 +55,7 @@ def render_views(root: Path) -> str:
     }
     all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
     sql = sql.replace("{{all_kinds}}", all_kinds)
+    sql = sql.replace("{{events_glob}}", _sql_str(str(root / "events" / "*" / "*" / "*.parquet")))
     sql = sql.replace("{{quarantine}}", _scan(root / "quarantine" / "*.parquet", bool(quarantine_files(root)), QUARANTINE_SCHEMA))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
     return sql

@@ -56,9 +56,11 @@ select * from {{quarantine}};
 -- so each check reads them once; run alone through `runledger sql` they are plain views.
 -- ---------------------------------------------------------------------------------------------
 
--- every run the ledger knows of, whatever kinds it has (an audit reports on each, skipping what is absent)
+-- every run the ledger knows of, whatever kinds it has (an audit reports on each, skipping what is
+-- absent); from the partition directories' names, so no file is opened
 create or replace view audit_runs as
-select distinct run_id from events;
+select distinct regexp_extract(file, '/run_id=([^/]+)/[^/]*$', 1) as run_id
+from glob({{events_glob}});
 
 -- what each run declared in its first run_started: budget, schedule, experts, plan; one row per run.
 -- horizon_steps: the schedule's, else its token horizon, else the token budget, in steps (rounded up,

@@ -24,7 +24,6 @@ def test_a_shorter_horizon_retimes_the_decay_from_the_decision_step():
     new = retime(s, at, 400)
     assert new["horizon_steps"] == 400 and new["horizon_tokens"] == 400 * 512
     assert lr_at(at, **new) == pytest.approx(before)  # no jump at the decision
-    assert all(lr_at(k, **new) == lr_at(k, **s) for k in range(1, at))  # the past is unchanged
     assert lr_at(400, **new) == pytest.approx(0.05e-3)  # still reaches 5% of peak at the new horizon
     assert lr_at(300, **new) == pytest.approx(before + (0.05e-3 - before) * 0.5)  # linear in between
     again = retime(new, 300, 350)  # a second decision composes

@@ -47,7 +47,8 @@ def retime(schedule: dict, step: int, horizon_steps: int) -> dict:
 
     The lr in force at `step` is kept, and the decay from `step` is re-timed so that it still
     reaches min_lr_ratio * peak exactly at the new horizon. Before the end of warmup only the
-    horizon moves (warmup itself is unchanged).
+    horizon moves (warmup itself is unchanged). The new schedule answers for steps from `step` on;
+    earlier steps were governed by the schedule in force then (the ledger keeps each one).
     """
     if horizon_steps <= step:
         raise ValueError(f"new horizon {horizon_steps} must be after the current step {step}")

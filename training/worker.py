@@ -225,7 +225,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
     result = TrainResult(state=state, final_step=first - 1, tokens_seen=(first - 1) * T)
     t_compile = time.perf_counter()
     warm = {**data.batch_at(corpus, mixture, cfg.seed, first, cfg.batch_size, L), "poison": np.float32(0)}
-    train_step = train_step.lower(state, warm).compile()
+    train_step = train_step.lower(with_lr(state, 0.0), warm).compile()
     log.info("%s: compiled the train step in %.1fs; steps %d..%d", run_id, time.perf_counter() - t_compile, first, last)
 
     def save(k: int, reason: str) -> None:

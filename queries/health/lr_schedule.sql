@@ -72,27 +72,30 @@ tolerance as (
     join bases b on b.run_id = a.run_id and b.attempt = a.base_attempt
 ), ranges as (
     select
-        g.*, b.peak, b.warmup, b.ratio,
+        g.*, b.peak, b.warmup, b.ratio, t.value * b.peak as tolerance,
         coalesce(lead(g.from_step) over (partition by g.run_id, g.attempt order by g.i), 9223372036854775807) as until_step
     from segments g
     join attempts a using (run_id, attempt)
     join bases b on b.run_id = a.run_id and b.attempt = a.base_attempt
-), checked as (
+    join tolerance t on t.run_id = g.run_id
+), expected as (
     select
-        s.run_id, s.step, s.lr, g.peak,
+        s.run_id, s.step, s.lr, g.peak, g.tolerance,
         scheduled_lr(s.step, g.peak, g.warmup, g.horizon, g.ratio, g.anchor_step, g.anchor_lr) as expected
     from steps_all s
     join ranges g on g.run_id = s.run_id and g.attempt = s.attempt and s.step >= g.from_step and s.step < g.until_step
+), checked as (
+    select run_id, step, lr, expected, peak, abs(lr - expected) as err, abs(lr - expected) > tolerance as off
+    from expected
 ), summary as (
     select
-        c.run_id, count(*) as steps, max(abs(c.lr - c.expected) / c.peak) as worst,
-        count(*) filter (abs(c.lr - c.expected) > t.value * c.peak) as steps_off,
-        min(c.step) filter (abs(c.lr - c.expected) > t.value * c.peak) as first_step,
-        arg_min(c.lr, c.step) filter (abs(c.lr - c.expected) > t.value * c.peak) as first_lr,
-        arg_min(c.expected, c.step) filter (abs(c.lr - c.expected) > t.value * c.peak) as first_expected
-    from checked c
-    join tolerance t using (run_id)
-    group by c.run_id
+        run_id, count(*) as steps, max(err / peak) as worst,
+        count(*) filter (off) as steps_off,
+        min(step) filter (off) as first_step,
+        arg_min(lr, step) filter (off) as first_lr,
+        arg_min(expected, step) filter (off) as first_expected
+    from checked
+    group by run_id
 ), decided as (
     select run_id, count(*) as retimes from applied group by run_id
 )

@@ -1,15 +1,17 @@
 -- Did the run's telemetry go silent for longer than the threshold (Marin: > 10 min), between events or since the last one?
 --
--- Exact without a window over every event: events are bucketed by half the threshold; a gap longer
+-- Exact without a window over every event: events are bucketed by half the (smallest) threshold; a gap longer
 -- than the threshold always spans an empty bucket, so it is a gap between consecutive non-empty
 -- buckets, and a gap inside one bucket is shorter than the threshold.
 with threshold as (
     select run_id, value from run_thresholds where name = 'silence_max_s'
+), bucket as (
+    -- one bucket width for all runs: half the smallest threshold (exact for every run), in microseconds
+    select (min(value) * 1e6 / 2)::bigint as us from threshold
 ), telemetry as (
     -- what the run's own workers emit (not the agents' decisions, alerts or forecasts)
-    select e.run_id, e.ts, e.step, floor(epoch(e.ts) / (t.value / 2))::bigint as bucket
+    select e.run_id, e.ts, e.step, epoch_us(e.ts) // (select us from bucket) as bucket
     from events e
-    join threshold t using (run_id)
     where e.kind in ('run_started', 'step', 'drops', 'eval', 'checkpoint', 'data', 'decision_applied', 'run_finished')
 ), buckets as (
     select run_id, bucket, min(ts) as first_ts, max(ts) as last_ts, arg_max(step, ts) as last_step

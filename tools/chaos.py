@@ -1,0 +1,226 @@
+"""Chaos run: repeated faults during long event streams, then an account of every event.
+
+    python -m tools.chaos [--quick] [--events N] [--faults K] [--keep DIR]
+
+Real processes throughout: a nats-server, `runledger ledger serve`, and producers (`tools.produce`,
+a real Emitter with its spool). One phase per fault, each on its own run: the fault is injected K
+times while the producer streams N events —
+  ledger-sigkill   SIGKILL of the ledger service, restarted at once
+  nats-restart     SIGKILL of nats-server, restarted on the same port and store
+  worker-sigkill   SIGKILL of the producer, restarted (it resumes from its spool)
+  disk-full        the ledger root (a tmpfs) filled up; the ledger stops acking, says so, goes on
+                   when space returns (needs root for the tmpfs; skipped with a note otherwise)
+Then, per fault: events emitted, stored, lost (emitted, not stored) and duplicated (stored twice),
+and `runledger verify` over the whole ledger. Exit 0 only if nothing was lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+import queries
+from ledger.natsserver import NatsServer
+from ledger.verify import verify
+
+log = logging.getLogger("chaos")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class PhaseResult:
+    fault: str
+    injected: int
+    emitted: int
+    stored: int
+    distinct: int
+    seconds: float
+    note: str = ""
+
+    @property
+    def lost(self) -> int:
+        return self.emitted - self.distinct
+
+    @property
+    def duplicated(self) -> int:
+        return self.stored - self.distinct
+
+
+class Rig:
+    """The processes under test and the knobs to break them."""
+
+    def __init__(self, base: Path, tmpfs_mb: int):
+        self.base = base
+        self.root = base / "ledger"
+        self.root.mkdir(parents=True)
+        self.tmpfs = _mount_tmpfs(self.root, tmpfs_mb)
+        self.nats = NatsServer(base / "nats").start()
+        self.ledger: subprocess.Popen | None = None
+        self.ledger_log = open(base / "ledger.log", "ab")
+        self.start_ledger()
+
+    def start_ledger(self) -> None:
+        self.ledger = subprocess.Popen(
+            [sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats.url],
+            cwd=REPO, stdout=self.ledger_log, stderr=subprocess.STDOUT)
+
+    def kill_ledger(self) -> None:
+        self.ledger.kill()
+        self.ledger.wait()
+
+    def restart_nats(self, down_s: float) -> None:
+        self.nats.kill()
+        time.sleep(down_s)
+        self.nats = NatsServer(self.nats.dir, self.nats.port).start()
+
+    def producer(self, run_id: str, count: int, rate: float) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tools.produce", "--nats", self.nats.url, "--spool", str(self.base / "spool"),
+             "--run-id", run_id, "--producer", "worker-0", "--count", str(count), "--rate", str(rate)],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(self.base / f"{run_id}.log", "ab"))
+
+    def fill_disk(self) -> Path:
+        filler = self.root / "filler.bin"
+        with open(filler, "wb") as f:
+            chunk = b"\0" * (1 << 20)
+            try:
+                while True:
+                    f.write(chunk)
+                    f.flush()
+            except OSError:
+                pass
+        return filler
+
+    def write_failures(self) -> int:
+        return (self.base / "ledger.log").read_text(errors="replace").count("not acking")
+
+    def counts(self, run_id: str) -> tuple[int, int]:
+        for _ in range(50):
+            try:
+                return queries.connect(self.root).execute(
+                    "select count(*), count(distinct event_id) from steps_all where run_id = ?", [run_id]).fetchone()
+            except duckdb.IOException:  # a file compacted away while listing: ask again
+                time.sleep(0.1)
+        raise RuntimeError("could not read the ledger")
+
+    def close(self) -> None:
+        if self.ledger and self.ledger.poll() is None:
+            self.ledger.terminate()
+            try:
+                self.ledger.wait(30)
+            except subprocess.TimeoutExpired:
+                self.ledger.kill()
+        self.nats.stop()
+        if self.tmpfs:
+            subprocess.run(["umount", "-l", str(self.root)], check=False)
+
+
+def _mount_tmpfs(path: Path, size_mb: int) -> bool:
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], capture_output=True)
+    return r.returncode == 0
+
+
+def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: random.Random) -> PhaseResult:
+    run_id = f"chaos-{fault}"
+    t0 = time.monotonic()
+    duration = events / rate
+    gap = duration / (faults + 1)
+    prod = rig.producer(run_id, events, rate)
+    note = ""
+    injected = 0
+    for _ in range(faults):
+        time.sleep(gap * rng.uniform(0.6, 1.0))
+        if fault == "ledger-sigkill":
+            rig.kill_ledger()
+            rig.start_ledger()
+        elif fault == "nats-restart":
+            rig.restart_nats(rng.uniform(0.2, 1.0))
+        elif fault == "worker-sigkill":
+            if prod.poll() is not None:
+                break
+            prod.kill()
+            prod.wait()
+            prod = rig.producer(run_id, events, rate)
+        elif fault == "disk-full":
+            before = rig.write_failures()
+            filler = rig.fill_disk()
+            wait_until = time.monotonic() + 10
+            while rig.write_failures() == before and time.monotonic() < wait_until:
+                time.sleep(0.1)  # until the ledger has failed to write, kept its batch and said so
+            time.sleep(rng.uniform(0.5, 1.5))
+            filler.unlink()
+        injected += 1
+    while prod.wait(600) != 0:  # a producer killed by the last fault: restart it until it finishes
+        prod = rig.producer(run_id, events, rate)
+    deadline = time.monotonic() + 300
+    stored, distinct = rig.counts(run_id)
+    while distinct < events and time.monotonic() < deadline:
+        time.sleep(0.5)
+        stored, distinct = rig.counts(run_id)
+    time.sleep(1.0)  # anything still arriving would be a duplicate: give it the chance to show
+    stored, distinct = rig.counts(run_id)
+    if fault == "disk-full":
+        note = f"ledger said 'cannot write … not acking' {rig.write_failures()} times"
+    return PhaseResult(fault, injected, events, stored, distinct, time.monotonic() - t0, note)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="repeated faults during event streams; counts every event")
+    p.add_argument("--quick", action="store_true", help="a short version (<= 5 minutes)")
+    p.add_argument("--events", type=int, default=None, help="events per fault phase (default 60,000; quick 15,000)")
+    p.add_argument("--faults", type=int, default=5, help="injections per fault kind")
+    p.add_argument("--rate", type=float, default=None, help="events/s per producer (default 4,000; quick 3,000)")
+    p.add_argument("--only", nargs="*", default=None, help="fault kinds to run")
+    p.add_argument("--keep", default=None, help="keep the run's files in this directory")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    events = args.events or (15_000 if args.quick else 60_000)
+    rate = args.rate or (3_000 if args.quick else 4_000)
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="runledger-chaos-"))
+    base.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    kinds = args.only or ["ledger-sigkill", "nats-restart", "worker-sigkill", "disk-full"]
+    rig = Rig(base, tmpfs_mb=1024)
+    results = []
+    try:
+        for fault in kinds:
+            if fault == "disk-full" and not rig.tmpfs:
+                results.append(PhaseResult(fault, 0, 0, 0, 0, 0.0, "skipped: needs root to mount a tmpfs"))
+                continue
+            log.info("phase %s: %d events, %d faults", fault, events, args.faults)
+            results.append(run_phase(rig, fault, events, args.faults, rate, rng))
+            r = results[-1]
+            log.info("phase %s: emitted %d stored %d lost %d duplicated %d", fault, r.emitted, r.stored, r.lost, r.duplicated)
+        report = verify(rig.root)
+    finally:
+        rig.close()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    print(f"{'fault':<16}{'injected':>9}{'emitted':>10}{'stored':>10}{'lost':>7}{'duplicated':>11}{'seconds':>9}  note")
+    for r in results:
+        print(f"{r.fault:<16}{r.injected:>9}{r.emitted:>10}{r.stored:>10}{r.lost:>7}{r.duplicated:>11}{r.seconds:>9.1f}  {r.note}")
+    total = PhaseResult("total", sum(r.injected for r in results), sum(r.emitted for r in results),
+                        sum(r.stored for r in results), sum(r.distinct for r in results), sum(r.seconds for r in results))
+    print(f"{'total':<16}{total.injected:>9}{total.emitted:>10}{total.stored:>10}{total.lost:>7}{total.duplicated:>11}{total.seconds:>9.1f}")
+    print(f"verify: {'ok' if report.ok else 'FAILED'} ({report.events} events, {len(report.problems)} problems)")
+    for problem in report.problems[:10]:
+        print(f"  - {problem}")
+    return 0 if report.ok and total.lost == 0 and total.duplicated == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
