@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ledger import bus, service, store  # noqa: E402
-from ledger.emitter import MAX_BATCH_EVENTS, Emitter, batch_subject  # noqa: E402
+from ledger.emitter import MAX_BATCH_EVENTS, Emitter  # noqa: E402
 from ledger.events import STREAM, canonical_json, seal, subject_for  # noqa: E402
 from ledger.natsserver import NatsServer  # noqa: E402
 from tools.produce import step_payload  # noqa: E402
@@ -91,9 +91,9 @@ def _raw_producer(url: str, n: int, per_msg: int, q) -> None:
             if per_msg == 1:
                 subject, body, msg_id = subject_for("raw", "step"), chunk[0][1].encode(), chunk[0][0]["event_id"]
             else:
-                subject = batch_subject("raw")
+                subject = subject_for("raw", "step")
                 body = ("[" + ",".join(t for _, t in chunk) + "]").encode()
-                msg_id = f"batch:{chunk[0][0]['event_id']}"
+                msg_id = f"{chunk[0][0]['event_id']}+{len(chunk)}"
             futs.append(await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id}))
             if len(futs) >= 256:
                 await asyncio.gather(*futs)

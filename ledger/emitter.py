@@ -8,9 +8,9 @@ spool. NATS dedupes resends within its window and the ledger dedupes by event_id
 ledger stores each event once. Past `max_spool_bytes` of unacknowledged events `emit` raises
 `SpoolFull`; nothing is ever dropped.
 
-When events pile up (a fast producer, or NATS coming back), consecutive events are sent together
-as one message: a JSON array on `runledger.{run_id}.batch`, each element still a whole envelope
-with its own event_id.
+When events pile up (a fast producer, or NATS coming back), events of one kind are sent together
+as one message: a JSON array on the same subject `runledger.{run_id}.{kind}`, each element still a
+whole envelope with its own event_id (so subject permissions hold for batches too).
 
 Spool layout: {spool_dir}/{run_id}/{producer}/{attempt}/seg-{first_seq}.jsonl (one canonical
 envelope per line) and `acked` (every seq below this number is acknowledged).
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import bus
-from ledger.events import SUBJECT_PREFIX, seal, subject_for
+from ledger.events import seal, subject_for
 from ledger.store import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,6 @@ class _Spooled:
     kind: str
     event_id: str
     data: bytes  # canonical envelope text, no newline
-
-
-def batch_subject(run_id: str) -> str:
-    return f"{SUBJECT_PREFIX}.{run_id}.batch"
 
 
 class Emitter:
@@ -87,6 +83,7 @@ class Emitter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._idle = True
+        self._next_key = 0
         self.published = 0  # messages acknowledged by JetStream (for progress and benches)
         self._thread = threading.Thread(target=self._thread_main, name=f"emitter-{run_id}-{producer}", daemon=True)
         self._thread.start()
@@ -234,19 +231,24 @@ class Emitter:
                 await asyncio.sleep(0.25)
         return None, None
 
-    def _take(self) -> list[_Spooled]:
-        """The next message's events: one, or a run of consecutive ones when there is a backlog."""
-        first = self._pending.popleft()
-        items = [first]
-        if self.batch:
-            size = len(first.data)
-            while self._pending and len(items) < MAX_BATCH_EVENTS and size < MAX_BATCH_BYTES:
-                nxt = self._pending[0]
-                if nxt.seq != items[-1].seq + 1:
-                    break
-                items.append(self._pending.popleft())
-                size += len(nxt.data)
-        return items
+    def _take(self) -> list[list[_Spooled]]:
+        """The next messages' events: one event, or (with a backlog) the queued events by kind."""
+        if not self.batch:
+            return [[self._pending.popleft()]]
+        by_kind: dict[str, list[_Spooled]] = {}
+        size = 0
+        while self._pending and size < MAX_BATCH_BYTES * 4:
+            item = self._pending.popleft()
+            group = by_kind.setdefault(item.kind, [])
+            group.append(item)
+            size += len(item.data)
+            if len(group) >= MAX_BATCH_EVENTS:
+                break
+        messages = []
+        for group in by_kind.values():
+            for i in range(0, len(group), MAX_BATCH_EVENTS):
+                messages.append(group[i:i + MAX_BATCH_EVENTS])
+        return messages
 
     async def _publish_loop(self) -> None:
         nc, js = await self._connect()
@@ -255,29 +257,13 @@ class Emitter:
         inflight: dict[int, tuple[list[_Spooled], asyncio.Future, float]] = {}
         done: collections.deque[int] = collections.deque()
         last_sync = time.monotonic()
-        next_id = 0
         try:
             while True:
                 # send
                 while self._pending and len(inflight) < MAX_INFLIGHT:
-                    items = self._take()
-                    if len(items) == 1:
-                        subject, body, msg_id = subject_for(self.run_id, items[0].kind), items[0].data, items[0].event_id
-                    else:
-                        subject = batch_subject(self.run_id)
-                        body = b"[" + b",".join(i.data for i in items) + b"]"
-                        msg_id = f"batch:{items[0].event_id}-{items[-1].seq}"
-                    try:
-                        fut = await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id}, wait_stall=1.0)
-                    except Exception as err:
-                        log.debug("emitter: publish failed (%s); will retry", err)
-                        self._requeue(items)
+                    if not await self._send(js, self._take(), inflight, done):
                         await asyncio.sleep(0.1)
                         break
-                    key = next_id
-                    next_id += 1
-                    inflight[key] = (items, fut, time.monotonic())
-                    fut.add_done_callback(lambda _f, k=key: done.append(k))
                 # collect acknowledgements
                 while done:
                     key = done.popleft()
@@ -315,6 +301,28 @@ class Emitter:
                 await nc.close()
             except Exception:
                 pass
+
+    async def _send(self, js, messages: list[list[_Spooled]], inflight: dict, done: collections.deque) -> bool:
+        """Publish each message (a single envelope, or a JSON array of one kind); False on failure."""
+        for n, items in enumerate(messages):
+            subject = subject_for(self.run_id, items[0].kind)
+            if len(items) == 1:
+                body, msg_id = items[0].data, items[0].event_id
+            else:
+                body = b"[" + b",".join(i.data for i in items) + b"]"
+                msg_id = f"{items[0].event_id}+{len(items)}:{items[-1].seq}"
+            try:
+                fut = await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id}, wait_stall=1.0)
+            except Exception as err:
+                log.debug("emitter: publish failed (%s); will retry", err)
+                for rest in messages[n:]:
+                    self._requeue(rest)
+                return False
+            key = self._next_key
+            self._next_key += 1
+            inflight[key] = (items, fut, time.monotonic())
+            fut.add_done_callback(lambda _f, k=key: done.append(k))
+        return True
 
     def _requeue(self, items: list[_Spooled]) -> None:
         """Put events back in the queue, keeping seq order (emit may be appending meanwhile)."""

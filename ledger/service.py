@@ -60,15 +60,15 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
     if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
         return [], [reject(f"subject {subject!r} is not runledger.<run_id>.<kind>")]
     _, run_id, subject_kind = parts
-    is_batch = subject_kind == "batch"
+    is_batch = data[:1] == b"["  # a JSON array of envelopes of the subject's kind
     if not is_batch and len(data) > MAX_EVENT_BYTES:
         return [], [reject(f"event of {len(data):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")]
     try:
         obj = parse_json(data)
     except InvalidEvent as err:
         return [], [reject(str(err))]
-    if is_batch and not isinstance(obj, list):
-        return [], [reject("a batch message (subject ….batch) must be a JSON array of envelopes")]
+    if is_batch and not obj:
+        return [], [reject("an empty batch: a JSON array with no envelopes")]
     good, bad = [], []
     for i, env in enumerate(obj if is_batch else [obj]):
         try:
@@ -77,7 +77,7 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
                 raise InvalidEvent(f"event payload of {len(payload_text):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
             if env["run_id"] != run_id:
                 raise InvalidEvent(f"subject says run {run_id!r} but the event is for run {env['run_id']!r}")
-            if not is_batch and env["kind"] != subject_kind:
+            if env["kind"] != subject_kind:
                 raise InvalidEvent(f"subject says kind {subject_kind!r} but the event is a {env['kind']!r}")
             good.append((env, payload_text))
         except InvalidEvent as err:

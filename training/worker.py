@@ -105,7 +105,7 @@ def make_train_step(cfg: TrainConfig, mesh=None) -> Callable:
         params, opt_state = state["params"], state["opt_state"]
         (total, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, cfg, mesh)
         total = jnp.where(batch["poison"] > 0, jnp.nan, total)  # fault injection (chaos tests)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         ok = jnp.isfinite(total) & jnp.isfinite(grad_norm)
         updates, new_opt = opt.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
@@ -114,7 +114,7 @@ def make_train_step(cfg: TrainConfig, mesh=None) -> Callable:
         layers = aux["layers"]
         metrics = {
             "loss": aux["ce"], "total_loss": total, "grad_norm": grad_norm,
-            "param_norm": optax.global_norm(params), "lr": state["opt_state"].hyperparams["learning_rate"],
+            "param_norm": optax.tree.norm(params), "lr": state["opt_state"].hyperparams["learning_rate"],
             "z_loss": aux["z_loss"], "lb_loss": aux["lb_loss"], "logit_z": aux["logit_z"],
             "router_entropy": jnp.mean(layers["entropy"]), "skipped": ~ok,
             "layers": {k: layers[k] for k in ("sender_dropped", "receiver_dropped", "assignments", "loads", "entropy")},

@@ -1,11 +1,12 @@
 -- Is the config accurate: does each run_started's config hash to its config_hash, and does every checkpoint carry that hash?
 with starts as (
-    select run_id, attempt, ts, seq, config_hash, sha256(config) as computed_hash
+    select run_id, attempt, ts, seq, step, config_hash, sha256(config) as computed_hash
     from runs
 ), start_check as (
     select
         run_id, count(*) as starts,
-        count(*) filter (config_hash <> computed_hash) as starts_off
+        count(*) filter (config_hash <> computed_hash) as starts_off,
+        min(step) filter (config_hash <> computed_hash) as first_step
     from starts
     group by run_id
 ), ckpt_check as (
@@ -30,7 +31,7 @@ select
          when s.starts_off > 0 or coalesce(c.checkpoints_off, 0) > 0 then 'fail' else 'ok' end as status,
     (coalesce(s.starts_off, 0) + coalesce(c.checkpoints_off, 0))::double as value,
     0.0 as threshold,
-    c.first_step as at_step,
+    least(s.first_step, c.first_step) as at_step,
     case when s.starts is null then json_object('reason', 'no run_started')
          else json_object('run_started', s.starts, 'config_hash_mismatch', s.starts_off,
                           'checkpoints', coalesce(c.checkpoints, 0), 'checkpoints_off', coalesce(c.checkpoints_off, 0),

@@ -1,0 +1,163 @@
+"""Small ledgers for the audit tests, written by the real writer: a healthy run, and the same run
+with one fault planted (`fault=`), so each health check can be shown to fire exactly there.
+
+A run has 400 steps one second apart (so blocks are 4 steps and trailing windows 20), a drops
+event per step, an eval every 20 steps, a checkpoint every 100, and run_started / data /
+run_finished around them; its lr follows training/schedule.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ledger.events import canonical_json, seal
+from ledger.store import StoredEvent, write_events
+from training.schedule import lr_at, make_schedule, retime
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
+STEPS = 400
+TOKENS_PER_STEP = 1024
+N_EXPERTS = 8
+PLANNED_TOKENS_PER_S = 1000.0
+CONFIG = {"moe": {"n_experts": N_EXPERTS}, "steps": STEPS, "data": {"mixture": [["code", 0.5], ["prose", 0.5]]}}
+CONFIG_HASH = hashlib.sha256(canonical_json(CONFIG).encode()).hexdigest()
+
+
+def clean_loss(k: int) -> float:
+    return 2.0 + 8.0 / math.sqrt(k)
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Ledger:
+    """Seals events chain by chain (one chain per run, producer, attempt) and writes them."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.rows: list[StoredEvent] = []
+        self.chains: dict[tuple, tuple[int, str]] = {}
+        self.stream_seq = 0
+
+    def emit(self, run_id: str, kind: str, payload: dict, step: int | None, at: datetime,
+             producer: str = "worker-0", attempt: int = 0) -> dict:
+        key = (run_id, producer, attempt)
+        seq, prev = self.chains.get(key, (0, ""))
+        env, _ = seal(run_id, producer, attempt, seq, kind, payload, step, prev, time=iso(at))
+        self.chains[key] = (seq + 1, env["hash"])
+        self.stream_seq += 1
+        self.rows.append(StoredEvent(env, canonical_json(payload), self.stream_seq))
+        return env
+
+    def write(self) -> None:
+        write_events(self.root, self.rows)
+        self.rows = []
+
+
+def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str | None = None,
+              drop_fraction: float = 0.01, forecasts: str | None = None, with_start: bool = True,
+              retime_at: int | None = 200, new_horizon: int = 300, thresholds: dict | None = None) -> None:
+    """One run of STEPS steps; `fault` plants one problem (see the cases below)."""
+    rng = np.random.default_rng(abs(hash(run_id)) % 2**32)
+    schedule = make_schedule(1e-3, 20, STEPS, 0.05, tokens_per_step=TOKENS_PER_STEP)
+    start = {
+        "config": CONFIG, "config_hash": CONFIG_HASH if fault != "config_hash" else "0" * 64,
+        "code_commit": "abc123", "token_budget": STEPS * TOKENS_PER_STEP, "tokens_per_step": TOKENS_PER_STEP,
+        "schedule": schedule, "data_mixture": {"code": 0.5, "prose": 0.5},
+        "planned_tokens_per_s": PLANNED_TOKENS_PER_S,
+    }
+    if thresholds:
+        start["thresholds"] = thresholds
+    if ladder:
+        start["ladder"] = {"name": ladder, "rung": run_id}
+    at = T0
+    if with_start:
+        led.emit(run_id, "run_started", start, 0, at)
+        led.emit(run_id, "data", {
+            "sources": [{"domain": "code", "path": "code.txt", "sha256": "a" * 64, "byte_start": 0, "byte_end": 100},
+                        {"domain": "prose", "path": "prose.txt", "sha256": "b" * 64, "byte_start": 0, "byte_end": 90}],
+            "tokens_per_domain": {"code": 200 * TOKENS_PER_STEP, "prose": 200 * TOKENS_PER_STEP},
+            "mixture": {"code": 0.5, "prose": 0.5}, "seed": 0}, 0, at)
+    applied_lr_schedule = schedule
+    for k in range(1, STEPS + 1):
+        at = T0 + timedelta(seconds=k)
+        if fault == "silence" and k > 250:
+            at += timedelta(minutes=11)
+        if retime_at is not None and k == retime_at + 1 and with_start:
+            # the decision lands after step `retime_at`: the decay is retimed from there
+            led.emit(run_id, "decision", {"decision_id": f"{run_id}-d1", "agent": "agent-horizon", "rule": "contingency",
+                                          "action": "set_token_horizon", "params": {"horizon_steps": new_horizon},
+                                          "rationale": "loss above forecast", "evidence": {"query": "forecast/vs_actual"}},
+                     retime_at, at, producer="agent-horizon")
+            new = retime(schedule, retime_at, new_horizon)
+            if fault != "lr_decision_ignored":
+                applied_lr_schedule = new
+            led.emit(run_id, "decision_applied", {"decision_id": f"{run_id}-d1", "action": "set_token_horizon",
+                                                  "before": {"horizon_steps": STEPS},
+                                                  "after": {"horizon_steps": new_horizon, "step": retime_at}}, retime_at, at)
+        loss = clean_loss(k) + float(rng.normal(0, 0.01))
+        grad = 0.3 + 0.02 * float(rng.random())
+        lr = lr_at(k, **applied_lr_schedule)
+        param_norm = 100.0 + 0.01 * k
+        entropy = 0.97 * math.log(N_EXPERTS)
+        mfu = 0.40 + 0.002 * float(rng.random())
+        tps = 1050.0 + float(rng.random())
+        skipped = False
+        if fault == "grad_norm_spike" and k == 250:
+            grad = 3.0
+        if fault == "grad_norm_rise" and k > 300:
+            grad = 0.3 * (1 + (k - 300) / 20)
+        if fault == "loss_floor" and k > 300:
+            loss += 2.0
+        if fault == "loss_rise" and k > 300:
+            loss += 0.005 * (k - 300)
+        if fault == "router_entropy" and k > 200:
+            entropy = 0.5 * math.log(N_EXPERTS)
+        if fault == "param_norm" and k > 300:
+            param_norm *= 1 + 0.02 * (k - 300)
+        if fault == "throughput" and 200 < k <= 240:
+            tps = 800.0
+        if fault == "mfu_dip" and 200 < k <= 240:
+            mfu = 0.25
+        if fault == "lr_off" and k == 250:
+            lr *= 1.1
+        if (fault == "skipped" and k in (300, 305, 310)) or k == 100:
+            skipped = True
+        step = {"loss": None if skipped else loss, "grad_norm": grad, "lr": lr, "tokens": TOKENS_PER_STEP,
+                "step_time_s": 1.0, "param_norm": param_norm, "router_entropy": entropy, "mfu": mfu,
+                "tokens_per_s": tps, "skipped": skipped}
+        led.emit(run_id, "step", step, k, at)
+        frac = drop_fraction
+        if fault == "drop_fraction" and k == 200:
+            frac = 0.10
+        if fault == "drops_vs_ladder" and k >= 200:
+            frac = 0.05
+        led.emit(run_id, "drops", {"dispatch": "capacity", "assignments": 10_000, "dropped": int(frac * 10_000),
+                                   "drop_fraction": frac}, k, at)
+        if k % 20 == 0:
+            eval_loss = clean_loss(k) + 0.1
+            if fault == "eval_worse" and k == 300:
+                eval_loss *= 1.05
+            led.emit(run_id, "eval", {"loss": eval_loss, "domain_losses": {"code": eval_loss, "prose": eval_loss}}, k, at)
+        if k % 100 == 0 and with_start:
+            chash = "f" * 64 if (fault == "checkpoint_config" and k == 300) else CONFIG_HASH
+            led.emit(run_id, "checkpoint", {"path": f"ckpt/{run_id}/{k}", "bytes": 10, "seconds": 0.1,
+                                            "content_hash": f"{k:064x}", "config_hash": chash,
+                                            "tokens_seen": k * TOKENS_PER_STEP}, k, at)
+    if forecasts:
+        for i in range(1, 20):
+            g = i / 20
+            s = round(g * STEPS)
+            projected = float(np.mean([clean_loss(j) for j in range(s - 3, s + 1)]))
+            if forecasts == "miss" and i == 10:
+                projected -= 0.5
+            led.emit("ladder-fit", "forecast", {"target_run": run_id, "fraction": g, "projected_loss": projected,
+                                                "band_low": projected - 0.1, "band_high": projected + 0.1,
+                                                "rungs": ["rung-a"]}, None, at, producer="ladder")
+    led.emit(run_id, "run_finished", {"status": "completed", "final_step": STEPS}, STEPS, at + timedelta(seconds=1))
