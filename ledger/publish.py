@@ -25,7 +25,9 @@ async def publish_lines(lines: Iterable[str | bytes], nats_url: str) -> tuple[li
     bad: list[tuple[int, str]] = []
     valid: list[tuple[str, bytes, str]] = []
     for lineno, line in enumerate(lines, start=1):
-        data = line.encode() if isinstance(line, str) else line
+        # stdin text keeps undecodable bytes as lone surrogates (surrogateescape): get the bytes back, and let
+        # parse_json refuse invalid UTF-8 with this line's number instead of crashing on the encode
+        data = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
         if not data.strip():
             continue
         try:

@@ -159,18 +159,26 @@ class Ledger:
                 self.counters.compactions += 1
 
 
-async def _connect_until_up(nats_url: str, stop: asyncio.Event):
-    """Connect, waiting for the server if it is not up yet (a service may start first)."""
-    waited = 0.0
+async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event):
+    """Connect, make sure of the stream and the consumer, bind to it — waiting for the server if it
+    is not up yet or not ready (a cluster electing a leader). (nc, sub), or (None, None) if stopped."""
+    tries = 0
     while not stop.is_set():
+        nc = None
         try:
-            return await bus.connect(nats_url, name="ledger")
+            nc = await bus.connect(nats_url, name="ledger")
+            js = nc.jetstream()
+            await bus.ensure_stream(js)
+            await bus.ensure_consumer(js, durable, rewind=True)
+            return nc, await js.pull_subscribe_bind(durable=durable, stream=STREAM)
         except Exception as err:
-            if waited % 10 == 0:
-                log.warning("waiting for NATS at %s (%s)", nats_url, err or type(err).__name__)
+            if tries % 20 == 0:
+                log.warning("waiting for NATS at %s (%s)", nats_url, str(err) or type(err).__name__)
+            if nc is not None:
+                await nc.close()
+            tries += 1
             await asyncio.sleep(0.5)
-            waited += 0.5
-    return None
+    return None, None
 
 
 async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
@@ -183,13 +191,9 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    nc = await _connect_until_up(nats_url, stop)
+    nc, sub = await _subscribe_until_ready(nats_url, durable, stop)
     if nc is None:
         return ledger.counters
-    js = nc.jetstream()
-    await bus.ensure_stream(js)
-    await bus.ensure_consumer(js, durable, rewind=True)
-    sub = await js.pull_subscribe_bind(durable=durable, stream=STREAM)
     log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
     last_report = time.monotonic()
     while not stop.is_set():

@@ -56,13 +56,20 @@ class Report:
         return "\n".join(lines)
 
 
+_LINK = ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")
+_REQUIRED = (*_LINK, "kind", "time", "schema_version", "payload")
+
+
 def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list) -> None:
     table = pq.read_table(path)
     typed = list(store.payload_columns(kind)) if kind in KINDS else []
     for row in table.to_pylist():
-        eid = row["event_id"]
+        eid = row.get("event_id")
         where = f"{eid} ({path.relative_to(path.parents[2])})"
         try:
+            missing = [c for c in _REQUIRED if row.get(c) is None]
+            if missing:  # a cell emptied or a column dropped: nothing else about the row can be trusted
+                raise InvalidEvent(f"no value in {', '.join(missing)}")
             if row["kind"] != kind or row["run_id"] != run_id:
                 raise InvalidEvent(f"row of kind {row['kind']!r}, run {row['run_id']!r} stored under kind={kind}/run_id={run_id}")
             if eid != make_event_id(row["run_id"], row["producer"], row["attempt"], row["seq"]):
@@ -77,8 +84,10 @@ def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list)
             for col in typed:
                 if row[col] != expected[col][0]:
                     raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says {expected[col][0]!r}")
-        except (InvalidEvent, ValueError) as err:
+        except (InvalidEvent, ValueError, TypeError, KeyError) as err:
             report.problems.append(f"{where}: {err}")
+        if any(row.get(c) is None for c in _LINK):
+            continue  # reported above; it cannot take part in the chain check
         links.append((row["run_id"], row["producer"], row["attempt"], row["seq"], row["prev_hash"], row["hash"], eid))
     report.events += table.num_rows
     report.files += 1
@@ -94,7 +103,10 @@ def verify(root: str | Path) -> Report:
         if kind not in KINDS:
             report.problems.append(f"{path}: unknown kind {kind!r}")
             continue
-        _check_file(path, kind, run_id, report, links)
+        try:
+            _check_file(path, kind, run_id, report, links)
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, truncated
+            report.problems.append(f"{path}: cannot be read ({str(err).splitlines()[0][:200]})")
     seen = Counter(link[6] for link in links)
     for eid, n in seen.items():
         if n > 1:
@@ -119,7 +131,11 @@ def verify(root: str | Path) -> Report:
             prev_seq, prev_hash = seq, h
     qfiles = store.quarantine_files(root)
     for f in qfiles:
-        t = pq.read_table(f, columns=["reason"])
+        try:
+            t = pq.read_table(f, columns=["reason"])
+        except (OSError, ValueError) as err:
+            report.problems.append(f"{f}: cannot be read ({str(err).splitlines()[0][:200]})")
+            continue
         report.quarantined += t.num_rows
         report.quarantine_reasons.update(re.sub(r"\d+", "N", r)[:90] for r in t.column(0).to_pylist())
     return report

@@ -36,7 +36,8 @@ _ARROW_TO_DUCK = {
 def _scan(pattern: Path, has_files: bool, schema) -> str:
     """A scan of the Parquet files matching `pattern`, or an empty relation of the same columns.
 
-    The glob is resolved at query time, so files written after connect() are seen too.
+    The glob is resolved at query time, so files written after connect() are seen too, but only for a
+    kind that had files at connect(): a kind with none is an empty relation until the next connect().
     """
     if has_files:
         return f"read_parquet({_sql_str(str(pattern))}, union_by_name=true, hive_partitioning=false)"
@@ -61,15 +62,19 @@ def render_views(root: Path) -> str:
     return sql
 
 
-def connect(root: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the ledger's views over `root`.
+def connect(root: str | Path, read_only: bool = True, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the ledger's views over `root` (`threads`: DuckDB's
+    worker threads, default all cores).
 
     With read_only (the default) the connection cannot write: external access is off except
     reading under `root`, spilling to disk is off, extensions are not installed, and the
     configuration is locked. Use `query()` to also refuse any statement that is not a query.
     """
     root = Path(root).resolve()
-    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    if threads:
+        config["threads"] = int(threads)
+    con = duckdb.connect(":memory:", config=config)
     con.execute(render_views(root))
     if read_only:
         con.execute("SET temp_directory = ''")

@@ -28,7 +28,7 @@ import duckdb
 
 import queries
 from ledger.events import KINDS
-from ledger.store import arrow_schema, event_files, partition_dir
+from ledger.store import arrow_schema, event_files
 
 log = logging.getLogger(__name__)
 
@@ -79,25 +79,57 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def partition_glob(root: Path, kind: str, run_id: str) -> Path:
-    return partition_dir(Path(root).resolve(), kind, run_id) / "*.parquet"
+# the kinds a one-run audit reads for the run's ladder peers too (drops_vs_ladder); the others only for the run
+_PEER_KINDS = ("run_started", "drops")
+_KIND_VIEWS = {"run_started": "runs", "step": "steps_all", "drops": "drops", "eval": "evals", "checkpoint": "checkpoints",
+               "data": "data", "alert": "alerts", "decision": "decisions", "decision_applied": "decisions_applied",
+               "run_finished": "runs_finished"}
+
+
+def _scan_files(files: list[Path], kind: str) -> str:
+    if not files:
+        return queries._scan(Path("none"), False, arrow_schema(kind))
+    listing = ", ".join(_sql_str(str(f.resolve())) for f in files)
+    return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
+
+
+def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> list[str]:
+    """Shadow the kind views (and `events`) with views over the run's own partitions, plus its ladder
+    peers' for run_started and drops, so a one-run audit opens no other run's files; return the peers."""
+    peers = set()
+    own_starts = event_files(root, "run_started", run_id)
+    ladder = con.execute(f"select max(coalesce(ladder ->> 'name', ladder ->> 'ladder')) from {_scan_files(own_starts, 'run_started')}").fetchone()[0]
+    if ladder is not None:  # only then read every run's run_started, for the same ladder name
+        peers |= {r[0] for r in con.execute(
+            "select distinct run_id from main.runs where coalesce(ladder ->> 'name', ladder ->> 'ladder') = ? and run_id <> ?",
+            [ladder, run_id]).fetchall()}
+    peers |= {r[0] for r in con.execute(
+        "select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from main.forecasts where target_run = ?", [run_id]).fetchall()}
+    peers = sorted(peers - {run_id})
+    cols = ", ".join(queries.ENVELOPE_COLUMNS)
+    own = []
+    for kind, view in _KIND_VIEWS.items():
+        runs = [run_id] + (peers if kind in _PEER_KINDS else [])
+        files = [f for r in runs for f in event_files(root, kind, r)]
+        scan = _scan_files(files, kind)
+        con.execute(f"create or replace temp view {view} as select * from {scan}")
+        if files:
+            own.append(f"select {cols} from {_scan_files(event_files(root, kind, run_id), kind)}")
+    empty = _scan_files([], "step")
+    con.execute(f"create or replace temp view events as {' union all '.join(own) or f'select {cols} from {empty}'}")
+    return peers
 
 
 def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None) -> None:
     """Materialise the audit helpers as temp tables, for `run_id` or for every run."""
+    for view in ("events", *_KIND_VIEWS.values()):  # a connection reused for another scope starts afresh
+        con.execute(f"drop view if exists temp.{view}")
     runs = [run_id] if run_id else known_runs(root)
     con.execute("create or replace temp table audit_runs (run_id varchar)")
     if runs:
         con.execute("insert into audit_runs values " + ", ".join(f"({_sql_str(r)})" for r in runs))
-    if run_id:  # the run's own steps and events, read from its partitions only
-        step_scan = queries._scan(partition_glob(root, "step", run_id), bool(event_files(root, "step", run_id)), arrow_schema("step"))
-        con.execute(f"create or replace temp view steps_all as select * from {step_scan}")
-        cols = ", ".join(queries.ENVELOPE_COLUMNS)
-        kinds = [k for k in KINDS if event_files(root, k, run_id)]
-        union = " union all ".join(
-            f"select {cols} from {queries._scan(partition_glob(root, k, run_id), True, arrow_schema(k))}" for k in kinds)
-        empty = queries._scan(partition_glob(root, "step", run_id), False, arrow_schema("step"))
-        con.execute(f"create or replace temp view events as {union or f'select {cols} from {empty}'}")
+    if run_id:
+        scope_to_run(con, root, run_id)
     for name in _HELPERS:
         t0 = time.perf_counter()
         con.execute(f"create or replace temp table {name} as select * from main.{name}")

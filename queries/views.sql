@@ -130,6 +130,16 @@ from audit_runs r
 cross join threshold_defaults d
 left join run_plan p using (run_id);
 
+-- the other runs of each run's ladder: the same run_started.ladder name, or the rungs a forecast for it used
+create or replace view ladder_peers as
+select distinct a.run_id, b.run_id as peer
+from runs a
+join runs b on coalesce(b.ladder ->> 'name', b.ladder ->> 'ladder') = coalesce(a.ladder ->> 'name', a.ladder ->> 'ladder')
+where b.run_id <> a.run_id
+union
+select distinct target_run as run_id, unnest(from_json(rungs, '["VARCHAR"]')) as peer
+from forecasts;
+
 -- steps per block for each run: window_steps if set, else 1% of the horizon, else 100
 create or replace view run_blocks as
 select

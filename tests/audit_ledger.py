@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import zlib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -62,13 +63,16 @@ class Ledger:
 
 def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str | None = None,
               drop_fraction: float = 0.01, forecasts: str | None = None, with_start: bool = True,
-              retime_at: int | None = 200, new_horizon: int = 300, thresholds: dict | None = None) -> None:
-    """One run of STEPS steps; `fault` plants one problem (see the cases below)."""
-    rng = np.random.default_rng(abs(hash(run_id)) % 2**32)
-    schedule = make_schedule(1e-3, 20, STEPS, 0.05, tokens_per_step=TOKENS_PER_STEP)
+              retime_at: int | None = 200, new_horizon: int = 300, thresholds: dict | None = None,
+              attempt: int = 0, first: int = 1, last: int = STEPS, finish: bool = True, t_offset: float = 0.0,
+              schedule: dict | None = None, resumed_from: dict | None = None, code_commit: str = "abc123") -> None:
+    """One run (or one attempt of it: steps first..last); `fault` plants one problem (see the cases below)."""
+    rng = np.random.default_rng(zlib.crc32(f"{run_id}:{attempt}".encode()))
+    schedule = schedule or make_schedule(1e-3, 20, STEPS, 0.05, tokens_per_step=TOKENS_PER_STEP)
     start = {
         "config": CONFIG, "config_hash": CONFIG_HASH if fault != "config_hash" else "0" * 64,
-        "code_commit": "abc123", "token_budget": STEPS * TOKENS_PER_STEP, "tokens_per_step": TOKENS_PER_STEP,
+        "code_commit": code_commit, "resumed_from": resumed_from,
+        "token_budget": STEPS * TOKENS_PER_STEP, "tokens_per_step": TOKENS_PER_STEP,
         "schedule": schedule, "data_mixture": {"code": 0.5, "prose": 0.5},
         "planned_tokens_per_s": PLANNED_TOKENS_PER_S,
     }
@@ -76,31 +80,36 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
         start["thresholds"] = thresholds
     if ladder:
         start["ladder"] = {"name": ladder, "rung": run_id}
-    at = T0
+    t_start = T0 + timedelta(seconds=t_offset)
+    at = t_start + timedelta(seconds=first - 1)
+
+    def emit(kind, payload, step, at, producer="worker-0"):
+        led.emit(run_id, kind, payload, step, at, producer=producer, attempt=attempt if producer == "worker-0" else 0)
+
     if with_start:
-        led.emit(run_id, "run_started", start, 0, at)
-        led.emit(run_id, "data", {
+        emit("run_started", start, first - 1, at)
+        emit("data", {
             "sources": [{"domain": "code", "path": "code.txt", "sha256": "a" * 64, "byte_start": 0, "byte_end": 100},
                         {"domain": "prose", "path": "prose.txt", "sha256": "b" * 64, "byte_start": 0, "byte_end": 90}],
             "tokens_per_domain": {"code": 200 * TOKENS_PER_STEP, "prose": 200 * TOKENS_PER_STEP},
-            "mixture": {"code": 0.5, "prose": 0.5}, "seed": 0}, 0, at)
+            "mixture": {"code": 0.5, "prose": 0.5}, "seed": 0}, first - 1, at)
     applied_lr_schedule = schedule
-    for k in range(1, STEPS + 1):
-        at = T0 + timedelta(seconds=k)
+    for k in range(first, last + 1):
+        at = t_start + timedelta(seconds=k)
         if fault == "silence" and k > 250:
             at += timedelta(minutes=11)
         if retime_at is not None and k == retime_at + 1 and with_start:
             # the decision lands after step `retime_at`: the decay is retimed from there
-            led.emit(run_id, "decision", {"decision_id": f"{run_id}-d1", "agent": "agent-horizon", "rule": "contingency",
-                                          "action": "set_token_horizon", "params": {"horizon_steps": new_horizon},
-                                          "rationale": "loss above forecast", "evidence": {"query": "forecast/vs_actual"}},
-                     retime_at, at, producer="agent-horizon")
+            emit("decision", {"decision_id": f"{run_id}-d1", "agent": "agent-horizon", "rule": "contingency",
+                              "action": "set_token_horizon", "params": {"horizon_steps": new_horizon},
+                              "rationale": "loss above forecast", "evidence": {"query": "forecast/vs_actual"}},
+                 retime_at, at, producer="agent-horizon")
             new = retime(schedule, retime_at, new_horizon)
             if fault != "lr_decision_ignored":
                 applied_lr_schedule = new
-            led.emit(run_id, "decision_applied", {"decision_id": f"{run_id}-d1", "action": "set_token_horizon",
-                                                  "before": {"horizon_steps": STEPS},
-                                                  "after": {"horizon_steps": new_horizon, "step": retime_at}}, retime_at, at)
+            emit("decision_applied", {"decision_id": f"{run_id}-d1", "action": "set_token_horizon",
+                                      "before": {"horizon_steps": STEPS},
+                                      "after": {"horizon_steps": new_horizon, "step": retime_at}}, retime_at, at)
         loss = clean_loss(k) + float(rng.normal(0, 0.01))
         grad = 0.3 + 0.02 * float(rng.random())
         lr = lr_at(k, **applied_lr_schedule)
@@ -132,24 +141,24 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
         step = {"loss": None if skipped else loss, "grad_norm": grad, "lr": lr, "tokens": TOKENS_PER_STEP,
                 "step_time_s": 1.0, "param_norm": param_norm, "router_entropy": entropy, "mfu": mfu,
                 "tokens_per_s": tps, "skipped": skipped}
-        led.emit(run_id, "step", step, k, at)
+        emit("step", step, k, at)
         frac = drop_fraction
         if fault == "drop_fraction" and k == 200:
             frac = 0.10
         if fault == "drops_vs_ladder" and k >= 200:
             frac = 0.05
-        led.emit(run_id, "drops", {"dispatch": "capacity", "assignments": 10_000, "dropped": int(frac * 10_000),
-                                   "drop_fraction": frac}, k, at)
+        emit("drops", {"dispatch": "capacity", "assignments": 10_000, "dropped": int(frac * 10_000),
+                       "drop_fraction": frac}, k, at)
         if k % 20 == 0:
             eval_loss = clean_loss(k) + 0.1
             if fault == "eval_worse" and k == 300:
                 eval_loss *= 1.05
-            led.emit(run_id, "eval", {"loss": eval_loss, "domain_losses": {"code": eval_loss, "prose": eval_loss}}, k, at)
+            emit("eval", {"loss": eval_loss, "domain_losses": {"code": eval_loss, "prose": eval_loss}}, k, at)
         if k % 100 == 0 and with_start:
             chash = "f" * 64 if (fault == "checkpoint_config" and k == 300) else CONFIG_HASH
-            led.emit(run_id, "checkpoint", {"path": f"ckpt/{run_id}/{k}", "bytes": 10, "seconds": 0.1,
-                                            "content_hash": f"{k:064x}", "config_hash": chash,
-                                            "tokens_seen": k * TOKENS_PER_STEP}, k, at)
+            emit("checkpoint", {"path": f"ckpt/{run_id}/{k}", "bytes": 10, "seconds": 0.1,
+                                "content_hash": f"{k:064x}", "config_hash": chash,
+                                "tokens_seen": k * TOKENS_PER_STEP}, k, at)
     if forecasts:
         for i in range(1, 20):
             g = i / 20
@@ -160,4 +169,5 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
             led.emit("ladder-fit", "forecast", {"target_run": run_id, "fraction": g, "projected_loss": projected,
                                                 "band_low": projected - 0.1, "band_high": projected + 0.1,
                                                 "rungs": ["rung-a"]}, None, at, producer="ladder")
-    led.emit(run_id, "run_finished", {"status": "completed", "final_step": STEPS}, STEPS, at + timedelta(seconds=1))
+    if finish:
+        emit("run_finished", {"status": "completed", "final_step": last}, last, at + timedelta(seconds=1))

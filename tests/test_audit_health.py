@@ -32,7 +32,7 @@ FAULTS = {
     "checkpoint_config": ("config_match", "fail", {300}),
     "config_hash": ("config_match", "fail", {0}),  # the run_started whose config does not hash to it
     "silence": ("telemetry_silence", "fail", {250}),
-    "skipped": ("skipped_steps", "fail", {310}),
+    "skipped": ("skipped_steps", "fail", {305}),  # steps 100 (every run skips it), 300, 305: 3 in 15 min
 }
 
 
@@ -47,6 +47,12 @@ def ledger_root(tmp_path_factory) -> Path:
     write_run(led, "clean")
     for fault in FAULTS:
         write_run(led, run_id_for(fault), fault)
+    # the skipped-step window narrowed to 60 s in run_started: step 100 drops out of it
+    write_run(led, "f-skipped-60s", "skipped", thresholds={"skipped_window_s": 60})
+    # a run that never finished, its last event long ago
+    unfinished = Ledger(root)
+    write_run(unfinished, "unfinished")
+    led.rows += [r for r in unfinished.rows if r.env["kind"] != "run_finished"]
     # a ladder: a rung and two targets, one dropping like the rung and one dropping far more from mid-run
     write_run(led, "rung-a", ladder="lad", retime_at=None)
     write_run(led, "lad-clean", ladder="lad", retime_at=None)
@@ -57,7 +63,7 @@ def ledger_root(tmp_path_factory) -> Path:
     # a run that logged steps only: no run_started, no drops, no evals
     bare = Ledger(root)
     write_run(bare, "bare", with_start=False)
-    bare.rows = [r for r in bare.rows if r.env["kind"] == "step"]
+    bare.rows = [r for r in bare.rows if r.env["kind"] in ("step", "run_finished")]
     led.rows += bare.rows
     led.write()
     return root
@@ -119,6 +125,19 @@ def test_absent_inputs_skip_with_a_reason_never_fail(health):
     assert all(r["status"] == "skip" for (run, _), r in health.items() if run == "ladder-fit")
 
 
+def test_a_window_narrowed_in_run_started_is_the_one_used(health):
+    row = health[("f-skipped-60s", "skipped_steps")]
+    assert row["status"] == "fail" and row["at_step"] == 310 and row["value"] == 3, row
+    assert json.loads(row["evidence"])["window_s"] == 60
+
+
+def test_a_run_silent_since_its_last_event_fails_the_silence_check(health):
+    row = health[("unfinished", "telemetry_silence")]
+    assert row["status"] == "fail" and row["at_step"] == 400, row
+    assert "no run_finished" in json.loads(row["evidence"])["longest_gap"]
+    assert health[("clean", "telemetry_silence")]["status"] == "ok"
+
+
 def test_thresholds_come_from_run_started_when_it_overrides_them(tmp_path):
     led = Ledger(tmp_path)
     write_run(led, "strict", thresholds={"grad_norm_max": 0.1})
@@ -128,6 +147,6 @@ def test_thresholds_come_from_run_started_when_it_overrides_them(tmp_path):
 
 
 def test_one_run_alone_reads_the_same_as_all_runs(ledger_root, health):
-    for run in ("clean", run_id_for("lr_decision_ignored"), "lad-drops", "fc-miss", "bare"):
+    for run in ("clean", run_id_for("lr_decision_ignored"), "lad-drops", "fc-miss", "bare", "f-skipped-60s"):
         alone = {r["check"]: r for r in audit.run_suite(ledger_root, "health", run).rows()}
         assert alone == {c: health[(run, c)] for c in CHECKS}, run

@@ -182,3 +182,15 @@ def test_sql_refuses_a_write_after_a_select_in_a_subprocess(ledger_root):
     assert r.returncode == 2 and r.stdout == "" and "only queries are allowed here, not COPY" in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1
     assert not list(REPO.glob(f"{name}*"))
+
+
+def test_publish_reports_a_line_that_is_not_utf8_by_its_number():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "tools.cli", "publish", "--nats", "nats://127.0.0.1:9"],
+                       input=b'{"loss": "\xff\xfe"}\n\nnot json\n', capture_output=True, cwd=REPO, timeout=60)
+    err = r.stderr.decode()
+    assert r.returncode == 2, err
+    assert "line 1: not JSON: 'utf-8' codec can't decode" in err and "line 3: not JSON" in err, err
+    assert "Traceback" not in err

@@ -3,6 +3,8 @@ run's state (resume, decisions, schedule) from its events, up to any stream posi
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import runledger
+from tools.cli import main
 from ledger import store
 from ledger.events import canonical_json, event_hash
 from test_store import Producer, canonical, step_payload
@@ -95,13 +98,19 @@ def set_cell(table: pa.Table, column: str, i: int, value) -> pa.Table:
     return table.set_column(j, table.schema.field(j), pa.array(values, table.schema.field(j).type))
 
 
-def verify(root: Path):
-    r = runledger("verify", "--root", str(root))
-    return r.returncode, r.stdout + r.stderr
+def verify(root: Path, subprocess: bool = False) -> tuple[int, str]:
+    """`runledger verify --root R`: as a real process, or in-process (the same `main`) to keep the suite fast."""
+    if subprocess:
+        r = runledger("verify", "--root", str(root))
+        return r.returncode, r.stdout + r.stderr
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = main(["verify", "--root", str(root)])
+    return rc, out.getvalue()
 
 
 def test_verify_passes_on_a_clean_ledger(ledger_root):
-    rc, out = verify(ledger_root)
+    rc, out = verify(ledger_root, subprocess=True)
     assert rc == 0, out
     assert "ok: every hash, chain and typed column checks out" in out
     assert "4 chains" in out
@@ -114,7 +123,7 @@ def test_a_changed_loss_column_is_found(ledger_root):
     f = steps_file(ledger_root)
     t = pq.read_table(f)
     rewrite(f, set_cell(t, "loss", row_index(t, TARGET), 0.123))
-    rc, out = verify(ledger_root)
+    rc, out = verify(ledger_root, subprocess=True)
     assert rc == 1 and TARGET in out and "column loss = 0.123" in out, out
 
 
@@ -172,15 +181,20 @@ def test_a_second_copy_of_a_file_is_found(ledger_root):
     assert rc == 1 and "run-1:worker-0:0:1: stored 2 times" in out, out
 
 
-def replay(root: Path, *extra: str) -> dict:
-    r = runledger("replay", RUN, "--root", str(root), *extra)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+def replay(root: Path, *extra: str, subprocess: bool = False) -> dict:
+    if subprocess:
+        r = runledger("replay", RUN, "--root", str(root), *extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["replay", RUN, "--root", str(root), *extra]) == 0
+    return json.loads(out.getvalue())
 
 
 def test_replay_rebuilds_resume_decisions_and_schedule(root):
     marks = build_run(root)
-    state = replay(root)
+    state = replay(root, subprocess=True)
     assert state["status"] == "running"
     assert state["step"] == 9
     assert state["tokens_seen"] == 10 * 1000  # steps 4 and 5 were done twice, and count once
@@ -215,3 +229,18 @@ def test_replay_folds_in_stream_order_across_files(root):
     store.compact_partition(steps_file(root).parent, min_files=1)
     assert pq.read_table(steps_file(root)).num_rows == rows.num_rows
     assert replay(root)["tokens_seen"] == 10_000
+
+
+def test_a_truncated_file_is_reported_not_crashed_on(ledger_root):
+    f = steps_file(ledger_root)
+    f.write_bytes(f.read_bytes()[:200])
+    rc, out = verify(ledger_root)
+    assert rc == 1 and f"{f.name}: cannot be read" in out and "Traceback" not in out, out
+
+
+def test_an_emptied_cell_is_reported_not_crashed_on(ledger_root):
+    f = steps_file(ledger_root)
+    t = pq.read_table(f)
+    rewrite(f, set_cell(t, "prev_hash", row_index(t, TARGET), None))
+    rc, out = verify(ledger_root)
+    assert rc == 1 and f"{TARGET} (" in out and "no value in prev_hash" in out, out

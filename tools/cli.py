@@ -28,7 +28,11 @@ def default_root() -> str:
 
 
 def resolve_nats(args: argparse.Namespace) -> str:
-    """--nats, else $RUNLEDGER_NATS, else the server `nats up` started for --root, else localhost:4222."""
+    """The server to talk to: --creds (a credentials file: URL with user and password), else --nats,
+    else $RUNLEDGER_CREDS / $RUNLEDGER_NATS, else the server `nats up` started for --root, else :4222."""
+    creds = getattr(args, "creds", None) or os.environ.get("RUNLEDGER_CREDS")
+    if creds:
+        return natsserver.read_creds(creds)
     if getattr(args, "nats", None):
         return args.nats
     if os.environ.get("RUNLEDGER_NATS"):
@@ -44,7 +48,9 @@ def add_root(p: argparse.ArgumentParser) -> None:
 
 
 def add_nats(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nats", default=None, help="NATS URL (env RUNLEDGER_NATS; default: the server `nats up` started)")
+    p.add_argument("--nats", default=None, help="NATS URL(s), comma-separated for a cluster (env RUNLEDGER_NATS; "
+                   "default: the server `nats up` started for --root)")
+    p.add_argument("--creds", default=None, help="credentials file from `nats up --secure` (env RUNLEDGER_CREDS)")
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -52,11 +58,46 @@ def add_nats(p: argparse.ArgumentParser) -> None:
 
 def cmd_nats(args: argparse.Namespace) -> int:
     if args.action == "up":
-        print(natsserver.up(args.root, args.port, args.sync_interval))
+        try:
+            url = natsserver.up(args.root, args.port, args.sync_interval, args.secure, tuple(args.runs), args.cluster)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        if args.cluster or args.secure:
+            asyncio.run(_ensure_stream(url if not args.secure else natsserver.read_creds(
+                natsserver.nats_dir(args.root) / "creds" / "ledger.creds"), args.cluster or None))
+        if args.secure:
+            log.info("credentials per role in %s", natsserver.nats_dir(args.root) / "creds")
+        print(url)
+    elif args.action == "creds":
+        if not args.worker:
+            raise UsageError("nats creds needs --worker RUN_ID")
+        try:
+            print(natsserver.add_worker(args.root, args.worker))
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     else:
         stopped = natsserver.down(args.root)
         log.info("nats-server %s", "stopped" if stopped else "was not running")
     return 0
+
+
+async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) -> None:
+    """Create the stream now (a cluster needs a few seconds to elect a JetStream leader)."""
+    import time as _time
+
+    deadline = _time.monotonic() + timeout
+    while True:
+        try:
+            nc = await bus.connect(url)
+            try:
+                await bus.ensure_stream(nc.jetstream(), replicas)
+                return
+            finally:
+                await nc.close()
+        except Exception as err:
+            if _time.monotonic() > deadline:
+                raise RuntimeError(f"could not create the stream on {url}: {err}") from err
+            await asyncio.sleep(0.5)
 
 
 def cmd_ledger_serve(args: argparse.Namespace) -> int:
@@ -157,10 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("nats", help="a local JetStream server on loopback")
-    s.add_argument("action", choices=["up", "down"])
+    s.add_argument("action", choices=["up", "down", "creds"])
     add_root(s)
     s.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     s.add_argument("--sync-interval", default=None, help="JetStream fsync interval, e.g. 'always' (default 2m)")
+    s.add_argument("--secure", action="store_true", help="users per role with subject permissions, and credentials")
+    s.add_argument("--runs", nargs="*", default=[], help="with --secure: runs to make worker credentials for")
+    s.add_argument("--worker", default=None, help="creds: make worker credentials for this run")
+    s.add_argument("--cluster", type=int, default=0, help="start this many clustered nodes (stream replicas = N)")
     s.set_defaults(func=cmd_nats)
 
     s = sub.add_parser("ledger", help="the ledger service")

@@ -13,10 +13,11 @@ import os
 import signal
 from pathlib import Path
 
-from training import checkpoint
 from training.config import PRESETS, config_hash, preset
-from training.schedule import retime
-from training.worker import Start, make_mesh, train
+from training.schedule import make_schedule, retime
+
+# jax, orbax and the worker are imported when a command runs: importing orbax configures the root
+# logger, which would silence the CLI's own logging setup if it happened at parser-build time.
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +26,15 @@ def ckpt_dir(root: str | Path, run_id: str) -> Path:
     return Path(root) / "checkpoints" / run_id
 
 
-def resume_point(root: str | Path, run_id: str) -> tuple[Start, str | None]:
+def resume_point(root: str | Path, run_id: str) -> tuple["Start", str | None]:
     """Where a resumed run goes on: (Start as attempt+1, the run's recorded config hash).
 
     The ledger's replay gives the last checkpoint, the schedule in force and the attempts so far;
     without ledger events (emission was off) the newest local checkpoint is used instead.
     """
     from ledger.replay import replay_run
+    from training import checkpoint
+    from training.worker import Start
 
     try:
         state = replay_run(root, run_id)
@@ -51,9 +54,11 @@ def resume_point(root: str | Path, run_id: str) -> tuple[Start, str | None]:
             state.config_hash if state is not None and state.config_hash else meta.get("config_hash"))
 
 
-def fork_point(root: str | Path, parent_run: str, at_step: int) -> Start:
+def fork_point(root: str | Path, parent_run: str, at_step: int) -> "Start":
     """A new run starting from `parent_run`'s newest checkpoint at or before `at_step`."""
     from ledger.replay import run_events
+    from training import checkpoint
+    from training.worker import Start
 
     try:
         saved = [(e["step"], e["payload"]) for e in run_events(root, parent_run) if e["kind"] == "checkpoint"]
@@ -102,6 +107,8 @@ def _nats_url(args) -> str:
 
 
 def run(args) -> int:
+    from training.worker import Start, make_mesh, train
+
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
     cfg = preset(args.preset)
     if args.resume and args.fork_from:
@@ -150,7 +157,5 @@ def run(args) -> int:
 
 
 def _default_schedule(cfg) -> dict:
-    from training.schedule import make_schedule
-
     o = cfg.optim
     return make_schedule(o.peak_lr, o.warmup_steps, cfg.steps, o.min_lr_ratio, tokens_per_step=cfg.tokens_per_step)

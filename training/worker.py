@@ -191,12 +191,12 @@ def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> dict:
 def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, start: Start = Start(),
           steps: int | None = None, preset: str | None = None, mesh=None, peak_flops: float | None = None,
           nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None) -> TrainResult:
-    """Run (or resume, or fork) a run up to step `steps` (default: the config's horizon)."""
+    """Run (or resume, or fork) a run up to step `steps` (default: the schedule's horizon in force)."""
     emit = emitter.emit if emitter is not None else None
-    last = steps if steps is not None else cfg.steps
     T, L = cfg.tokens_per_step, cfg.model.seq_len
     schedule = start.schedule or make_schedule(cfg.optim.peak_lr, cfg.optim.warmup_steps, cfg.steps,
                                                cfg.optim.min_lr_ratio, tokens_per_step=T)
+    last = steps if steps is not None else int(schedule["horizon_steps"])  # the horizon in force
     corpus = data.load_corpus(cfg.data)
     mixture = cfg.data.mixture_dict()
     state = init_state(cfg)
@@ -213,12 +213,12 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
     if emit:
         emit("run_started", {
             "config": cfg.to_dict(), "config_hash": chash, "code_commit": code_commit(), "preset": preset,
-            "token_budget": cfg.token_budget, "tokens_per_step": T, "schedule": schedule,
+            "token_budget": int(schedule["horizon_steps"]) * T, "tokens_per_step": T, "schedule": schedule,
             "data_mixture": mixture, "planned_tokens_per_s": cfg.planned_mfu * peak / fpt,
             "hardware": hardware(mesh), "peak_flops": peak, "flops_per_token": fpt,
             "resumed_from": None if start.parent else resumed_from, "parent": start.parent,
         }, step=first - 1)
-        emit("data", data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, cfg.steps), step=first - 1)
+        emit("data", data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, last - first + 1), step=first - 1)
 
     heldout = data.heldout_batches(corpus, cfg.seed, cfg.batch_size, L, cfg.eval_batches)
     train_step = make_train_step(cfg, mesh)

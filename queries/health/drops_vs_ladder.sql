@@ -3,16 +3,6 @@ with ratio as (
     select run_id, value from run_thresholds where name = 'drops_vs_ladder_ratio'
 ), min_diff as (
     select run_id, value from run_thresholds where name = 'drops_vs_ladder_min_diff'
-), peers as (
-    -- the ladder's other runs: same run_started.ladder name, or the rungs a forecast for this run used
-    select distinct a.run_id, b.run_id as peer
-    from run_plan a
-    join runs ra on ra.run_id = a.run_id
-    join runs b on coalesce(b.ladder ->> 'name', b.ladder ->> 'ladder') = coalesce(ra.ladder ->> 'name', ra.ladder ->> 'ladder')
-    where b.run_id <> a.run_id
-    union
-    select distinct f.target_run, unnest(from_json(f.rungs, '["VARCHAR"]'))
-    from forecasts f
 ), binned as (
     -- mean drop fraction per 5% of each run's horizon (step / horizon_steps)
     select d.run_id, least(floor(20.0 * d.step / p.horizon_steps), 19)::int as bin,
@@ -23,7 +13,7 @@ with ratio as (
     group by all
 ), ladder as (
     select p.run_id, b.bin, max(b.drop_fraction) as ladder_fraction, count(distinct b.run_id) as rungs
-    from peers p
+    from ladder_peers p
     join binned b on b.run_id = p.peer
     group by all
 ), compared as (

@@ -1,0 +1,112 @@
+"""Access: with `nats up --secure`, each role can publish only what it should; refusals are reported.
+
+A worker publishes its own run's worker kinds and nothing else; an agent only decisions and alerts;
+the ledger only consumes; a reader has nothing on NATS. What the server refuses stays in the
+producer's spool and is reported (Emitter.refused, an ERROR log, close() returning False).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import nats
+import pytest
+
+from conftest import LedgerProcess, wait_for_count
+from ledger import bus, natsserver
+from ledger.emitter import Emitter
+from ledger.events import seal, subject_for
+import queries
+
+STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.1}
+DECISION = {"decision_id": "d1", "agent": "rogue", "rule": "none", "action": "checkpoint_now", "rationale": "test"}
+
+
+@pytest.fixture
+def secure(tmp_path):
+    root = tmp_path / "root"
+    natsserver.up(root, secure=True, runs=("r1",))
+    creds = natsserver.nats_dir(root) / "creds"
+
+    async def make_stream():
+        nc = await bus.connect(natsserver.read_creds(creds / "ledger.creds"))
+        await bus.ensure_stream(nc.jetstream())
+        await nc.close()
+
+    asyncio.run(make_stream())
+    ledger = LedgerProcess(root, natsserver.read_creds(creds / "ledger.creds"), tmp_path / "ledger.log").start()
+    yield root, creds
+    ledger.kill()
+    natsserver.down(root)
+
+
+def url(creds, name):
+    return natsserver.read_creds(creds / f"{name}.creds")
+
+
+def test_a_worker_publishes_its_own_run_and_nothing_else(secure, tmp_path, caplog):
+    root, creds = secure
+    em = Emitter("r1", "worker-0", 0, url(creds, "worker-r1"), tmp_path / "spool")
+    for s in range(20):
+        em.emit("step", STEP, step=s)
+    assert em.flush(30)
+    with caplog.at_level(logging.ERROR, logger="ledger.emitter"):
+        em.emit("decision", DECISION, step=19)  # not a worker kind
+        assert not em.close(timeout=8)  # never acknowledged ...
+    assert "runledger.r1.decision" in em.refused  # ... because refused, and said so
+    assert any("NATS refused runledger.r1.decision" in r.message for r in caplog.records)
+    spooled = (tmp_path / "spool" / "r1" / "worker-0" / "0").glob("seg-*.jsonl")
+    assert any(b'"kind":"decision"' in f.read_bytes() for f in spooled)  # kept, not lost
+
+    other = Emitter("r2", "worker-0", 0, url(creds, "worker-r1"), tmp_path / "spool")
+    other.emit("step", STEP, step=0)  # another run's events
+    assert not other.close(timeout=8)
+    assert "runledger.r2.step" in other.refused
+
+    assert wait_for_count(root, "select count(*) from steps", 20) == 20
+    con = queries.connect(root)
+    assert con.execute("select count(*) from decisions").fetchone()[0] == 0
+    assert con.execute("select count(*) from steps where run_id = 'r2'").fetchone()[0] == 0
+
+
+def test_an_agent_decides_but_cannot_write_steps(secure, tmp_path):
+    root, creds = secure
+    em = Emitter("r1", "agent-test", 0, url(creds, "agent"), tmp_path / "spool")
+    em.emit("decision", DECISION, step=None)
+    assert em.flush(30)
+    em.emit("step", STEP, step=0)
+    assert not em.close(timeout=8)
+    assert em.refused == {"runledger.r1.step"}
+    assert wait_for_count(root, "select count(*) from decisions", 1) == 1
+
+
+@pytest.mark.parametrize("role", ["ledger", "reader"])
+def test_the_ledger_and_readers_cannot_publish_events(secure, role):
+    root, creds = secure
+    errors: list[str] = []
+
+    async def try_publish():
+        async def on_error(err):
+            errors.append(str(err))
+
+        nc = await nats.connect(url(creds, role), error_cb=on_error)
+        env, text = seal("r1", "worker-0", 9, 0, "step", STEP, 0, "")
+        with pytest.raises(Exception):  # no PubAck: the server refused the publish
+            await nc.jetstream().publish(subject_for("r1", "step"), text.encode(), timeout=2)
+        await nc.close()
+
+    asyncio.run(try_publish())
+    assert any("permissions violation for publish" in e.lower() for e in errors), errors
+    assert queries.connect(root).execute("select count(*) from events").fetchone()[0] == 0
+
+
+def test_a_wrong_password_is_refused(secure):
+    root, creds = secure
+    bad = url(creds, "worker-r1").replace("@", "x@")
+
+    async def connect():
+        await nats.connect(bad, max_reconnect_attempts=0, connect_timeout=2, allow_reconnect=False)
+
+    with pytest.raises(Exception):
+        asyncio.run(connect())
