@@ -7,7 +7,7 @@
   fold, dispatch  the same events through a bare loop that only dispatches on kind, the floor any
                   fold in Python pays (the baseline of the ratio)
   parquet read    ledger.replay.run_events() of the same run written by ledger.store.write_events
-                  (2,000-event files, as the ledger writes them): read, sort, rows, payload JSON parsed
+                  (then compacted, as the ledger does): read, sort, rows, payload JSON parsed
   replay_run      read + fold, what `runledger replay RUN` costs
 
 The run: run_started, then per step a `step` and a `drops` event (8 MoE layers with counts), an eval
@@ -38,7 +38,7 @@ RUN_ID = "replay"
 LAYERS = 8
 TOKENS = 8192
 LAYER_ASSIGNMENTS = TOKENS * 2  # top-k 2
-FILE_EVENTS = 2_000  # events per Parquet file: the ledger's fetch batch (ledger.service.FETCH_BATCH)
+WRITE_EVENTS = 20_000  # events per write_events call; the small files are then compacted, as the ledger does
 
 
 def make_events(n: int) -> list[dict]:
@@ -101,14 +101,15 @@ def timed(fn, *args):
 
 
 def write_ledger(root: Path, events: list[dict]) -> None:
-    """The run as the ledger stores it: store.write_events in FILE_EVENTS-event batches."""
+    """The run as the ledger stores it: store.write_events in batches, then store.compact."""
     dumps = json.dumps
-    for i in range(0, len(events), FILE_EVENTS):
+    for i in range(0, len(events), WRITE_EVENTS):
         rows = []
-        for e in events[i:i + FILE_EVENTS]:
+        for e in events[i:i + WRITE_EVENTS]:
             env = {**e, "schema_version": 1, "prev_hash": "", "hash": "0" * 64}
             rows.append(store.StoredEvent(env, dumps(e["payload"], sort_keys=True, separators=(",", ":")), e["stream_seq"]))
         store.write_events(root, rows)
+    store.compact(root)
 
 
 def main() -> int:
@@ -142,7 +143,7 @@ def main() -> int:
             assert from_disk.to_json() == state.to_json(), "replay from Parquet differs from replay in memory"
             rows += [("parquet read (run_events)", t_read, n / t_read, t_floor / t_read),
                      ("replay_run (read + fold)", t_run, n / t_run, t_floor / t_run)]
-            log.info("store.write_events: %.0f events/s (%d files)", n / t_write, -(-n // FILE_EVENTS) * len(kinds))
+            log.info("store.write_events + compact: %.0f events/s, %d files", n / t_write, len(store.event_files(tmp)))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     print()

@@ -2,7 +2,7 @@
 the step time with events emitted (a real Emitter publishing to a real local NATS) vs emission off,
 in the same process, interleaved so that drift hits both alike.
 
-    .venv/bin/python bench/train.py [--preset small] [--steps 20] [--rounds 3]
+    .venv/bin/python bench/train.py [--preset small] [--steps 10] [--rounds 3]
 
 Each timed step is the worker's loop body: batch, lr into the optimizer, jitted update, metrics to
 the host, and (when on) the `step` and `drops` payloads built and emitted.
@@ -32,7 +32,7 @@ from training.worker import drops_payload, init_state, make_train_step, step_pay
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="small")
-    ap.add_argument("--steps", type=int, default=20, help="steps per timed block")
+    ap.add_argument("--steps", type=int, default=10, help="steps per timed block")
     ap.add_argument("--rounds", type=int, default=3, help="off/on block pairs")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -46,8 +46,8 @@ def main() -> None:
     state = init_state(cfg)
     step_fn = make_train_step(cfg)
     t0 = time.perf_counter()
-    batch0 = {**data.batch_at(corpus, mixture, cfg.seed, 1, cfg.batch_size, L), "poison": 0.0}
-    step_fn = step_fn.lower(with_lr(state, 0.0), {**batch0, "poison": jax.numpy.float32(0)}).compile()
+    batch0 = {**data.batch_at(corpus, mixture, cfg.seed, 1, cfg.batch_size, L), "poison": jax.numpy.float32(0)}
+    step_fn = step_fn.lower(with_lr(state, 0.0), batch0).compile()
     compile_s = time.perf_counter() - t0
 
     from ledger.emitter import Emitter
@@ -55,7 +55,6 @@ def main() -> None:
 
     tmp = tempfile.TemporaryDirectory()
     server = NatsServer(Path(tmp.name) / "nats").start()
-    from ledger import bus  # noqa: F401  (the stream is created by whoever runs the ledger; the emitter spools)
 
     emitter = Emitter("bench-train", "worker-0", 0, server.url, Path(tmp.name) / "spool")
     k = 0

@@ -71,17 +71,29 @@ def es_number(x: float) -> str:
     return f"{head}e{'+' if e >= 0 else '-'}{abs(e)}"
 
 
+_KEY_ORDERS: dict[tuple, tuple] = {}  # a dict's keys as given -> (sorted keys, their '"key":' prefixes)
+
+
+def _key_order(obj: dict) -> tuple:
+    given = tuple(obj)
+    order = _KEY_ORDERS.get(given)
+    if order is None:
+        keys = sorted(given, key=lambda k: k.encode("utf-16-be"))  # JCS: by UTF-16 code units
+        order = (keys, [_encode_str(k) + ":" for k in keys])
+        if len(_KEY_ORDERS) < 4096:  # payloads repeat a few shapes; don't grow without bound
+            _KEY_ORDERS[given] = order
+    return order
+
+
 def _canonical_dict(obj: dict) -> str:
-    keys = sorted(obj)
-    if not all(k.isascii() for k in keys):  # JCS sorts by UTF-16 code units
-        keys = sorted(obj, key=lambda k: k.encode("utf-16-be"))
+    keys, prefixes = _key_order(obj)
     parts = []
-    for k in keys:
+    for k, prefix in zip(keys, prefixes):
         v = obj[k]
         write = _CANONICAL.get(type(v))
         if write is None:
             raise InvalidEvent(f"not a JSON value: {type(v).__name__}")
-        parts.append(_encode_str(k) + ":" + write(v))
+        parts.append(prefix + write(v))
     return "{" + ",".join(parts) + "}"
 
 

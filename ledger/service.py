@@ -15,6 +15,7 @@ import json
 import logging
 import signal
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,10 +45,13 @@ class Counters:
 
 @dataclass
 class Decoded:
-    """What one batch of messages turned into."""
+    """What one batch of messages turned into, and how much of it is written already (a write that
+    failed halfway, on a full disk say, is retried from where it stopped: nothing is written twice)."""
 
     events: list[StoredEvent] = field(default_factory=list)
     rejected: list[Quarantined] = field(default_factory=list)
+    written_groups: set[tuple[str, str]] = field(default_factory=set)
+    quarantine_written: bool = False
 
 
 def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tuple[dict, str]], list[Quarantined]]:
@@ -143,20 +147,32 @@ class Ledger:
                 json.dumps(env).encode(), env["event_id"]))
 
     def write(self, decoded: Decoded) -> None:
-        """Durably write a decoded batch, then remember it as stored. Raises OSError on failure."""
-        written = store.write_events(self.root, decoded.events) if decoded.events else []
-        store.write_quarantine(self.root, decoded.rejected)
-        for ev in decoded.events:
-            e = ev.env
-            self.index.add((e["run_id"], e["producer"], e["attempt"], e["seq"]))
-        self.quarantined.update(q.stream_seq for q in decoded.rejected)
-        self.counters.stored += len(decoded.events)
-        self.counters.quarantined += len(decoded.rejected)
-        for reason in {q.reason for q in decoded.rejected[:5]}:
-            log.warning("quarantined: %s", reason)
-        for part in {p.parent for p in written}:
-            if store.compact_partition(part) is not None:
-                self.counters.compactions += 1
+        """Durably write a decoded batch, remembering each file as it lands. Raises OSError on failure;
+        calling it again with the same `decoded` writes only what is missing."""
+        now = datetime.now(timezone.utc)
+        parts = []
+        for (kind, run_id), group in store.group_events(decoded.events).items():
+            if (kind, run_id) in decoded.written_groups:
+                continue
+            parts.append(store.write_group(self.root, kind, run_id, group, now).parent)
+            decoded.written_groups.add((kind, run_id))
+            for ev in group:
+                e = ev.env
+                self.index.add((e["run_id"], e["producer"], e["attempt"], e["seq"]))
+            self.counters.stored += len(group)
+        if decoded.rejected and not decoded.quarantine_written:
+            store.write_quarantine(self.root, decoded.rejected, now)
+            decoded.quarantine_written = True
+            self.quarantined.update(q.stream_seq for q in decoded.rejected)
+            self.counters.quarantined += len(decoded.rejected)
+            for reason in {q.reason for q in decoded.rejected[:5]}:
+                log.warning("quarantined: %s", reason)
+        for part in parts:
+            try:
+                if store.compact_partition(part) is not None:
+                    self.counters.compactions += 1
+            except OSError as err:  # the events are durable already; compaction can wait
+                log.warning("compaction of %s postponed: %s", part, err)
 
 
 async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event):

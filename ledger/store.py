@@ -147,18 +147,25 @@ def partition_dir(root: Path, kind: str, run_id: str) -> Path:
     return Path(root) / "events" / f"kind={kind}" / f"run_id={run_id}"
 
 
-def write_events(root: Path, rows: list[StoredEvent], ingested_at: datetime | None = None) -> list[Path]:
-    """Durably write validated events, one file per (kind, run_id); return the files written."""
-    ingested_at = ingested_at or datetime.now(timezone.utc)
+def group_events(rows: list[StoredEvent]) -> dict[tuple[str, str], list[StoredEvent]]:
+    """Events by (kind, run_id): one file each."""
     groups: dict[tuple[str, str], list[StoredEvent]] = defaultdict(list)
     for r in rows:
         groups[(r.env["kind"], r.env["run_id"])].append(r)
-    written = []
-    for (kind, run_id), group in groups.items():
-        path = partition_dir(root, kind, run_id) / _file_name("part", (r.stream_seq for r in group))
-        write_atomic(events_table(kind, group, ingested_at), path)
-        written.append(path)
-    return written
+    return groups
+
+
+def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent], ingested_at: datetime) -> Path:
+    """Durably write one partition's events as one new file; return it."""
+    path = partition_dir(root, kind, run_id) / _file_name("part", (r.stream_seq for r in group))
+    write_atomic(events_table(kind, group, ingested_at), path)
+    return path
+
+
+def write_events(root: Path, rows: list[StoredEvent], ingested_at: datetime | None = None) -> list[Path]:
+    """Durably write validated events, one file per (kind, run_id); return the files written."""
+    ingested_at = ingested_at or datetime.now(timezone.utc)
+    return [write_group(root, kind, run_id, group, ingested_at) for (kind, run_id), group in group_events(rows).items()]
 
 
 @dataclass

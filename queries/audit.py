@@ -79,8 +79,10 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-# the kinds a one-run audit reads for the run's ladder peers too (drops_vs_ladder); the others only for the run
+# the kinds a one-run audit also reads for related runs: ladder peers (drops_vs_ladder) and a fork's
+# parent (checkpoint_lineage); every other kind only for the run itself
 _PEER_KINDS = ("run_started", "drops")
+_PARENT_KINDS = ("run_started", "checkpoint")
 _KIND_VIEWS = {"run_started": "runs", "step": "steps_all", "drops": "drops", "eval": "evals", "checkpoint": "checkpoints",
                "data": "data", "alert": "alerts", "decision": "decisions", "decision_applied": "decisions_applied",
                "run_finished": "runs_finished"}
@@ -93,12 +95,15 @@ def _scan_files(files: list[Path], kind: str) -> str:
     return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
 
 
-def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> list[str]:
+def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> tuple[list[str], list[str]]:
     """Shadow the kind views (and `events`) with views over the run's own partitions, plus its ladder
-    peers' for run_started and drops, so a one-run audit opens no other run's files; return the peers."""
+    peers' run_started and drops (as views.sql's ladder_peers finds them: the same run_started.ladder
+    name, or the rungs of a forecast for the run) and a fork parent's run_started and checkpoints, so
+    a one-run audit opens no unrelated run's files; return (peers, parents)."""
+    own_starts = _scan_files(event_files(root, "run_started", run_id), "run_started")
+    ladder, parents = con.execute(
+        f"select max(coalesce(ladder ->> 'name', ladder ->> 'ladder')), list(distinct parent ->> 'run_id') from {own_starts}").fetchone()
     peers = set()
-    own_starts = event_files(root, "run_started", run_id)
-    ladder = con.execute(f"select max(coalesce(ladder ->> 'name', ladder ->> 'ladder')) from {_scan_files(own_starts, 'run_started')}").fetchone()[0]
     if ladder is not None:  # only then read every run's run_started, for the same ladder name
         peers |= {r[0] for r in con.execute(
             "select distinct run_id from main.runs where coalesce(ladder ->> 'name', ladder ->> 'ladder') = ? and run_id <> ?",
@@ -106,18 +111,21 @@ def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> lis
     peers |= {r[0] for r in con.execute(
         "select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from main.forecasts where target_run = ?", [run_id]).fetchall()}
     peers = sorted(peers - {run_id})
+    parents = sorted({p for p in parents or [] if p and p != run_id})
     cols = ", ".join(queries.ENVELOPE_COLUMNS)
     own = []
     for kind, view in _KIND_VIEWS.items():
-        runs = [run_id] + (peers if kind in _PEER_KINDS else [])
+        runs = [run_id] + (peers if kind in _PEER_KINDS else []) + (parents if kind in _PARENT_KINDS else [])
+        runs = list(dict.fromkeys(runs))
         files = [f for r in runs for f in event_files(root, kind, r)]
         scan = _scan_files(files, kind)
         con.execute(f"create or replace temp view {view} as select * from {scan}")
-        if files:
-            own.append(f"select {cols} from {_scan_files(event_files(root, kind, run_id), kind)}")
+        own_files = event_files(root, kind, run_id)
+        if own_files:
+            own.append(f"select {cols} from {_scan_files(own_files, kind)}")
     empty = _scan_files([], "step")
     con.execute(f"create or replace temp view events as {' union all '.join(own) or f'select {cols} from {empty}'}")
-    return peers
+    return peers, parents
 
 
 def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None) -> None:

@@ -65,13 +65,14 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
               drop_fraction: float = 0.01, forecasts: str | None = None, with_start: bool = True,
               retime_at: int | None = 200, new_horizon: int = 300, thresholds: dict | None = None,
               attempt: int = 0, first: int = 1, last: int = STEPS, finish: bool = True, t_offset: float = 0.0,
-              schedule: dict | None = None, resumed_from: dict | None = None, code_commit: str = "abc123") -> None:
+              schedule: dict | None = None, resumed_from: dict | None = None, code_commit: str = "abc123",
+              parent: dict | None = None) -> None:
     """One run (or one attempt of it: steps first..last); `fault` plants one problem (see the cases below)."""
     rng = np.random.default_rng(zlib.crc32(f"{run_id}:{attempt}".encode()))
     schedule = schedule or make_schedule(1e-3, 20, STEPS, 0.05, tokens_per_step=TOKENS_PER_STEP)
     start = {
         "config": CONFIG, "config_hash": CONFIG_HASH if fault != "config_hash" else "0" * 64,
-        "code_commit": code_commit, "resumed_from": resumed_from,
+        "code_commit": code_commit, "resumed_from": resumed_from, "parent": parent,
         "token_budget": STEPS * TOKENS_PER_STEP, "tokens_per_step": TOKENS_PER_STEP,
         "schedule": schedule, "data_mixture": {"code": 0.5, "prose": 0.5},
         "planned_tokens_per_s": PLANNED_TOKENS_PER_S,

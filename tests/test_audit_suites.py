@@ -41,6 +41,9 @@ def root(tmp_path_factory) -> Path:
     write_run(led, "orphan", last=150, finish=False)
     write_run(led, "orphan", attempt=1, first=151, t_offset=10, retime_at=None,
               resumed_from={"path": "elsewhere/150", "step": 150, "content_hash": "e" * 64})
+    # a fork of the clean run from its step-200 checkpoint
+    write_run(led, "fork", first=201, retime_at=None, schedule=retimed,
+              parent={"run_id": "clean", "step": 200, "content_hash": f"{200:064x}", "path": "ckpt/clean/200"})
     led.write()
     return root
 
@@ -77,6 +80,9 @@ def test_each_attempt_shows_its_commit_and_the_checkpoint_it_resumed_from(root):
     assert lineage[0]["lineage"] == "fresh start"
     assert lineage[1]["start_kind"] == "resume" and lineage[1]["lineage"] == "matches a saved checkpoint"
     assert lineage[1]["saved_by_attempt"] == 0 and lineage[1]["saved_at_step"] == 200
+    fork = by_name(audit.run_suite(root, "provenance", "fork"))["provenance/checkpoint_lineage"]
+    assert [(r["start_kind"], r["source_run"], r["saved_at_step"], r["lineage"]) for r in fork] == [
+        ("fork", "clean", 200, "matches a saved checkpoint")]
     orphan = {r["attempt"]: r for r in by_name(audit.run_suite(root, "provenance", "orphan"))["provenance/checkpoint_lineage"]}
     assert orphan[1]["lineage"] == "checkpoint not in the ledger"
 

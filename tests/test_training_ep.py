@@ -17,7 +17,8 @@ from training.worker import make_mesh, train
 
 assert jax.device_count() == 4, jax.devices()
 base = PRESETS["tiny"]
-cfg = dataclasses.replace(base, moe=dataclasses.replace(base.moe, shards=4), steps=4, eval_every=100, ckpt_every=100)
+cfg = dataclasses.replace(base, moe=dataclasses.replace(base.moe, shards=4), steps=3, eval_every=100, ckpt_every=100,
+                          model=dataclasses.replace(base.model, n_layers=1))  # one layer: half the compile time
 
 
 out = {}
@@ -40,7 +41,7 @@ def test_expert_parallel_run_matches_the_one_device_run():
     line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
     out = json.loads(line[len("RESULT "):])
     ep, one = out["ep"], out["one"]
-    assert len(ep["losses"]) == 4
+    assert len(ep["losses"]) == 3
     assert ep["drops"] == one["drops"]
     assert any(s + r > 0 for step in ep["drops"] for s, r in step)  # the comparison covers real drops
     for a, b in zip(ep["losses"], one["losses"]):

@@ -136,6 +136,8 @@ def _mount_tmpfs(path: Path, size_mb: int) -> bool:
 def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: random.Random) -> PhaseResult:
     run_id = f"chaos-{fault}"
     t0 = time.monotonic()
+    if fault == "disk-full":  # each fault holds until the ledger has failed a write: keep the stream going
+        rate = min(rate, events / (faults * 6.0))
     duration = events / rate
     gap = duration / (faults + 1)
     prod = rig.producer(run_id, events, rate)

@@ -96,9 +96,18 @@ def make_mesh(cfg: TrainConfig):
     return None
 
 
-@functools.lru_cache(maxsize=16)
+def _step_key(cfg: TrainConfig) -> TrainConfig:
+    """The part of a config the update depends on (steps, eval and checkpoint cadence do not)."""
+    return TrainConfig(model=cfg.model, moe=cfg.moe, optim=cfg.optim, logit_z_coef=cfg.logit_z_coef)
+
+
 def make_train_step(cfg: TrainConfig, mesh=None) -> Callable:
     """The pure, jitted update for this config (cached, so a process compiles it once)."""
+    return _make_train_step(_step_key(cfg), mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _make_train_step(cfg: TrainConfig, mesh=None) -> Callable:
     opt = make_optimizer(cfg)
 
     def train_step(state, batch):
@@ -124,8 +133,12 @@ def make_train_step(cfg: TrainConfig, mesh=None) -> Callable:
     return jax.jit(train_step)
 
 
-@functools.lru_cache(maxsize=16)
 def make_eval_step(cfg: TrainConfig, mesh=None) -> Callable:
+    return _make_eval_step(_step_key(cfg), mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _make_eval_step(cfg: TrainConfig, mesh=None) -> Callable:
     return jax.jit(lambda params, b: token_losses(params, b["inputs"], b["targets"], cfg, mesh))
 
 

@@ -89,11 +89,11 @@ tolerance as (
     from expected
 ), summary as (
     select
-        run_id, count(*) as steps, max(err / peak) as worst,
-        count(*) filter (off) as steps_off,
-        min(step) filter (off) as first_step,
-        arg_min(lr, step) filter (off) as first_lr,
-        arg_min(expected, step) filter (off) as first_expected
+        run_id, count(*) as steps, max(err) / any_value(peak) as worst,
+        count_if(off) as steps_off,
+        min(case when off then step end) as first_step,
+        arg_min(lr, case when off then step end) as first_lr,
+        arg_min(expected, case when off then step end) as first_expected
     from checked
     group by run_id
 ), decided as (

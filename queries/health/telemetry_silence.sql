@@ -10,13 +10,19 @@ with threshold as (
     select (min(value) * 1e6 / 2)::bigint as us from threshold
 ), telemetry as (
     -- what the run's own workers emit (not the agents' decisions, alerts or forecasts)
-    select e.run_id, e.ts, e.step, epoch_us(e.ts) // (select us from bucket) as bucket
-    from events e
-    where e.kind in ('run_started', 'step', 'drops', 'eval', 'checkpoint', 'data', 'decision_applied', 'run_finished')
+    select run_id, ts, step from runs
+    union all select run_id, ts, step from steps_all
+    union all select run_id, ts, step from drops
+    union all select run_id, ts, step from evals
+    union all select run_id, ts, step from checkpoints
+    union all select run_id, ts, step from data
+    union all select run_id, ts, step from decisions_applied
+    union all select run_id, ts, step from runs_finished
 ), buckets as (
-    select run_id, bucket, min(ts) as first_ts, max(ts) as last_ts, arg_max(step, ts) as last_step
+    select run_id, epoch_us(ts) // (select us from bucket) as bucket, min(ts) as first_ts, max(ts) as last_ts,
+           max(step) as last_step
     from telemetry
-    group by run_id, bucket
+    group by all
 ), gaps as (
     select
         run_id, last_step as step_before,

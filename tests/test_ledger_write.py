@@ -1,0 +1,61 @@
+"""A write that fails halfway (a full disk, say) is retried from where it stopped: nothing twice."""
+
+from __future__ import annotations
+
+import pytest
+
+import queries
+from ledger import service
+from ledger.events import seal, subject_for
+
+
+def batch_for(runs: list[str], n: int) -> list[tuple[str, bytes, int]]:
+    msgs, sseq = [], 0
+    for run in runs:
+        prev = ""
+        for s in range(n):
+            env, text = seal(run, "worker-0", 0, s, "step",
+                             {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}, s, prev)
+            prev = env["hash"]
+            sseq += 1
+            msgs.append((subject_for(run, "step"), text.encode(), sseq))
+    return msgs
+
+
+def test_a_failed_write_is_retried_without_writing_twice(root):
+    ledger = service.Ledger(root)
+    decoded = ledger.decode(batch_for(["run-a", "run-b"], 50))
+    blocker = root / "events" / "kind=step" / "run_id=run-b"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("in the way")  # run-b's partition cannot be created: the write fails halfway
+    with pytest.raises(OSError):
+        ledger.write(decoded)
+    assert decoded.written_groups == {("step", "run-a")}
+    blocker.unlink()
+    ledger.write(decoded)  # the retry writes run-b only
+    con = queries.connect(root)
+    assert con.execute("select run_id, count(*) from steps group by 1 order by 1").fetchall() == [("run-a", 50), ("run-b", 50)]
+    assert ledger.counters.stored == 100
+
+
+def test_redelivered_events_are_recognised_after_a_restart(root):
+    msgs = batch_for(["run-a"], 30)
+    first = service.Ledger(root)
+    first.write(first.decode(msgs[:20]))
+    again = service.Ledger(root)  # a new process: the stored set comes back from Parquet
+    decoded = again.decode(msgs)  # the first 20 are redelivered, 10 are new
+    assert len(decoded.events) == 10 and not decoded.rejected
+    again.write(decoded)
+    assert again.counters.duplicates == 20
+    assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (30, 30)
+
+
+def test_a_conflicting_event_with_a_stored_id_is_quarantined(root):
+    msgs = batch_for(["run-a"], 5)
+    ledger = service.Ledger(root)
+    ledger.write(ledger.decode(msgs))
+    env, text = seal("run-a", "worker-0", 0, 2, "step",
+                     {"loss": 9.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}, 2, "a" * 64)
+    decoded = ledger.decode([(subject_for("run-a", "step"), text.encode(), 99)])
+    assert not decoded.events
+    assert "already stored with a different hash" in decoded.rejected[0].reason
