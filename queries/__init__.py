@@ -45,15 +45,27 @@ def _scan(pattern: Path, has_files: bool, schema) -> str:
     return f"(select {cols} where false)"
 
 
-def render_views(root: Path) -> str:
-    """views.sql with its placeholders replaced for the files under `root`."""
+def _scan_files(files: list[Path], schema) -> str:
+    """A scan of exactly these Parquet files, or an empty relation of the same columns."""
+    if not files:
+        return _scan(Path("none"), False, schema)
+    listing = ", ".join(_sql_str(str(Path(f).resolve())) for f in files)
+    return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
+
+
+def render_views(root: Path, files: dict[str, list[Path]] | None = None) -> str:
+    """views.sql with its placeholders replaced for the files under `root`, or, given `files`
+    (kind -> Parquet files), for exactly those files (a scope: one run and what its audit needs)."""
     root = Path(root).resolve()
     sql = (HERE / "views.sql").read_text()
     env_cols = ", ".join(ENVELOPE_COLUMNS)
-    kinds_sql = {
-        k: _scan(root / "events" / f"kind={k}" / "*" / "*.parquet", bool(event_files(root, k)), arrow_schema(k))
-        for k in KINDS
-    }
+    if files is not None:
+        kinds_sql = {k: _scan_files(files.get(k, []), arrow_schema(k)) for k in KINDS}
+    else:
+        kinds_sql = {
+            k: _scan(root / "events" / f"kind={k}" / "*" / "*.parquet", bool(event_files(root, k)), arrow_schema(k))
+            for k in KINDS
+        }
     all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
     sql = sql.replace("{{all_kinds}}", all_kinds)
     sql = sql.replace("{{events_glob}}", _sql_str(str(root / "events" / "*" / "*" / "*.parquet")))
@@ -62,9 +74,10 @@ def render_views(root: Path) -> str:
     return sql
 
 
-def connect(root: str | Path, read_only: bool = True, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def connect(root: str | Path, read_only: bool = True, threads: int | None = None,
+            files: dict[str, list[Path]] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the ledger's views over `root` (`threads`: DuckDB's
-    worker threads, default all cores).
+    worker threads, default all cores; `files`: views over just these files, see render_views).
 
     With read_only (the default) the connection cannot write: external access is off except
     reading under `root`, spilling to disk is off, extensions are not installed, and the
@@ -75,7 +88,7 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     if threads:
         config["threads"] = int(threads)
     con = duckdb.connect(":memory:", config=config)
-    con.execute(render_views(root))
+    con.execute(render_views(root, files))
     if read_only:
         con.execute("SET temp_directory = ''")
         con.execute(f"SET allowed_directories = [{_sql_str(str(root) + '/')}]")

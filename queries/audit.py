@@ -6,10 +6,12 @@ their own columns, one table per file. `register(subparsers)` adds
 `runledger audit {health,provenance,forecast} RUN --root DIR [--format table|json|csv]`; health exits
 1 when any check fails.
 
-Before a suite runs, the small helper views of views.sql (audit_runs, run_plan, run_thresholds,
-run_blocks, step_blocks, step_progress) are materialised as temp tables that shadow them, scoped to
-the run when one is given (its steps and events are read once, through run-filtered views of
-`steps_all` and `events`); the `.sql` files themselves are plain queries over the views.
+The `.sql` files are plain queries over the views of views.sql and return every run; for one run
+the views are opened over just the files its audit needs (`scope_files`: the run's own, its ladder
+peers' and fork parent's where a check compares with them), and the rows are filtered to the run.
+Before a suite runs, the helper views (audit_runs, run_plan, run_thresholds, run_blocks, step_blocks,
+step_progress) are materialised as temp tables that shadow them, so the steps are aggregated once
+per suite (step_blocks) rather than once per check.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import csv
 import io
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -80,63 +83,72 @@ def _sql_str(s: str) -> str:
 
 
 # the kinds a one-run audit also reads for related runs: ladder peers (drops_vs_ladder) and a fork's
-# parent (checkpoint_lineage); every other kind only for the run itself
+# parent (checkpoint_lineage); forecasts are read whole (they belong to the ladder's run, and name
+# their target); every other kind only for the run itself
 _PEER_KINDS = ("run_started", "drops")
 _PARENT_KINDS = ("run_started", "checkpoint")
 _KIND_VIEWS = {"run_started": "runs", "step": "steps_all", "drops": "drops", "eval": "evals", "checkpoint": "checkpoints",
-               "data": "data", "alert": "alerts", "decision": "decisions", "decision_applied": "decisions_applied",
-               "run_finished": "runs_finished"}
+               "data": "data", "forecast": "forecasts", "alert": "alerts", "decision": "decisions",
+               "decision_applied": "decisions_applied", "run_finished": "runs_finished"}
 
 
-def _scan_files(files: list[Path], kind: str) -> str:
-    if not files:
-        return queries._scan(Path("none"), False, arrow_schema(kind))
-    listing = ", ".join(_sql_str(str(f.resolve())) for f in files)
-    return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
-
-
-def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> tuple[list[str], list[str]]:
-    """Shadow the kind views (and `events`) with views over the run's own partitions, plus its ladder
-    peers' run_started and drops (as views.sql's ladder_peers finds them: the same run_started.ladder
-    name, or the rungs of a forecast for the run) and a fork parent's run_started and checkpoints, so
-    a one-run audit opens no unrelated run's files; return (peers, parents)."""
-    own_starts = _scan_files(event_files(root, "run_started", run_id), "run_started")
-    ladder, parents = con.execute(
-        f"select max(coalesce(ladder ->> 'name', ladder ->> 'ladder')), list(distinct parent ->> 'run_id') from {own_starts}").fetchone()
-    peers = set()
+def scope_files(root: Path, run_id: str) -> dict[str, list[Path]]:
+    """kind -> the Parquet files a one-run audit reads: the run's own, its ladder peers' run_started
+    and drops (the same run_started.ladder name, or the rungs of a forecast for the run, as views.sql's
+    ladder_peers finds them), its fork parent's run_started and checkpoints, and every forecast."""
+    root = Path(root)
+    look = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    ladder, parents, peers = None, [], set()
+    own_starts = event_files(root, "run_started", run_id)
+    if own_starts:
+        ladder, parents = look.execute(
+            "select max(coalesce(ladder ->> 'name', ladder ->> 'ladder')), list(distinct parent ->> 'run_id') "
+            f"from {queries._scan_files(own_starts, arrow_schema('run_started'))}").fetchone()
     if ladder is not None:  # only then read every run's run_started, for the same ladder name
-        peers |= {r[0] for r in con.execute(
-            "select distinct run_id from main.runs where coalesce(ladder ->> 'name', ladder ->> 'ladder') = ? and run_id <> ?",
-            [ladder, run_id]).fetchall()}
-    peers |= {r[0] for r in con.execute(
-        "select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from main.forecasts where target_run = ?", [run_id]).fetchall()}
-    peers = sorted(peers - {run_id})
-    parents = sorted({p for p in parents or [] if p and p != run_id})
+        peers |= {r[0] for r in look.execute(
+            f"select distinct run_id from {queries._scan_files(event_files(root, 'run_started'), arrow_schema('run_started'))} "
+            "where coalesce(ladder ->> 'name', ladder ->> 'ladder') = ?", [ladder]).fetchall()}
+    forecasts = event_files(root, "forecast")
+    if forecasts:
+        peers |= {r[0] for r in look.execute(
+            f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries._scan_files(forecasts, arrow_schema('forecast'))} "
+            "where target_run = ?", [run_id]).fetchall()}
+    look.close()
+    peers.discard(run_id)
+    parents = {p for p in parents or [] if p and p != run_id}
+    files = {}
+    for kind in KINDS:
+        if kind == "forecast":
+            files[kind] = forecasts
+            continue
+        runs = [run_id, *sorted(peers if kind in _PEER_KINDS else []), *sorted(parents if kind in _PARENT_KINDS else [])]
+        files[kind] = [f for r in dict.fromkeys(runs) for f in event_files(root, kind, r)]
+    log.debug("scope of %s: ladder peers %s, parents %s", run_id, sorted(peers), sorted(parents))
+    return files
+
+
+def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> None:
+    """On a connection over the whole ledger, shadow the kind views (and `events`) with temp views over
+    the files of `scope_files`, so that a one-run audit opens no unrelated run's files."""
+    files = scope_files(root, run_id)
     cols = ", ".join(queries.ENVELOPE_COLUMNS)
-    own = []
     for kind, view in _KIND_VIEWS.items():
-        runs = [run_id] + (peers if kind in _PEER_KINDS else []) + (parents if kind in _PARENT_KINDS else [])
-        runs = list(dict.fromkeys(runs))
-        files = [f for r in runs for f in event_files(root, kind, r)]
-        scan = _scan_files(files, kind)
-        con.execute(f"create or replace temp view {view} as select * from {scan}")
-        own_files = event_files(root, kind, run_id)
-        if own_files:
-            own.append(f"select {cols} from {_scan_files(own_files, kind)}")
-    empty = _scan_files([], "step")
-    con.execute(f"create or replace temp view events as {' union all '.join(own) or f'select {cols} from {empty}'}")
-    return peers, parents
+        con.execute(f"create or replace temp view {view} as select * from {queries._scan_files(files[kind], arrow_schema(kind))}")
+    union = " union all ".join(f"select {cols} from {queries._scan_files(f, arrow_schema(k))}" for k, f in files.items() if f)
+    empty = queries._scan_files([], arrow_schema("step"))
+    con.execute(f"create or replace temp view events as {union or f'select {cols} from {empty}'}")
 
 
-def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None) -> None:
-    """Materialise the audit helpers as temp tables, for `run_id` or for every run."""
+def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scoped: bool = False) -> None:
+    """Materialise the audit helpers as temp tables, for `run_id` or for every run. A connection over
+    the whole ledger is first scoped to the run; `scoped` says it was opened over the run's files."""
     for view in ("events", *_KIND_VIEWS.values()):  # a connection reused for another scope starts afresh
         con.execute(f"drop view if exists temp.{view}")
     runs = [run_id] if run_id else known_runs(root)
     con.execute("create or replace temp table audit_runs (run_id varchar)")
     if runs:
         con.execute("insert into audit_runs values " + ", ".join(f"({_sql_str(r)})" for r in runs))
-    if run_id:
+    if run_id and not scoped:
         scope_to_run(con, root, run_id)
     for name in _HELPERS:
         t0 = time.perf_counter()
@@ -145,13 +157,19 @@ def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None) -> N
 
 
 def run_suite(root: str | Path, suite: str, run_id: str | None = None,
-              con: duckdb.DuckDBPyConnection | None = None) -> Audit:
-    """Run every query of `suite` for `run_id` (or all runs); health rows are sorted by run and check."""
+              con: duckdb.DuckDBPyConnection | None = None, threads: int | None = None) -> Audit:
+    """Run every query of `suite` for `run_id` (or all runs); health rows are sorted by run and check.
+
+    Without `con`, opens a read-only connection: over the run's files (see scope_files) when there is
+    a run, else over the whole ledger. A `con` over the whole ledger is reused (scoped with temp views).
+    """
     root = Path(root)
     names = query_names(suite)
-    con = con or queries.connect(root)
     t0 = time.perf_counter()
-    prepare(con, root, run_id)
+    scoped = con is None and run_id is not None
+    if con is None:  # a connection of our own: over just the run's files when there is a run
+        con = queries.connect(root, threads=threads, files=scope_files(root, run_id) if run_id else None)
+    prepare(con, root, run_id, scoped)
     log.info("audit %s %s: helpers ready in %.3fs", suite, run_id or "(all runs)", time.perf_counter() - t0)
     audit = Audit(suite, run_id)
     for name in names:
@@ -242,14 +260,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
     p.add_argument("suite", choices=SUITES)
     p.add_argument("run", help="run_id")
-    p.add_argument("--root", default=None, help="ledger root directory (env RUNLEDGER_ROOT)")
+    p.add_argument("--root", default=os.environ.get("RUNLEDGER_ROOT", "./runledger-data"),
+                   help="ledger root directory (env RUNLEDGER_ROOT)")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
-    p.set_defaults(func=_cmd_with_root)
-
-
-def _cmd_with_root(args: argparse.Namespace) -> int:
-    if args.root is None:
-        import os
-
-        args.root = os.environ.get("RUNLEDGER_ROOT", "./runledger-data")
-    return cmd_audit(args)
+    p.set_defaults(func=cmd_audit)

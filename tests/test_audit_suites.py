@@ -141,3 +141,15 @@ def test_the_checks_are_one_question_per_file_with_a_comment_saying_which(root):
         for name in audit.query_names(suite):
             text = (Path(audit.queries.HERE) / f"{name}.sql").read_text()
             assert text.startswith("-- ") and text.splitlines()[0].rstrip().endswith("?") or suite != "health", name
+
+
+def test_each_query_runs_alone_over_the_plain_views_and_agrees_with_the_runner(root):
+    import queries
+
+    con = queries.connect(root)  # no helpers materialised: the files read the views of views.sql
+    for suite in audit.SUITES:
+        ran = {r.name: sorted(r.rows, key=repr) for r in audit.run_suite(root, suite).results}
+        for name in audit.query_names(suite):
+            queries.check_read_only(con, queries.load_query(name))
+            alone = sorted(con.execute(queries.load_query(name)).fetchall(), key=repr)
+            assert alone == ran[name], name

@@ -11,6 +11,7 @@ import pytest
 from ledger.events import check_payload
 from training import checkpoint
 from training.config import PRESETS, config_hash, from_dict
+from training.decisions import apply_decision
 from training.schedule import lr_at, retime
 from training.worker import Start, train
 
@@ -116,3 +117,41 @@ def test_a_corrupted_checkpoint_is_refused(uninterrupted):
     info = whole.checkpoints[0]
     with pytest.raises(ValueError, match="content hash"):
         checkpoint.restore(info["path"], whole.state, expect_hash="0" * 64)
+
+
+def test_decisions_are_carried_out_at_step_boundaries(tmp_path):
+    plan = {
+        2: [{"decision_id": "d-horizon", "action": "set_token_horizon", "params": {"horizon_tokens": 6 * CFG.tokens_per_step}},
+            {"decision_id": "d-nohorizon", "action": "set_token_horizon", "params": {"horizon_steps": 1}}],
+        3: [{"decision_id": "d-ckpt", "action": "checkpoint_now", "params": {}},
+            {"decision_id": "d-bad", "action": "hold_context_extension", "params": {}}],
+    }
+    rec = Recorder()
+    res = train(CFG, run_id="decided", ckpt_dir=tmp_path, emitter=rec, peak_flops=PEAK,
+                decisions=lambda step: plan.get(step, []))
+    assert res.final_step == 6  # the horizon moved from 8 to 6
+    applied = {p["decision_id"]: (s, p) for s, p in rec.of("decision_applied")}
+    assert applied["d-horizon"][0] == 2 and applied["d-horizon"][1]["after"]["horizon_steps"] == 6
+    assert applied["d-nohorizon"][1]["status"] == "refused"  # a horizon in the past
+    assert applied["d-bad"][1]["status"] == "refused"
+    assert [(s, p["reason"]) for s, p in rec.of("checkpoint")] == [(3, "requested"), (4, "periodic"), (6, "final")]
+    steps = dict(rec.of("step"))
+    assert steps[6]["lr"] == pytest.approx(CFG.optim.peak_lr * CFG.optim.min_lr_ratio)
+    assert rec.of("run_finished")[0][1]["final_step"] == 6
+
+
+def test_dispatch_and_capacity_decisions_change_the_config_in_force():
+    sched = {"peak_lr": 1e-3, "warmup_steps": 2, "horizon_steps": 8, "min_lr_ratio": 0.05, "anchor_step": None,
+             "anchor_lr": None}
+    cfg, _, applied, ckpt = apply_decision({"decision_id": "a", "action": "set_capacity_factor", "params": {"cf": 1.5}},
+                                           3, CFG, sched)
+    assert (cfg.moe.cf_send, cfg.moe.cf_recv) == (1.5, 1.5) and not ckpt
+    assert applied["before"]["cf_send"] == 1.1 and applied["after"] == {"dispatch": "capacity", "cf_send": 1.5, "cf_recv": 1.5}
+    cfg, _, applied, _ = apply_decision({"decision_id": "b", "action": "set_dispatch", "params": {"dispatch": "dropless"}},
+                                        3, cfg, sched)
+    assert cfg.moe.dispatch == "dropless" and applied["status"] == "applied"
+    _, _, applied, _ = apply_decision({"decision_id": "c", "action": "set_dispatch", "params": {"dispatch": "magic"}},
+                                      3, cfg, sched)
+    assert applied["status"] == "refused"
+    for payload in (applied,):
+        check_payload("decision_applied", payload)

@@ -239,16 +239,34 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="JSON Schema of every event kind")
     s.set_defaults(func=cmd_schema)
 
-    for module in ("training.cli", "queries.audit", "agents.cli", "tools.report"):
+    for module in PLUGINS:
         try:
             mod = __import__(module, fromlist=["register"])
         except ImportError as err:
             if err.name and module.startswith(err.name):
                 continue  # that part is not built yet
-            raise
+            _register_broken(sub, module, err)
+            continue
+        except Exception as err:  # a broken part must not take `ledger serve` or `verify` down with it
+            _register_broken(sub, module, err)
+            continue
         if hasattr(mod, "register"):
             mod.register(sub)
     return p
+
+
+PLUGINS = ("training.cli", "queries.audit", "agents.cli", "tools.report")
+
+
+def _register_broken(sub, module: str, err: Exception) -> None:
+    name = {"training.cli": "train", "queries.audit": "audit", "agents.cli": "agents", "tools.report": "report"}[module]
+
+    def fail(args: argparse.Namespace) -> int:
+        raise UsageError(f"`{name}` is unavailable: {module} failed to import ({type(err).__name__}: {err})")
+
+    s = sub.add_parser(name, help=f"(unavailable: {module} failed to import)")
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(func=fail)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,12 +2,14 @@
 
 `register(subparsers)` adds the subcommand; `run(args)` returns the exit code. Where a run starts
 is decided by two small functions over the ledger: `resume_point` (the last checkpoint and the
-schedule in force, as attempt+1) and `fork_point` (the parent's checkpoint at or before a step).
+schedule in force, as attempt+1) and `fork_point` (the parent's checkpoint at or before a step). While it trains, the worker carries out the
+run's decisions from the ledger at step boundaries (`training.decisions`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -40,18 +42,19 @@ def resume_point(root: str | Path, run_id: str) -> tuple["Start", str | None]:
         state = replay_run(root, run_id)
     except (FileNotFoundError, OSError, ValueError):
         state = None
-    attempt = max(state.attempts) + 1 if state is not None and state.attempts else 1
+    attempts = state.attempts if state is not None else {}
+    attempt = max(attempts) + 1 if attempts else 1
+    first_hash = attempts[min(attempts)]["config_hash"] if attempts else None  # before any decision
     ckpt = state.last_checkpoint if state is not None else None
     if ckpt is None:
         ckpt = checkpoint.latest(ckpt_dir(root, run_id))
     if ckpt is None:
-        return Start(attempt=attempt, schedule=(state.schedule or None) if state else None), \
-            state.config_hash if state else None
+        return Start(attempt=attempt, schedule=(state.schedule or None) if state else None), first_hash
     meta = checkpoint.read_meta(ckpt["path"])
     schedule = (state.schedule if state is not None and state.schedule else None) or meta.get("schedule")
+    dispatch = (state.dispatch if state is not None and state.dispatch else None) or meta.get("dispatch")
     return (Start(attempt=attempt, checkpoint_path=ckpt["path"], step=int(ckpt["step"]), schedule=schedule,
-                  content_hash=ckpt["content_hash"]),
-            state.config_hash if state is not None and state.config_hash else meta.get("config_hash"))
+                  content_hash=ckpt["content_hash"], dispatch=dispatch), first_hash or meta.get("config_hash")
 
 
 def fork_point(root: str | Path, parent_run: str, at_step: int) -> "Start":
@@ -75,7 +78,7 @@ def fork_point(root: str | Path, parent_run: str, at_step: int) -> "Start":
         step, path, digest = meta["step"], meta["path"], meta["content_hash"]
     meta = checkpoint.read_meta(path)
     return Start(attempt=0, checkpoint_path=path, step=int(step), schedule=meta.get("schedule"), content_hash=digest,
-                 parent={"run_id": parent_run, "step": int(step), "content_hash": digest, "path": path})
+                 dispatch=meta.get("dispatch"), parent={"run_id": parent_run, "step": int(step), "content_hash": digest, "path": path})
 
 
 def register(subparsers) -> None:
@@ -91,6 +94,8 @@ def register(subparsers) -> None:
                    help="retime the decay to end at this step (e.g. a fork's early cooldown)")
     p.add_argument("--producer", default="worker-0")
     p.add_argument("--emit", action=argparse.BooleanOptionalAction, default=True, help="emit events (default on)")
+    p.add_argument("--decisions", action=argparse.BooleanOptionalAction, default=True,
+                   help="carry out the run's decisions from the ledger at step boundaries (default on)")
     p.add_argument("--nan-at", type=int, nargs="*", default=[], help="chaos: make these steps' loss non-finite")
     p.set_defaults(func=run)
 
@@ -107,6 +112,7 @@ def _nats_url(args) -> str:
 
 
 def run(args) -> int:
+    from training.decisions import ledger_decisions
     from training.worker import Start, make_mesh, train
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
@@ -130,7 +136,7 @@ def run(args) -> int:
         return 2
     if args.horizon_steps is not None:
         sched = start.schedule or _default_schedule(cfg)
-        start = Start(**{**vars(start), "schedule": retime(sched, start.step, args.horizon_steps)})
+        start = dataclasses.replace(start, schedule=retime(sched, start.step + 1, args.horizon_steps))
 
     emitter = None
     if args.emit:
@@ -147,7 +153,8 @@ def run(args) -> int:
     try:
         result = train(cfg, run_id=args.run_id, ckpt_dir=ckpt_dir(args.root, args.run_id), emitter=emitter,
                        start=start, steps=args.steps, preset=args.preset, mesh=make_mesh(cfg),
-                       nan_steps=frozenset(args.nan_at), should_stop=lambda: stop["now"])
+                       nan_steps=frozenset(args.nan_at), should_stop=lambda: stop["now"],
+                       decisions=ledger_decisions(args.root, args.run_id) if args.decisions else None)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if emitter is not None:

@@ -135,7 +135,7 @@ PRESETS: dict[str, TrainConfig] = {
     "small": TrainConfig(
         model=ModelConfig(d_model=128, n_layers=4, n_heads=4, seq_len=128),
         moe=MoEConfig(d_ff_shared=256, d_latent=64, d_ff_expert=128),
-        batch_size=16, steps=300, eval_every=50, eval_batches=2, ckpt_every=100, log_every=25,
+        batch_size=8, steps=300, eval_every=50, eval_batches=2, ckpt_every=100, log_every=25,
         optim=OptimConfig(peak_lr=3e-3, warmup_steps=20),
     ),
     # the ladder: compute grows ~3-4x per rung (flops_per_token x tokens; see training.flops)

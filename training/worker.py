@@ -29,6 +29,7 @@ import optax
 
 from training import checkpoint, data
 from training.config import TrainConfig, config_hash
+from training.decisions import apply_decision, dispatch_fields, with_dispatch
 from training.flops import flops_per_token, measure_peak_flops
 from training.model import loss_fn, token_losses
 from training.moe import AXIS
@@ -47,6 +48,7 @@ class Start:
     schedule: dict | None = None  # the schedule in force (None: the config's own)
     content_hash: str | None = None  # expected hash of the checkpoint (checked on restore)
     parent: dict | None = None  # fork: {"run_id", "step", "content_hash", "path"}
+    dispatch: dict | None = None  # dispatch mode / capacity factors in force (decisions replayed)
 
 
 @dataclass
@@ -203,13 +205,18 @@ def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> dict:
 
 def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, start: Start = Start(),
           steps: int | None = None, preset: str | None = None, mesh=None, peak_flops: float | None = None,
-          nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None) -> TrainResult:
-    """Run (or resume, or fork) a run up to step `steps` (default: the schedule's horizon in force)."""
+          nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None,
+          decisions: Callable[[int], list[dict]] | None = None) -> TrainResult:
+    """Run (or resume, or fork) a run up to step `steps` (default: the schedule's horizon in force).
+
+    `decisions(step)` (optional) returns the decisions to carry out before the next update; see
+    `training.decisions`. Each is answered with a `decision_applied` event.
+    """
     emit = emitter.emit if emitter is not None else None
+    cfg = with_dispatch(cfg, start.dispatch or {})
     T, L = cfg.tokens_per_step, cfg.model.seq_len
     schedule = start.schedule or make_schedule(cfg.optim.peak_lr, cfg.optim.warmup_steps, cfg.steps,
                                                cfg.optim.min_lr_ratio, tokens_per_step=T)
-    last = steps if steps is not None else int(schedule["horizon_steps"])  # the horizon in force
     corpus = data.load_corpus(cfg.data)
     mixture = cfg.data.mixture_dict()
     state = init_state(cfg)
@@ -220,6 +227,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                         "content_hash": checkpoint.content_hash(state)}
         log.info("restored step %d from %s", int(state["step"]), start.checkpoint_path)
     first = int(state["step"]) + 1
+    last = steps if steps is not None else int(schedule["horizon_steps"])  # the horizon in force
     peak = peak_flops if peak_flops is not None else measure_peak_flops()
     fpt = flops_per_token(cfg)
     chash = config_hash(cfg)
@@ -231,30 +239,55 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
             "hardware": hardware(mesh), "peak_flops": peak, "flops_per_token": fpt,
             "resumed_from": None if start.parent else resumed_from, "parent": start.parent,
         }, step=first - 1)
-        emit("data", data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, last - first + 1), step=first - 1)
+        emit("data", data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, max(last - first + 1, 0)),
+             step=first - 1)
 
     heldout = data.heldout_batches(corpus, cfg.seed, cfg.batch_size, L, cfg.eval_batches)
-    train_step = make_train_step(cfg, mesh)
     result = TrainResult(state=state, final_step=first - 1, tokens_seen=(first - 1) * T)
-    t_compile = time.perf_counter()
-    warm = {**data.batch_at(corpus, mixture, cfg.seed, first, cfg.batch_size, L), "poison": np.float32(0)}
-    train_step = train_step.lower(with_lr(state, 0.0), warm).compile()
-    log.info("%s: compiled the train step in %.1fs; steps %d..%d", run_id, time.perf_counter() - t_compile, first, last)
+
+    def compiled(c: TrainConfig):
+        t = time.perf_counter()
+        warm = {**data.batch_at(corpus, mixture, c.seed, first, c.batch_size, L), "poison": np.float32(0)}
+        fn = make_train_step(c, mesh).lower(with_lr(state, 0.0), warm).compile()
+        log.info("%s: compiled the train step (%s) in %.1fs", run_id, c.moe.dispatch, time.perf_counter() - t)
+        return fn
 
     def save(k: int, reason: str) -> None:
         info = checkpoint.save(ckpt_dir, k, state, {"run_id": run_id, "config_hash": chash, "schedule": schedule,
-                                                    "tokens_seen": k * T, "attempt": start.attempt})
+                                                    "dispatch": dispatch_fields(cfg), "tokens_seen": k * T,
+                                                    "attempt": start.attempt})
         result.checkpoints.append(info)
         if emit:
             emit("checkpoint", {"path": info["path"], "bytes": info["bytes"], "seconds": info["seconds"],
                                 "content_hash": info["content_hash"], "config_hash": chash,
                                 "tokens_seen": k * T, "reason": reason}, step=k)
 
-    k = first - 1
+    def carry_out(k: int) -> None:
+        """Decisions between update k-1 and update k."""
+        nonlocal cfg, schedule, last, train_step
+        for d in decisions(k - 1):
+            new_cfg, schedule, applied, wants_checkpoint = apply_decision(d, k, cfg, schedule)
+            if steps is None:
+                last = int(schedule["horizon_steps"])
+            if new_cfg != cfg:
+                cfg, train_step = new_cfg, compiled(new_cfg)
+            log.info("%s: decision %s (%s) %s before step %d", run_id, d["decision_id"], d["action"],
+                     applied["status"], k)
+            if emit:
+                emit("decision_applied", applied, step=k - 1)
+            if wants_checkpoint and k - 1 >= first:
+                save(k - 1, "requested")
+
+    train_step = compiled(cfg)
+    log.info("%s: steps %d..%d", run_id, first, last)
+    k = first
     try:
-        for k in range(first, last + 1):
+        while True:
+            if decisions is not None:
+                carry_out(k)
+            if k > last:
+                break
             if should_stop is not None and should_stop():
-                k -= 1
                 result.status = "stopped"
                 break
             batch = data.batch_at(corpus, mixture, cfg.seed, k, cfg.batch_size, L)
@@ -277,14 +310,16 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                 emit("eval", evaluate(state["params"], cfg, heldout, mesh), step=k)
             if k % cfg.ckpt_every == 0 and k != last:
                 save(k, "periodic")
-        if result.status == "completed" or k >= first:
-            if not result.checkpoints or result.checkpoints[-1]["step"] != k:
-                save(k, "final")
+            k += 1
+        k -= 1  # the last update done
+        if k >= first and (not result.checkpoints or result.checkpoints[-1]["step"] != k):
+            save(k, "final")
     except BaseException as err:
+        done = max(k - 1, 0)
         if emit:
             emit("run_finished", {"status": "failed" if isinstance(err, Exception) else "stopped",
-                                  "final_step": max(k, 0), "tokens_seen": max(k, 0) * T,
-                                  "reason": f"{type(err).__name__}: {err}"[:500]}, step=max(k, 0))
+                                  "final_step": done, "tokens_seen": done * T,
+                                  "reason": f"{type(err).__name__}: {err}"[:500]}, step=done)
         raise
     result.state, result.final_step, result.tokens_seen = state, k, k * T
     final_loss = next((v for s, v in sorted(result.losses.items(), reverse=True) if v is not None), None)
