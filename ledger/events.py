@@ -275,6 +275,7 @@ class TokensDropped(Payload):
     cf_send: Finite | None = None
     cf_recv: Finite | None = None
     seq_len: NonNeg | None = None
+    probe: bool = Field(False, description="measured at a longer length than trained (before a context extension)")
 
 
 class EvalCompleted(Payload):

@@ -54,7 +54,7 @@ def resume_point(root: str | Path, run_id: str) -> tuple["Start", str | None]:
     schedule = (state.schedule if state is not None and state.schedule else None) or meta.get("schedule")
     dispatch = (state.dispatch if state is not None and state.dispatch else None) or meta.get("dispatch")
     return (Start(attempt=attempt, checkpoint_path=ckpt["path"], step=int(ckpt["step"]), schedule=schedule,
-                  content_hash=ckpt["content_hash"], dispatch=dispatch), first_hash or meta.get("config_hash")
+                  content_hash=ckpt["content_hash"], dispatch=dispatch), first_hash or meta.get("config_hash"))
 
 
 def fork_point(root: str | Path, parent_run: str, at_step: int) -> "Start":

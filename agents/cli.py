@@ -1,0 +1,99 @@
+"""`runledger agents` (the contingency agents on the live stream) and `runledger decide RUN` (a person's
+decision, recorded like an agent's)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import signal
+import uuid
+
+log = logging.getLogger(__name__)
+
+
+def register(sub) -> None:
+    from tools.cli import add_nats, add_root
+
+    s = sub.add_parser("agents", help="the contingency agents, on the live stream")
+    add_root(s)
+    add_nats(s)
+    s.add_argument("--run-id", default=None, help="watch only this run")
+    s.set_defaults(func=cmd_agents)
+
+    s = sub.add_parser("decide", help="a person's decision, recorded like an agent's")
+    s.add_argument("run")
+    add_root(s)
+    add_nats(s)
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--approve", metavar="DECISION_ID", help="approve a proposed decision")
+    g.add_argument("--reject", metavar="DECISION_ID", help="reject a proposed decision")
+    g.add_argument("--action", help="a decision of your own, e.g. set_token_horizon")
+    s.add_argument("--param", action="append", default=[], metavar="K=V", help="the action's parameters (JSON values)")
+    s.add_argument("--reason", default=None, help="why (required with --action)")
+    s.add_argument("--by", default=None, help="who decides (default: the login name)")
+    s.set_defaults(func=cmd_decide)
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    from agents.runner import run_agents
+    from tools.cli import resolve_nats
+
+    async def main():
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_agents(args.root, resolve_nats(args), args.run_id, stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def decide_payload(args: argparse.Namespace) -> dict:
+    from tools.cli import UsageError
+
+    person = f"person:{args.by or getpass.getuser()}"
+    if args.approve or args.reject:
+        target = args.approve or args.reject
+        action = "approve" if args.approve else "reject"
+        return {"decision_id": f"{person}:{action}:{target}", "agent": person, "rule": "review", "action": action,
+                "params": {"decision_id": target}, "rationale": args.reason or f"{action}d by {person}",
+                "evidence": {"reviewed": target}, "mode": "auto"}
+    if not args.reason:
+        raise UsageError("--action needs --reason: a decision without a reason is not auditable")
+    params = {}
+    for kv in args.param:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise UsageError(f"--param {kv!r} is not K=V")
+        try:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
+            params[k] = v
+    return {"decision_id": f"{person}:{uuid.uuid4().hex[:12]}", "agent": person, "rule": "manual",
+            "action": args.action, "params": params, "rationale": args.reason, "evidence": {}, "mode": "auto"}
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    from agents.runner import next_attempt
+    from ledger.emitter import Emitter
+    from ledger.events import check_name
+    from ledger.replay import replay_run
+    from tools.cli import UsageError, resolve_nats
+
+    check_name(args.run, "run_id")
+    payload = decide_payload(args)
+    state = replay_run(args.root, args.run)
+    target = payload["params"].get("decision_id") if payload["action"] in ("approve", "reject") else None
+    if target is not None and target not in state.decisions:
+        raise UsageError(f"no decision {target!r} in run {args.run!r}")
+    em = Emitter(args.run, "cli", next_attempt(args.root, args.run, "cli"), resolve_nats(args), f"{args.root}/spool")
+    em.emit("decision", payload, step=state.step)
+    if not em.close(timeout=30):
+        log.error("the decision is spooled but NATS has not acknowledged it yet; it will be sent next time")
+        return 1
+    print(payload["decision_id"])
+    return 0

@@ -1,0 +1,163 @@
+"""Runs the agents on the live stream: new events wake it, the ledger's SQL is the evidence.
+
+For each run with news (its own durable consumer on the stream tells which), the runner replays the
+run's state, asks each agent's evidence query (`queries/evidence/*.sql`), calls the pure policies,
+and records what they return as `decision`/`alert` events through an Emitter — unless an event with
+that id is already in the ledger or was sent by this process, so a restarted runner does not decide
+twice on the same evidence. The consumer's position advances whether or not anything is decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from pathlib import Path
+
+import duckdb
+
+import queries
+from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
+from agents.policy import Action, thresholds_for
+from ledger import bus, store
+from ledger.emitter import Emitter
+from ledger.events import STREAM
+from ledger.replay import replay_run
+
+log = logging.getLogger(__name__)
+
+AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped)
+DURABLE = "agents"
+SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence)
+
+
+def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict) -> list[dict]:
+    """A named query's rows as dicts, given the parameters it uses ($run_id, $window, ...)."""
+    sql = queries.load_query(name)
+    used = set(re.findall(r"\$([a-z_]+)", sql))
+    cur = con.execute(sql, {k: v for k, v in params.items() if k in used})
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def run_thresholds(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    row = con.execute("select thresholds from runs where run_id = $r order by stream_seq desc limit 1", {"r": run_id}).fetchone()
+    return thresholds_for(json.loads(row[0]) if row and row[0] else None)
+
+
+def evaluate(root: str | Path, run_id: str, agents=AGENTS) -> tuple[object, list[tuple[str, Action]]]:
+    """The run's state and every agent's actions for it, on the ledger as it is now."""
+    state = replay_run(root, run_id)
+    if state.events == 0:
+        return state, []
+    con = queries.connect(root)
+    th = run_thresholds(con, run_id)
+    params = {"run_id": run_id, "window": int(th["window_steps"]), "window_s": float(th["skipped_window_s"])}
+    out = []
+    for agent in agents:
+        evidence = run_query(con, agent.EVIDENCE, params)
+        for action in agent.decide(state, evidence, th):
+            out.append((agent.NAME, action))
+    return state, out
+
+
+def recorded_ids(root: str | Path, run_id: str) -> set[str]:
+    con = queries.connect(root)
+    ids = {r[0] for r in con.execute("select decision_id from decisions where run_id = $r", {"r": run_id}).fetchall()}
+    ids |= {r[0] for r in con.execute("select alert_id from alerts where run_id = $r", {"r": run_id}).fetchall()}
+    return ids
+
+
+def next_attempt(root: str | Path, run_id: str, producer: str) -> int:
+    """The attempt a (re)started producer should use: its spooled chain if it still has it (the spool
+    continues the chain), else one past whatever the ledger has of it."""
+    root = Path(root)
+    spooled = [int(p.name) for p in (root / "spool" / run_id / producer).glob("*") if p.name.isdigit()]
+    t = store.read_events(root, run_id=run_id, columns=["producer", "attempt"])
+    stored = [a for p, a in zip(t.column("producer").to_pylist(), t.column("attempt").to_pylist()) if p == producer]
+    ledger_max = max(stored, default=-1)
+    if spooled and max(spooled) >= ledger_max:
+        return max(spooled)
+    return ledger_max + 1
+
+
+class Runner:
+    """The agents process: its emitters (one per run and agent) and what it has sent."""
+
+    def __init__(self, root: str | Path, nats_url: str):
+        self.root, self.nats_url = Path(root), nats_url
+        self.emitters: dict[tuple[str, str], Emitter] = {}
+        self.sent: set[str] = set()
+
+    def emitter(self, run_id: str, producer: str) -> Emitter:
+        key = (run_id, producer)
+        if key not in self.emitters:
+            attempt = next_attempt(self.root, run_id, producer)
+            self.emitters[key] = Emitter(run_id, producer, attempt, self.nats_url, self.root / "spool")
+        return self.emitters[key]
+
+    def step(self, run_id: str) -> list[Action]:
+        """Evaluate one run and record whatever is new; returns the actions recorded."""
+        try:
+            state, actions = evaluate(self.root, run_id)
+        except duckdb.IOException:  # a file compacted away while reading: next time
+            return []
+        if not actions:
+            return []
+        known = recorded_ids(self.root, run_id) | self.sent
+        done = []
+        for agent, action in actions:
+            if action.id in known:
+                continue
+            self.emitter(run_id, agent).emit(action.kind, action.payload(agent), step=state.step)
+            self.sent.add(action.id)
+            known.add(action.id)
+            done.append(action)
+            log.info("%s %s %s: %s", agent, action.kind, action.action or action.rule, action.rationale)
+        return done
+
+    def close(self) -> None:
+        for em in self.emitters.values():
+            em.close()
+
+
+async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None, stop: asyncio.Event | None = None,
+                     poll_s: float = 1.0) -> None:
+    """Until `stop`: wake on new events, evaluate the runs they belong to, record decisions."""
+    stop = stop or asyncio.Event()
+    runner = Runner(root, nats_url)
+    durable = DURABLE if run_id is None else f"{DURABLE}-{run_id}"
+    subject = f"runledger.{run_id}.>" if run_id else "runledger.>"
+    nc = await bus.connect(nats_url, name="agents")
+    js = nc.jetstream()
+    await bus.ensure_stream(js)
+    await bus.ensure_consumer(js, durable, filter_subject=subject)
+    sub = await js.pull_subscribe_bind(durable=durable, stream=STREAM)
+    watched: set[str] = set()
+    previous: set[str] = set()
+    last_sweep = time.monotonic()
+    try:
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(1000, timeout=poll_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                msgs = []
+            news = set()
+            for m in msgs:
+                parts = m.subject.split(".")
+                if len(parts) == 3 and parts[2] not in ("decision", "alert"):
+                    news.add(parts[1])
+            watched |= news
+            if time.monotonic() - last_sweep > SWEEP_S:  # silence is news too: look at every run now and then
+                news, last_sweep = set(watched), time.monotonic()
+            # the ledger may not have stored the newest events yet: look again on the next round too
+            for r in sorted(news | previous):
+                await asyncio.to_thread(runner.step, r)
+            previous = news
+            for m in msgs:  # the position advances whether or not anything was decided
+                await m.ack()
+    finally:
+        await asyncio.to_thread(runner.close)
+        await nc.close()

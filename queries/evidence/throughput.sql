@@ -1,0 +1,22 @@
+-- Throughput evidence for one run ($run_id): how far it is, how fast it goes now, what was planned.
+with attempt_starts as (
+    select attempt, min(ts) as started, arg_max(token_budget, seq) as token_budget,
+           arg_max(tokens_per_step, seq) as tokens_per_step, arg_max(planned_tokens_per_s, seq) as planned_tokens_per_s,
+           arg_max(deadline_s, seq) as deadline_s
+    from runs where run_id = $run_id group by attempt
+), plan as (
+    select min(started) as started, arg_max(token_budget, attempt) as token_budget,
+           arg_max(tokens_per_step, attempt) as tokens_per_step,
+           arg_max(planned_tokens_per_s, attempt) as planned_tokens_per_s, arg_max(deadline_s, attempt) as deadline_s
+    from attempt_starts
+), progress as (
+    select max(step) as step, sum(tokens) as tokens_seen, max(ts) as last_ts
+    from steps where run_id = $run_id
+), recent as (  -- the trailing window of steps, by step, of the latest attempt
+    select median(tokens / nullif(step_time_s, 0)) as recent_tokens_per_s, count(*) as window_steps
+    from (select * from steps where run_id = $run_id order by step desc limit $window)
+)
+select p.*, g.step, g.tokens_seen, r.recent_tokens_per_s, r.window_steps,
+       epoch(g.last_ts) - epoch(p.started) as elapsed_s
+from plan p, progress g, recent r
+where g.step is not null

@@ -1,0 +1,111 @@
+"""Each agent on planted evidence (it fires) and on clean evidence (it does not), through the real
+path: a ledger written by the real writer, the agent's evidence query in DuckDB, the pure policy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
+from agents.runner import evaluate
+from audit_ledger import T0, Ledger
+from training.schedule import make_schedule
+
+TPS = 1000  # tokens per step
+STEPS = 400
+
+
+def make_run(root, run_id="r", *, step_time=lambda k: 1.0, planned=1000.0, deadline=None, steps=60,
+             drop=lambda k: 0.01, cf=(1.1, 1.15), dispatch="capacity", probe=None, grad=lambda k: 1.0,
+             skipped_steps=(), checkpoints=(10, 30), forecasts=(), loss=lambda k: 3.0, finished=False,
+             last_event_age_s=0.0):
+    led = Ledger(root)
+    t = T0
+    led.emit(run_id, "run_started", {
+        "config": {}, "config_hash": "0" * 64, "token_budget": STEPS * TPS, "tokens_per_step": TPS,
+        "schedule": make_schedule(1e-3, 10, STEPS, 0.05, tokens_per_step=TPS),
+        "planned_tokens_per_s": planned, "deadline_s": deadline}, 0, t)
+    for k in range(1, steps + 1):
+        t += timedelta(seconds=step_time(k))
+        sk = k in skipped_steps
+        led.emit(run_id, "step", {"loss": None if sk else loss(k), "grad_norm": grad(k), "lr": 1e-3, "tokens": TPS,
+                                  "step_time_s": step_time(k), "skipped": sk}, k, t)
+        led.emit(run_id, "drops", {"dispatch": dispatch, "assignments": 1000, "dropped": int(drop(k) * 1000),
+                                   "drop_fraction": drop(k), "cf_send": cf[0], "cf_recv": cf[1], "seq_len": 64}, k, t)
+        if probe is not None:
+            led.emit(run_id, "drops", {"dispatch": dispatch, "assignments": 1000, "dropped": int(probe(k) * 1000),
+                                       "drop_fraction": probe(k), "seq_len": 256, "probe": True}, k, t)
+        if k in checkpoints:
+            led.emit(run_id, "checkpoint", {"path": f"/ckpt/{k}", "bytes": 1, "seconds": 0.1, "content_hash": "h"}, k, t)
+    for frac, proj, lo, hi in forecasts:
+        led.emit(run_id, "forecast", {"target_run": run_id, "fraction": frac, "target_tokens": int(frac * STEPS * TPS),
+                                      "projected_loss": proj, "band_low": lo, "band_high": hi},
+                 None, t, producer="ladder")
+    if finished:
+        led.emit(run_id, "run_finished", {"status": "completed"}, steps, t)
+    led.write()
+    return root
+
+
+def actions_of(root, agent, run_id="r"):
+    _, actions = evaluate(root, run_id, agents=(agent,))
+    return [a for _, a in actions]
+
+
+def test_throughput_shortens_the_horizon_when_slow_in_the_first_quarter(root):
+    make_run(root, step_time=lambda k: 2.0)  # half the planned 1,000 tokens/s
+    [a] = actions_of(root, throughput)
+    assert a.action == "set_token_horizon" and a.kind == "decision"
+    assert 60 < a.params["horizon_steps"] < 400  # what fits in the planned 400 s at 500 tokens/s
+    assert a.evidence["rows"][0]["recent_tokens_per_s"] == pytest.approx(500)
+
+
+def test_throughput_is_quiet_on_plan_and_only_alerts_after_the_first_quarter(tmp_path):
+    assert actions_of(make_run(tmp_path / "a"), throughput) == []
+    late = make_run(tmp_path / "b", step_time=lambda k: 2.0, steps=150)  # 150/400 steps: past 25%
+    [a] = actions_of(late, throughput)
+    assert a.kind == "alert"
+
+
+def test_drops_raise_the_capacity_factor_then_go_dropless(tmp_path):
+    assert actions_of(make_run(tmp_path / "clean"), drops) == []
+    [a] = actions_of(make_run(tmp_path / "high", drop=lambda k: 0.12), drops)
+    assert a.action == "set_capacity_factor" and a.params["cf_recv"] > 1.15
+    [b] = actions_of(make_run(tmp_path / "maxed", drop=lambda k: 0.12, cf=(1.8, 1.9)), drops)
+    assert b.action == "set_dispatch" and b.params == {"dispatch": "dropless"}
+
+
+def test_drops_hold_a_context_extension_while_the_longer_length_drops_too_much(tmp_path):
+    [a] = actions_of(make_run(tmp_path / "probe", probe=lambda k: 0.3), drops)
+    assert a.action == "hold_context_extension"
+    assert actions_of(make_run(tmp_path / "ok", probe=lambda k: 0.02), drops) == []
+
+
+def test_grad_norm_alerts_above_the_threshold_and_on_a_rising_trend(tmp_path):
+    assert actions_of(make_run(tmp_path / "clean"), grad_norm) == []
+    [a] = actions_of(make_run(tmp_path / "spike", grad=lambda k: 3.0 if k == 58 else 1.0), grad_norm)
+    assert a.rule == "grad_norm_high"
+    rules = {x.rule for x in actions_of(make_run(tmp_path / "rising", grad=lambda k: 0.5 + 0.02 * k), grad_norm)}
+    assert "grad_norm_rising" in rules
+
+
+def test_forecast_deviation_alerts_and_checkpoints(tmp_path):
+    inside = make_run(tmp_path / "in", forecasts=[(0.1, 3.0, 2.8, 3.2)])
+    assert actions_of(inside, forecast) == []
+    outside = make_run(tmp_path / "out", forecasts=[(0.1, 2.0, 1.8, 2.2)])
+    kinds = sorted((a.kind, a.action) for a in actions_of(outside, forecast))
+    assert kinds == [("alert", None), ("decision", "checkpoint_now")]
+
+
+def test_telemetry_silence_alerts_unless_the_run_finished(tmp_path):
+    # the synthetic runs are from T0 (2026-11-01), long before now: silent for days
+    [a] = actions_of(make_run(tmp_path / "silent"), telemetry)
+    assert a.rule == "telemetry_silent"
+    assert actions_of(make_run(tmp_path / "done", finished=True), telemetry) == []
+
+
+def test_three_skipped_steps_roll_back_to_the_last_checkpoint(tmp_path):
+    assert actions_of(make_run(tmp_path / "two", skipped_steps=(40, 41)), skipped) == []
+    [a] = actions_of(make_run(tmp_path / "three", skipped_steps=(40, 41, 45)), skipped)
+    assert a.action == "rollback" and a.params == {"to_step": 30}
