@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup browser demo test bench clean
 
 setup: $(STAMP)
 
@@ -17,7 +17,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/runledger demo
 
-test: setup
+# Debian's chromium, for the report's screenshot test (installed when we may; else that test is skipped)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } || \
+		echo "chromium could not be installed: the report screenshot test will be skipped"
+
+test: setup browser
 	$(BIN)/python -m pytest -q
 
 bench: setup

@@ -12,10 +12,14 @@ drop fraction of each of 8 MoE layers), each in its own fresh process, one after
   wandb        wandb.init(mode="offline") and run.log(dict, step) into the local .wandb file
   tensorboard  tensorboardX SummaryWriter.add_scalar per metric into an event file
 Measured per peer: the time spent inside the logging calls of the training loop (per step), the
-time from the loop's end until the data is durable and can be queried, and the time to answer two
-questions from each store: the max grad_norm per 1,000-step window, and the steps whose drop
-fraction is above 7% (Marin's alert threshold). The answers are checked against the numbers
-logged. Ratios are runledger/peer from the same command (below 1: runledger is faster).
+time from the loop's end until the data is durable and can be queried (runledger: the ledger
+service has fsync'd it to Parquet and queries.connect counts every row; the peers: their
+end_run/finish/close returned), and the time to answer two questions from each store: the max
+grad_norm per 1,000-step window, and the steps whose drop fraction is above 7% (Marin's alert
+threshold). MLflow is asked twice: SQL on its sqlite file, and its client's get_metric_history.
+W&B has no offline query path, so its .wandb file is read whole (see WandbFileStore). Every answer
+is checked against the numbers logged. Ratios are runledger/peer from the same command (below 1:
+runledger is faster); the machine's other load moves absolute numbers, the ratios much less.
 """
 
 from __future__ import annotations
@@ -246,15 +250,28 @@ def log_tensorboard(logdir: str, n: int, step_s: float, q) -> None:
     q.put(("tensorboard", vars(Logged(setup, inside, start, end, time.time(), {"logdir": logdir}))))
 
 
-def _run(ctx, target, args: tuple, timeout: float = 3600) -> Logged:
+def _results(q, procs: list, expect: int, timeout: float = 3600) -> list:
+    """`expect` results from the queue; fails at once (not after `timeout`) if a process died without one."""
+    import queue as queue_mod
+
+    out, deadline = [], time.monotonic() + timeout
+    while len(out) < expect:
+        try:
+            out.append(q.get(timeout=1.0))
+        except queue_mod.Empty:
+            dead = [p for p in procs if not p.is_alive() and p.exitcode != 0]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"{', '.join(p.name for p in dead) or 'a peer'} ended without a result "
+                                   f"(exit codes {[p.exitcode for p in procs]})") from None
+    return out
+
+
+def _run(ctx, target, args: tuple) -> Logged:
     """Run one peer's logging process; what it measured (plain dicts cross the process boundary)."""
     q = ctx.Queue()
-    p = ctx.Process(target=target, args=(*args, q))
+    p = ctx.Process(target=target, args=(*args, q), name=target.__name__)
     p.start()
-    try:
-        _, measured = q.get(timeout=timeout)
-    except Exception:
-        raise RuntimeError(f"{target.__name__} ended without a result (exit code {p.exitcode})") from None
+    (_, measured), = _results(q, [p], 1)
     p.join()
     return Logged(**measured)
 
@@ -265,12 +282,12 @@ def run_runledger(ctx, tmp: Path, n: int, step_s: float) -> Logged:
     srv = NatsServer(tmp / "nats").start()
     try:
         q = ctx.Queue()
-        ledger = ctx.Process(target=serve_ledger, args=(srv.url, str(tmp / "root"), 2 * n, q))
+        ledger = ctx.Process(target=serve_ledger, args=(srv.url, str(tmp / "root"), 2 * n, q), name="ledger")
         ledger.start()
         time.sleep(2.0)  # the ledger is connected and waiting
-        producer = ctx.Process(target=log_runledger, args=(srv.url, str(tmp / "spool"), n, step_s, q))
+        producer = ctx.Process(target=log_runledger, args=(srv.url, str(tmp / "spool"), n, step_s, q), name="producer")
         producer.start()
-        got = dict((r[0], r) for r in (q.get(timeout=3600), q.get(timeout=3600)))
+        got = {r[0]: r for r in _results(q, [ledger, producer], 2)}
         producer.join()
         ledger.join()
     finally:

@@ -1,10 +1,12 @@
 """A `tiny` run through a real nats-server and the real ledger service: the `steps`, `drops`,
 `checkpoints` and `data` views are complete; a resumed attempt (found by replaying the ledger)
-redoes nothing and leaves one row per step in `steps`."""
+redoes nothing and leaves one row per step in `steps`; a fork found through the ledger records its
+parent and starts after the parent's checkpoint."""
 
 from __future__ import annotations
 
 import queries
+from ledger.replay import replay_run
 from conftest import wait_for_count
 from tools.cli import main as runledger_main
 
@@ -29,4 +31,12 @@ def test_a_tiny_run_and_its_resumed_attempt_land_complete_in_the_ledger(root, na
     assert _count(root, "select max(attempt) from steps where run_id = 'tinyrun' and step > 6") == 1
     assert _count(root, "select count(*) from steps where run_id = 'tinyrun' and loss is null") == 0
     assert wait_for_count(root, "select count(*) from events where run_id = 'tinyrun' and kind = 'run_finished'", 2) == 2
+
+    fork = ["--preset", "tiny", "--run-id", "tinyfork", "--nats", nats_server.url, "--root", str(root)]
+    assert runledger_main(["train", *fork, "--fork-from", "tinyrun@7", "--horizon-steps", "9"]) == 0
+    assert wait_for_count(root, "select count(*) from events where run_id = 'tinyfork' and kind = 'run_finished'", 1) == 1
+    forked = replay_run(root, "tinyfork")
+    assert forked.attempts[0]["parent"]["run_id"] == "tinyrun" and forked.attempts[0]["parent"]["step"] == 6
+    assert _count(root, "select min(step), max(step) from steps where run_id = 'tinyfork'") == 7
+    assert forked.status == "completed" and forked.step == 9
     assert ledger_process.terminate() == 0

@@ -155,3 +155,13 @@ def test_dispatch_and_capacity_decisions_change_the_config_in_force():
     assert applied["status"] == "refused"
     for payload in (applied,):
         check_payload("decision_applied", payload)
+
+
+def test_a_stop_request_ends_the_run_at_a_step_boundary_with_a_checkpoint(tmp_path):
+    rec = Recorder()
+    done = []
+    res = train(CFG, run_id="stopped", ckpt_dir=tmp_path, emitter=rec, peak_flops=PEAK,
+                should_stop=lambda: (done.append(1) or len(done)) > 3)
+    assert res.status == "stopped" and res.final_step == 3
+    assert [(s, p["reason"]) for s, p in rec.of("checkpoint")] == [(3, "final")]
+    assert rec.of("run_finished")[0][1]["status"] == "stopped"

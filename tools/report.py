@@ -1,0 +1,252 @@
+"""`runledger report RUN --out F.html`: one self-contained HTML file (inline SVG, no network) with the
+run's plots and tables, all read from the ledger: loss against the forecast and its band, grad norm,
+drop fraction per layer, MFU, LR with the decisions marked on it, data mixture realised vs declared,
+the decision trail and the health table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import logging
+import math
+from pathlib import Path
+
+import queries
+
+log = logging.getLogger(__name__)
+
+W, H, PAD = 540, 230, 46
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+# each plot's data color, distinct so a screenshot can tell the plots were drawn (tests/test_report.py)
+SERIES = {"loss": "#d62728", "forecast": "#1f77b4", "grad_norm": "#2ca02c", "mfu": "#9467bd", "lr": "#ff7f0e"}
+
+
+def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 5, 10) if m * mag >= raw), default=raw)
+    start = math.ceil(lo / step) * step
+    return [start + i * step for i in range(int((hi - start) / step) + 1)]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
+
+
+def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: tuple[list, list, list] | None = None,
+               points: list[tuple[str, list, list, str]] = (), markers: list[tuple[float, str]] = (),
+               y_label: str = "", x_label: str = "step") -> str:
+    """An SVG line chart: series (name, xs, ys, color); an optional band (xs, lo, hi); points; and
+    vertical markers (x, label)."""
+    xs_all = [x for _, xs, ys, _ in [*series, *points] for x, y in zip(xs, ys) if y is not None]
+    ys_all = [y for _, xs, ys, _ in [*series, *points] for y in ys if y is not None]
+    if band:
+        xs_all += band[0]
+        ys_all += [v for v in band[1] + band[2] if v is not None]
+    if not ys_all:
+        return f'<div class="chart empty"><h3>{html.escape(title)}</h3><p>no data in the ledger</p></div>'
+    x0, x1 = min(xs_all), max(xs_all)
+    y0, y1 = min(ys_all), max(ys_all)
+    if y1 == y0:
+        y0, y1 = y0 - 0.5 * abs(y0 or 1), y1 + 0.5 * abs(y1 or 1)
+    x1 = x1 if x1 > x0 else x0 + 1
+    sx = lambda x: PAD + (x - x0) / (x1 - x0) * (W - PAD - 12)  # noqa: E731
+    sy = lambda y: H - 28 - (y - y0) / (y1 - y0) * (H - 46)  # noqa: E731
+    out = [f'<svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{html.escape(title)}">']
+    for t in _ticks(y0, y1):
+        out.append(f'<line x1="{PAD}" x2="{W - 12}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid"/>'
+                   f'<text x="{PAD - 4}" y="{sy(t) + 4:.1f}" class="ytick">{_fmt(t)}</text>')
+    for t in _ticks(x0, x1, 5):
+        out.append(f'<text x="{sx(t):.1f}" y="{H - 12}" class="xtick">{_fmt(t)}</text>')
+    if band:
+        bx, lo, hi = band
+        pts = [(x, l, h) for x, l, h in zip(bx, lo, hi) if l is not None and h is not None]
+        if pts:
+            poly = " ".join(f"{sx(x):.1f},{sy(h):.1f}" for x, _, h in pts) + " " + \
+                " ".join(f"{sx(x):.1f},{sy(l):.1f}" for x, l, _ in reversed(pts))
+            out.append(f'<polygon points="{poly}" class="band"/>')
+    for x, label in markers:
+        out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="14" y2="{H - 28}" class="marker"/>'
+                   f'<text x="{sx(x) + 3:.1f}" y="24" class="mlabel">{html.escape(label)}</text>')
+    for name, xs, ys, color in series:
+        pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+        if pts:
+            d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+            out.append(f'<polyline points="{d}" fill="none" stroke="{color}" stroke-width="2.5"><title>{html.escape(name)}</title></polyline>')
+    for name, xs, ys, color in points:
+        for x, y in zip(xs, ys):
+            if y is not None:
+                out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="{color}"><title>{html.escape(name)}</title></circle>')
+    out.append(f'<text x="{PAD}" y="{H - 1}" class="axis">{html.escape(x_label)}</text>')
+    out.append(f'<text x="4" y="10" class="axis">{html.escape(y_label)}</text></svg>')
+    legend = "".join(f'<span><i style="background:{c}"></i>{html.escape(n)}</span>' for n, *_, c in [*series, *points])
+    return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}<div class="legend">{legend}</div></div>'
+
+
+def bar_chart(title: str, groups: list[str], series: list[tuple[str, list[float], str]]) -> str:
+    """Grouped horizontal bars (e.g. data mixture declared vs realised per domain)."""
+    if not groups:
+        return f'<div class="chart empty"><h3>{html.escape(title)}</h3><p>no data in the ledger</p></div>'
+    row_h = 16 * len(series) + 10
+    height = 20 + row_h * len(groups)
+    vmax = max([v for _, vals, _ in series for v in vals] + [1e-9])
+    out = [f'<svg viewBox="0 0 {W} {height}" width="{W}" height="{height}" role="img" aria-label="{html.escape(title)}">']
+    for gi, g in enumerate(groups):
+        y = 10 + gi * row_h
+        out.append(f'<text x="4" y="{y + 14}" class="glabel">{html.escape(g)}</text>')
+        for si, (name, vals, color) in enumerate(series):
+            v = vals[gi]
+            w = (W - 190) * v / vmax
+            out.append(f'<rect x="90" y="{y + si * 16}" width="{w:.1f}" height="13" fill="{color}"/>'
+                       f'<text x="{95 + w:.1f}" y="{y + si * 16 + 11}" class="ytick" text-anchor="start">{v:.1%} {html.escape(name)}</text>')
+    out.append("</svg>")
+    return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}</div>'
+
+
+def table(columns: list[str], rows: list, limit: int = 200) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for r in rows[:limit]:
+        cells = []
+        for c, v in zip(columns, r):
+            text = "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+            cls = f' class="s-{text}"' if c == "status" else ""
+            cells.append(f"<td{cls}>{html.escape(text[:300])}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _rows(con, sql: str, **params) -> list[dict]:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def gather(root: Path, run_id: str) -> dict:
+    """Everything the report shows, from the ledger's views."""
+    con = queries.connect(root)
+    steps = _rows(con, "select step, loss, grad_norm, lr, mfu, tokens from steps where run_id = $r order by step", r=run_id)
+    plan = _rows(con, "select tokens_per_step, data_mixture from runs where run_id = $r order by stream_seq desc limit 1", r=run_id)
+    tps = (plan[0]["tokens_per_step"] if plan else None) or 1
+    forecasts = _rows(con, """
+        select fraction, target_tokens, projected_loss, band_low, band_high from forecasts where target_run = $r
+        qualify row_number() over (partition by fraction order by stream_seq desc) = 1 order by fraction""", r=run_id)
+    layers = _rows(con, """
+        select d.step, l.layer, l.drop_fraction
+        from (select * from drops where run_id = $r and not coalesce(probe, false)
+              qualify row_number() over (partition by step order by attempt desc, seq desc) = 1) d,
+             unnest(from_json(d.layers, '[{"layer":"BIGINT","drop_fraction":"DOUBLE"}]')) as t(l)
+        order by d.step""", r=run_id)
+    totals = _rows(con, """select step, drop_fraction from drops where run_id = $r and not coalesce(probe, false)
+                           qualify row_number() over (partition by step order by attempt desc, seq desc) = 1
+                           order by step""", r=run_id)
+    decisions = _rows(con, """
+        select d.step as decided_at, d.agent, d.action, d.mode, d.rationale, a.step as applied_at, a.status
+        from decisions d left join decisions_applied a on a.run_id = d.run_id and a.decision_id = d.decision_id
+        where d.run_id = $r and d.action not in ('approve', 'reject') order by d.stream_seq""", r=run_id)
+    mixture = _rows(con, "select tokens_per_domain from data where run_id = $r", r=run_id)
+    realised: dict[str, int] = {}
+    for m in mixture:
+        for k, v in json.loads(m["tokens_per_domain"] or "{}").items():
+            realised[k] = realised.get(k, 0) + v
+    declared = json.loads(plan[0]["data_mixture"]) if plan and plan[0]["data_mixture"] else {}
+    health = provenance = None
+    try:
+        from queries.audit import run_suite
+
+        health = run_suite(root, "health", run_id)
+    except Exception as err:  # the report still shows everything else
+        log.warning("health suite unavailable: %s", err)
+    return {"steps": steps, "tps": tps, "forecasts": forecasts, "layers": layers, "drop_totals": totals,
+            "decisions": decisions, "realised": realised, "declared": declared, "health": health}
+
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} h3{font-size:14px;margin:4px 0}
+.grid-2{display:flex;flex-wrap:wrap;gap:18px} .chart{border:1px solid #ddd;border-radius:6px;padding:8px}
+svg text{font-size:10px;fill:#555} .ytick{text-anchor:end} .xtick{text-anchor:middle} .axis{font-size:10px}
+.grid{stroke:#eee} .band{fill:#1f77b4;opacity:.18} .marker{stroke:#000;stroke-dasharray:4 3;opacity:.6}
+.mlabel{font-size:10px;fill:#000} .legend span{margin-right:12px;font-size:12px} .legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+table{border-collapse:collapse;font-size:12px;margin-top:6px} td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f5f5f5} .s-ok{color:#2a7} .s-warn{color:#c80} .s-fail{color:#c00;font-weight:bold} .s-skip{color:#888}
+.empty p{color:#888}
+"""
+
+
+def render(run_id: str, d: dict) -> str:
+    steps = d["steps"]
+    xs = [s["step"] for s in steps]
+    fx = [f["target_tokens"] / d["tps"] for f in d["forecasts"] if f["target_tokens"] is not None]
+    fc = [f for f in d["forecasts"] if f["target_tokens"] is not None]
+    applied = [r for r in d["decisions"] if r["applied_at"] is not None]
+    markers = [(r["applied_at"], r["action"].replace("set_", "")) for r in applied]
+    charts = [
+        line_chart("Loss vs forecast", [("loss", xs, [s["loss"] for s in steps], SERIES["loss"])],
+                   band=(fx, [f["band_low"] for f in fc], [f["band_high"] for f in fc]) if fc else None,
+                   points=[("forecast (ladder)", fx, [f["projected_loss"] for f in fc], SERIES["forecast"])] if fc else [],
+                   y_label="loss"),
+        line_chart("Grad norm", [("grad norm", xs, [s["grad_norm"] for s in steps], SERIES["grad_norm"])], y_label="‖g‖"),
+    ]
+    by_layer: dict[int, tuple[list, list]] = {}
+    for r in d["layers"]:
+        by_layer.setdefault(r["layer"], ([], []))
+        by_layer[r["layer"]][0].append(r["step"])
+        by_layer[r["layer"]][1].append(r["drop_fraction"])
+    drop_series = [(f"layer {k}", v[0], v[1], PALETTE[(k + 2) % len(PALETTE)]) for k, v in sorted(by_layer.items())]
+    if not drop_series and d["drop_totals"]:
+        drop_series = [("all layers", [r["step"] for r in d["drop_totals"]], [r["drop_fraction"] for r in d["drop_totals"]], PALETTE[2])]
+    charts.append(line_chart("Token drop fraction per layer", drop_series, markers=markers, y_label="dropped"))
+    charts.append(line_chart("MFU", [("MFU", xs, [s["mfu"] for s in steps], SERIES["mfu"])], y_label="MFU"))
+    charts.append(line_chart("Learning rate, decisions marked", [("lr", xs, [s["lr"] for s in steps], SERIES["lr"])],
+                             markers=markers, y_label="lr"))
+    domains = sorted(set(d["declared"]) | set(d["realised"]))
+    total = sum(d["realised"].values()) or 1
+    charts.append(bar_chart("Data mixture: declared vs realised", domains, [
+        ("declared", [d["declared"].get(k, 0.0) for k in domains], "#bbb"),
+        ("realised", [d["realised"].get(k, 0) / total for k in domains], PALETTE[0])]))
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>runledger report: {html.escape(run_id)}</title>",
+             f"<style>{CSS}</style></head><body>",
+             f"<h1>Run {html.escape(run_id)}</h1><p>{len(steps)} steps in the ledger; every figure below is read "
+             "from it and can be re-derived with <code>runledger sql</code>.</p>",
+             "<h2>Training</h2><div class='grid-2'>" + "".join(charts) + "</div>",
+             "<h2>Decision trail</h2>",
+             table(["decided_at", "agent", "action", "mode", "applied_at", "status", "rationale"],
+                   [[r[c] for c in ("decided_at", "agent", "action", "mode", "applied_at", "status", "rationale")]
+                    for r in d["decisions"]]) if d["decisions"] else "<p>No decisions.</p>"]
+    if d["health"] is not None:
+        rows = d["health"].rows() if hasattr(d["health"], "rows") else []
+        cols = ["check", "status", "value", "threshold", "at_step", "evidence"]
+        parts += ["<h2>Health checklist</h2>", table(cols, [[r.get(c) for c in cols] for r in rows])]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(root: str | Path, run_id: str, out: str | Path) -> Path:
+    out = Path(out)
+    out.write_text(render(run_id, gather(Path(root), run_id)))
+    return out
+
+
+def register(sub) -> None:
+    from tools.cli import add_root
+
+    s = sub.add_parser("report", help="a self-contained HTML report with plots")
+    s.add_argument("run")
+    add_root(s)
+    s.add_argument("--out", required=True, help="the HTML file to write")
+    s.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ledger.events import check_name
+
+    check_name(args.run, "run_id")
+    path = write_report(args.root, args.run, args.out)
+    log.info("wrote %s", path)
+    print(path)
+    return 0
