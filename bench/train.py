@@ -26,7 +26,8 @@ from training import data  # noqa: E402
 from training.config import preset  # noqa: E402
 from training.flops import flops_per_token, measure_peak_flops  # noqa: E402
 from training.schedule import lr_at, make_schedule  # noqa: E402
-from training.worker import drops_payload, init_state, make_train_step, step_payload, with_lr  # noqa: E402
+from training.record import drops_payload, step_payload  # noqa: E402
+from training.worker import init_state, make_train_step, with_lr  # noqa: E402
 
 
 def main() -> None:

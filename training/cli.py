@@ -116,6 +116,7 @@ def run(args) -> int:
     from training.worker import Start, make_mesh, train
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU here" on every start
     cfg = preset(args.preset)
     if args.resume and args.fork_from:
         log.error("--resume and --fork-from exclude each other")

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +30,7 @@ from training.decisions import apply_decision, dispatch_fields, with_dispatch
 from training.flops import flops_per_token, measure_peak_flops
 from training.model import loss_fn, token_losses
 from training.moe import AXIS
+from training.record import code_commit, drops_payload, hardware, step_payload
 from training.schedule import lr_at, make_schedule
 
 log = logging.getLogger(__name__)
@@ -142,54 +140,6 @@ def make_eval_step(cfg: TrainConfig, mesh=None) -> Callable:
 @functools.lru_cache(maxsize=16)
 def _make_eval_step(cfg: TrainConfig, mesh=None) -> Callable:
     return jax.jit(lambda params, b: token_losses(params, b["inputs"], b["targets"], cfg, mesh))
-
-
-def code_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def hardware(mesh) -> dict:
-    dev = jax.devices()[0]
-    return {"platform": dev.platform, "device_kind": dev.device_kind, "device_count": jax.device_count(),
-            "cpu_count": os.cpu_count() or 0, "jax": jax.__version__,
-            "expert_parallel_devices": int(mesh.devices.size) if mesh is not None else 0}
-
-
-def _num(x) -> float | None:
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-def step_payload(m: dict, tokens: int, seq_len: int, dt: float, fpt: float, peak: float) -> dict:
-    skipped = bool(m["skipped"])
-    return {
-        "loss": None if skipped else _num(m["loss"]), "grad_norm": _num(m["grad_norm"]), "lr": float(m["lr"]),
-        "tokens": tokens, "step_time_s": dt, "param_norm": _num(m["param_norm"]), "z_loss": _num(m["z_loss"]),
-        "lb_loss": _num(m["lb_loss"]), "router_entropy": _num(m["router_entropy"]),
-        "mfu": fpt * tokens / dt / peak if peak else None, "tokens_per_s": tokens / dt, "seq_len": seq_len,
-        "skipped": skipped,
-    }
-
-
-def drops_payload(layers: dict, cfg: TrainConfig, seq_len: int) -> dict:
-    rows = []
-    for i in range(len(layers["assignments"])):
-        a, s, r = (int(layers[k][i]) for k in ("assignments", "sender_dropped", "receiver_dropped"))
-        rows.append({"layer": i, "assignments": a, "sender_dropped": s, "receiver_dropped": r,
-                     "drop_fraction": (s + r) / a if a else 0.0,
-                     "expert_loads": [int(v) for v in layers["loads"][i]]})
-    total = sum(r["assignments"] for r in rows)
-    dropped = sum(r["sender_dropped"] + r["receiver_dropped"] for r in rows)
-    capacity = cfg.moe.dispatch == "capacity"
-    return {"dispatch": cfg.moe.dispatch, "assignments": total, "dropped": dropped,
-            "drop_fraction": dropped / total if total else 0.0, "layers": rows,
-            "cf_send": float(cfg.moe.cf_send) if capacity else None,
-            "cf_recv": float(cfg.moe.cf_recv) if capacity else None, "seq_len": seq_len}
 
 
 def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> dict:

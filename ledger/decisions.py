@@ -1,0 +1,116 @@
+"""The decisions a run must follow, as they arrive: what a worker reads at each step boundary.
+
+`DecisionFeed(run_id, nats_url)` follows `runledger.{run_id}.decision` on JetStream from the start
+of the stream (an ordered consumer in a background thread), so a resumed worker sees every decision
+ever made for its run. `ready()` returns, in order, the decisions that are in force and not yet
+applied: an `auto` decision at once, a `proposed` one once a person approved it (`approve`), never
+one that was rejected. The worker applies them, emits `decision_applied`, and calls `mark_applied`;
+decisions already applied in an earlier attempt are passed in `applied` (from replay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+
+from nats.js.api import DeliverPolicy
+
+from ledger import bus
+from ledger.events import subject_for
+
+log = logging.getLogger(__name__)
+
+
+def pending_decisions(decisions: list[dict], reviews: dict[str, str], applied: set[str]) -> list[dict]:
+    """The decisions (payloads, in arrival order) ready to apply: auto, or proposed and approved;
+    not rejected, not applied yet. `reviews` maps decision_id -> 'approve' | 'reject'."""
+    out = []
+    for d in decisions:
+        did = d["decision_id"]
+        if did in applied or reviews.get(did) == "reject":
+            continue
+        if d.get("mode", "auto") == "auto" or reviews.get(did) == "approve":
+            out.append(d)
+    return out
+
+
+class DecisionFeed:
+    """A run's decisions as they arrive on the stream (see the module docstring)."""
+
+    def __init__(self, run_id: str, nats_url: str, applied: set[str] | None = None):
+        self.run_id, self.nats_url = run_id, nats_url
+        self.applied: set[str] = set(applied or ())
+        self._decisions: list[dict] = []
+        self._seen: set[str] = set()
+        self._reviews: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.connected = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"decisions-{run_id}", daemon=True)
+        self._thread.start()
+
+    def ready(self) -> list[dict]:
+        with self._lock:
+            return pending_decisions(self._decisions, self._reviews, self.applied)
+
+    def mark_applied(self, decision_id: str) -> None:
+        with self._lock:
+            self.applied.add(decision_id)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _take(self, env: dict) -> None:
+        if not isinstance(env, dict) or env.get("kind") != "decision" or env.get("run_id") != self.run_id:
+            return
+        p = env.get("payload") or {}
+        with self._lock:
+            if p.get("action") in ("approve", "reject"):
+                target = (p.get("params") or {}).get("decision_id")
+                if target and target not in self._reviews:
+                    self._reviews[target] = p["action"]
+            elif p.get("decision_id") and p["decision_id"] not in self._seen:
+                self._seen.add(p["decision_id"])
+                self._decisions.append(p)
+
+    def _main(self) -> None:
+        asyncio.run(self._follow())
+
+    async def _follow(self) -> None:
+        while not self._stop.is_set():
+            try:
+                nc = await bus.connect(self.nats_url, name=f"decisions-{self.run_id}")
+                break
+            except Exception as err:
+                log.debug("decision feed: NATS not reachable yet (%s)", err)
+                await asyncio.sleep(0.5)
+        else:
+            return
+
+        async def on_msg(msg) -> None:
+            try:
+                body = json.loads(msg.data)
+            except ValueError:
+                return  # not an event; the ledger quarantines it
+            for env in body if isinstance(body, list) else [body]:
+                self._take(env)
+
+        try:
+            js = nc.jetstream()
+            while not self._stop.is_set():
+                try:
+                    await bus.ensure_stream(js)
+                    await js.subscribe(subject_for(self.run_id, "decision"), cb=on_msg, ordered_consumer=True,
+                                       deliver_policy=DeliverPolicy.ALL)
+                    break
+                except Exception as err:  # no stream yet, or no permission to read it
+                    log.debug("decision feed: cannot follow yet (%s)", err)
+                    await asyncio.sleep(0.5)
+            self.connected.set()
+            while not self._stop.is_set():
+                await asyncio.sleep(0.1)
+        finally:
+            await nc.close()
