@@ -351,10 +351,11 @@ class Emitter:
                 self._pending.extendleft(reversed(items))
 
     def _mark_acked(self, items: list[_Spooled]) -> None:
-        for i in items:
-            if i.seq >= self._acked_upto and i.seq not in self._acked:
-                self._acked.add(i.seq)
-                self._unacked_bytes -= len(i.data)
+        with self._lock:  # emit adds to _unacked_bytes under the lock; take from it under the lock too
+            for i in items:
+                if i.seq >= self._acked_upto and i.seq not in self._acked:
+                    self._acked.add(i.seq)
+                    self._unacked_bytes -= len(i.data)
         while self._acked_upto in self._acked:
             self._acked.discard(self._acked_upto)
             self._acked_upto += 1

@@ -18,6 +18,7 @@ import numpy as np
 
 from ledger.events import canonical_json, seal
 from ledger.store import StoredEvent, write_events
+from training.decisions import apply_decision
 from training.schedule import lr_at, make_schedule, retime
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
@@ -66,7 +67,7 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
               retime_at: int | None = 200, new_horizon: int = 300, thresholds: dict | None = None,
               attempt: int = 0, first: int = 1, last: int = STEPS, finish: bool = True, t_offset: float = 0.0,
               schedule: dict | None = None, resumed_from: dict | None = None, code_commit: str = "abc123",
-              parent: dict | None = None) -> None:
+              parent: dict | None = None, decision_style: str = "worker") -> None:
     """One run (or one attempt of it: steps first..last); `fault` plants one problem (see the cases below)."""
     rng = np.random.default_rng(zlib.crc32(f"{run_id}:{attempt}".encode()))
     schedule = schedule or make_schedule(1e-3, 20, STEPS, 0.05, tokens_per_step=TOKENS_PER_STEP)
@@ -100,17 +101,21 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
         if fault == "silence" and k > 250:
             at += timedelta(minutes=11)
         if retime_at is not None and k == retime_at + 1 and with_start:
-            # the decision lands after step `retime_at`: the decay is retimed from there
-            emit("decision", {"decision_id": f"{run_id}-d1", "agent": "agent-horizon", "rule": "contingency",
-                              "action": "set_token_horizon", "params": {"horizon_steps": new_horizon},
-                              "rationale": "loss above forecast", "evidence": {"query": "forecast/vs_actual"}},
-                 retime_at, at, producer="agent-horizon")
-            new = retime(schedule, retime_at, new_horizon)
+            # an agent shortens the horizon after update `retime_at`; the worker carries it out before
+            # update k, as training/decisions.py does (or, `explicit`, says the step in `after`)
+            decision = {"decision_id": f"{run_id}-d1", "agent": "agent-horizon", "rule": "contingency",
+                        "action": "set_token_horizon", "params": {"horizon_steps": new_horizon},
+                        "rationale": "loss above forecast", "evidence": {"query": "forecast/vs_actual"}}
+            emit("decision", decision, retime_at, at, producer="agent-horizon")
+            if decision_style == "explicit":
+                new = retime(schedule, retime_at, new_horizon)
+                applied = {"decision_id": decision["decision_id"], "action": "set_token_horizon",
+                           "before": {"horizon_steps": STEPS}, "after": {"horizon_steps": new_horizon, "step": retime_at}}
+            else:
+                _, new, applied, _ = apply_decision(decision, k, None, schedule)
             if fault != "lr_decision_ignored":
                 applied_lr_schedule = new
-            emit("decision_applied", {"decision_id": f"{run_id}-d1", "action": "set_token_horizon",
-                                      "before": {"horizon_steps": STEPS},
-                                      "after": {"horizon_steps": new_horizon, "step": retime_at}}, retime_at, at)
+            emit("decision_applied", applied, retime_at, at)
         loss = clean_loss(k) + float(rng.normal(0, 0.01))
         grad = 0.3 + 0.02 * float(rng.random())
         lr = lr_at(k, **applied_lr_schedule)

@@ -28,7 +28,7 @@ FAULTS = {
     "throughput": ("mfu_below_plan", "fail", {201}),
     "mfu_dip": ("mfu_constant", "warn", {201}),
     "lr_off": ("lr_schedule", "fail", {250}),
-    "lr_decision_ignored": ("lr_schedule", "fail", {201}),
+    "lr_decision_ignored": ("lr_schedule", "fail", {202}),  # retimed from 201, where both lines still agree
     "checkpoint_config": ("config_match", "fail", {300}),
     "config_hash": ("config_match", "fail", {0}),  # the run_started whose config does not hash to it
     "silence": ("telemetry_silence", "fail", {250}),
@@ -47,6 +47,8 @@ def ledger_root(tmp_path_factory) -> Path:
     write_run(led, "clean")
     for fault in FAULTS:
         write_run(led, run_id_for(fault), fault)
+    # a horizon decision whose decision_applied says the step it applies from in `after`
+    write_run(led, "explicit-retime", decision_style="explicit")
     # the skipped-step window narrowed to 60 s in run_started: step 100 drops out of it
     write_run(led, "f-skipped-60s", "skipped", thresholds={"skipped_window_s": 60})
     # a run that never finished, its last event long ago
@@ -123,6 +125,12 @@ def test_absent_inputs_skip_with_a_reason_never_fail(health):
         assert json.loads(bare[check]["evidence"])["reason"]
     assert not [c for c, r in bare.items() if r["status"] == "fail"]
     assert all(r["status"] == "skip" for (run, _), r in health.items() if run == "ladder-fit")
+
+
+def test_the_lr_check_follows_applied_horizon_decisions_either_way_they_are_written(health):
+    for run in ("clean", "explicit-retime"):
+        row = health[(run, "lr_schedule")]
+        assert row["status"] == "ok" and json.loads(row["evidence"])["retimes_applied"] == 1, row
 
 
 def test_a_window_narrowed_in_run_started_is_the_one_used(health):

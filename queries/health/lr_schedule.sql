@@ -2,8 +2,10 @@
 --
 -- The schedule is training/schedule.py's (the `scheduled_lr` macro in views.sql): warmup, then linear
 -- decay to min_lr_ratio * peak at the horizon. A set_token_horizon decision applied from step s
--- (`after.from_step`, else `after.step`, else the decision_applied event's step) with a new horizon
--- (`after.horizon_steps`, else `after.horizon_tokens` / tokens_per_step) retimes the decay: from s the
+-- (`after.from_step`, else `after.step`, else `after.anchor_step` as training/decisions.py writes the
+-- retimed schedule, else the step after the decision_applied event's, which is emitted between
+-- updates k-1 and k with step k-1) with a new horizon (`after.horizon_steps`, else
+-- `after.horizon_tokens` / tokens_per_step) retimes the decay: from s the
 -- lr goes linearly from lr(s) to min_lr_ratio * peak at the new horizon (before the end of warmup
 -- only the horizon moves). A step of attempt a is held to the latest run_started of an attempt <= a
 -- and to the decisions applied in attempts <= a; re-applying a retime already in a resumed
@@ -39,7 +41,8 @@ tolerance as (
 ), applied as (
     select
         run_id, attempt as decided_in, ts, seq,
-        coalesce((after ->> 'from_step')::bigint, (after ->> 'step')::bigint, step, (after ->> 'anchor_step')::bigint) as from_step,
+        coalesce((after ->> 'from_step')::bigint, (after ->> 'step')::bigint, (after ->> 'anchor_step')::bigint,
+                 step + 1) as from_step,
         (after ->> 'horizon_steps')::bigint as horizon_steps,
         (after ->> 'horizon_tokens')::double as horizon_tokens
     from decisions_applied
