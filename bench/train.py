@@ -1,6 +1,8 @@
 """Training throughput: MFU of the `small` preset against this machine's measured matmul peak, and
 the step time with events emitted (a real Emitter publishing to a real local NATS) vs emission off,
-in the same process, interleaved so that drift hits both alike.
+in the same process, interleaved so that drift hits both alike. On a shared machine wall-clock
+differences of a few percent are noise; the time inside `emit` and the process CPU time per step
+are the steadier measures of the overhead.
 
     .venv/bin/python bench/train.py [--preset small] [--steps 10] [--rounds 3]
 
@@ -60,9 +62,13 @@ def main() -> None:
     emitter = Emitter("bench-train", "worker-0", 0, server.url, Path(tmp.name) / "spool")
     k = 0
 
+    emit_s = [0.0]  # wall time spent inside the emit calls (the caller-side cost)
+    cpu = {False: 0.0, True: 0.0}  # process CPU time per mode (includes the publisher thread)
+
     def block(emit: bool) -> list[float]:
         nonlocal state, k
         times = []
+        c0 = time.process_time()
         for _ in range(args.steps):
             k += 1
             t = time.perf_counter()
@@ -74,9 +80,12 @@ def main() -> None:
             m = jax.device_get(metrics)
             dt = time.perf_counter() - t_step
             if emit:
+                t_emit = time.perf_counter()
                 emitter.emit("step", step_payload(m, T, L, dt, fpt, peak), step=k)
                 emitter.emit("drops", drops_payload(m["layers"], cfg, L), step=k)
+                emit_s[0] += time.perf_counter() - t_emit
             times.append(time.perf_counter() - t)
+        cpu[emit] += time.process_time() - c0
         return times
 
     block(False)  # warm-up
@@ -97,6 +106,10 @@ def main() -> None:
     print(f"step time, emission off   {1e3 * med_off:8.1f} ms median, {1e3 * mean_off:.1f} ms mean ({len(off)} steps)")
     print(f"step time, emission on    {1e3 * med_on:8.1f} ms median, {1e3 * mean_on:.1f} ms mean ({len(on)} steps)")
     print(f"emission overhead         {100 * (med_on / med_off - 1):+8.2f} % median, {100 * (mean_on / mean_off - 1):+.2f} % mean")
+    print(f"emit calls (caller side)  {1e3 * emit_s[0] / len(on):8.2f} ms per step = "
+          f"{100 * emit_s[0] / len(on) / med_off:.2f} % of the step")
+    print(f"process CPU per step      off {1e3 * cpu[False] / len(off):.1f} ms, on {1e3 * cpu[True] / len(on):.1f} ms "
+          f"({100 * (cpu[True] / cpu[False] - 1):+.2f} %, includes the publisher thread)")
     print(f"throughput                {T / med_off:8.0f} tokens/s, {fpt * T / med_off / 1e9:.1f} GFLOP/s")
     print(f"MFU vs measured peak      {100 * mfu:8.1f} %")
 

@@ -1,0 +1,240 @@
+"""The scaling ladder: train the rungs (each a run in the ledger, tagged with its ladder and rung), fit
+L = E + A * C^(-alpha) over them at every 5% of training, and emit the target run's `forecast` events.
+
+    run_ladder("main", root="data", nats_url=url, target_preset="small", n_rungs=4)
+
+Rungs are the `rung0..rung{n-1}` presets' sizes on the target's recipe (sequence length, batch,
+optimizer, data), each trained for the tokens that keep the tokens per active parameter fixed across
+the ladder (the target's ratio by default: the target is the ladder's next rung, as in Marin's
+ladders), so compute grows with the square of the active parameters. Each rung's
+loss curve is recorded as its worker emits it (a rung that dies keeps what it reached); the fit
+itself is `training.ladder_fit`. Forecasts are emitted by producer `ladder` on the target run's
+subjects, one per fraction; a re-run forecasts as the next attempt, and the audits read the latest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from training.config import TrainConfig, preset
+from training.flops import active_params, flops_per_token
+from training.ladder_fit import DEFAULT_E, FRACTIONS, Curve, Forecast, forecast, self_check
+
+log = logging.getLogger(__name__)
+
+MIN_RUNG_STEPS = 10  # below this a rung's curve is mostly warmup
+
+
+@dataclass(frozen=True)
+class Rung:
+    run_id: str
+    preset: str
+    cfg: TrainConfig
+    index: int
+
+
+@dataclass
+class LadderResult:
+    ladder: str
+    target_run: str
+    target_flops: float
+    target_tokens: int
+    curves: list[Curve]
+    forecasts: list[Forecast]
+    self_check_error: float | None
+    self_check_errors: dict[str, float] = field(default_factory=dict)
+
+
+def tokens_per_param(cfg: TrainConfig) -> float:
+    return cfg.token_budget / active_params(cfg)
+
+
+def rung_configs(n_rungs: int, tpp: float, steps_scale: float = 1.0,
+                 recipe: TrainConfig | None = None) -> list[tuple[str, TrainConfig]]:
+    """The rungs' (preset name, config): the `rungN` presets' sizes (width, depth, expert widths) on the
+    target's `recipe` (sequence length, batch, optimizer, data, router settings; the presets' own when
+    None), each trained for `tpp` tokens per active parameter (times `steps_scale`, a knob for quick
+    ladders), with warmup the same fraction of training as the recipe's and cadences scaled alike."""
+    out = []
+    for i in range(n_rungs):
+        name = f"rung{i}"
+        size = preset(name)
+        base = size if recipe is None else dataclasses.replace(
+            recipe,
+            model=dataclasses.replace(recipe.model, d_model=size.model.d_model, n_layers=size.model.n_layers,
+                                      n_heads=size.model.n_heads),
+            moe=dataclasses.replace(recipe.moe, d_ff_shared=size.moe.d_ff_shared, d_latent=size.moe.d_latent,
+                                    d_ff_expert=size.moe.d_ff_expert))
+        steps = max(MIN_RUNG_STEPS, round(steps_scale * tpp * active_params(base) / base.tokens_per_step))
+        warmup = base.optim.warmup_steps / max(base.steps, 1)
+        cfg = dataclasses.replace(
+            base, steps=steps, eval_every=max(steps // 4, 1), ckpt_every=steps, log_every=max(steps // 5, 1),
+            optim=dataclasses.replace(base.optim, warmup_steps=max(round(warmup * steps), 1)))
+        out.append((name, cfg))
+    return out
+
+
+class RungEmitter:
+    """A rung worker's emitter: tags `run_started` with the ladder and records the loss curve as the
+    worker emits it, so a rung that dies partway still has the curve it reached."""
+
+    def __init__(self, inner, ladder_tag: dict):
+        self.inner, self.tag = inner, ladder_tag
+        self.tokens: list[float] = []
+        self.loss: list[float] = []
+        self.tokens_per_step = 0
+        self.token_budget = 0.0
+        self.flops_per_token = 0.0
+        self.status: str | None = None
+
+    def emit(self, kind: str, payload: dict, step: int | None = None):
+        if kind == "run_started":
+            payload = {**payload, "ladder": self.tag}
+            self.tokens_per_step = int(payload["tokens_per_step"])
+            self.token_budget = float(payload["token_budget"])
+            self.flops_per_token = float(payload["flops_per_token"])
+        elif kind == "step" and payload.get("loss") is not None and step is not None:
+            self.tokens.append(float(step * self.tokens_per_step))
+            self.loss.append(float(payload["loss"]))
+        elif kind == "run_finished":
+            self.status = payload["status"]
+        return self.inner.emit(kind, payload, step=step) if self.inner is not None else None
+
+    def curve(self, name: str) -> Curve:
+        complete = self.status == "completed" and bool(self.tokens) and self.tokens[-1] >= self.token_budget
+        return Curve(name, np.array(self.tokens), np.array(self.loss), self.token_budget, self.flops_per_token,
+                     complete=complete)
+
+
+def next_attempt(spool_dir: str | Path, run_id: str, producer: str) -> int:
+    """The next attempt number of (run, producer): one past the spooled attempts on this machine."""
+    d = Path(spool_dir) / run_id / producer
+    done = [int(p.name) for p in d.glob("*") if p.name.isdigit()] if d.exists() else []
+    return max(done) + 1 if done else 0
+
+
+def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | Path, nats_url: str | None,
+                tpp: float, peak_flops: float | None = None) -> list[Curve]:
+    """Train each rung as its own run (producer worker-0) and return the loss curves they reached."""
+    from ledger.emitter import Emitter
+    from training.cli import ckpt_dir
+    from training.flops import measure_peak_flops
+    from training.worker import train
+
+    spool = Path(root) / "spool"
+    peak = peak_flops if peak_flops is not None else measure_peak_flops()
+    curves = []
+    for r in rungs:
+        attempt = next_attempt(spool, r.run_id, "worker-0")
+        inner = Emitter(r.run_id, "worker-0", attempt, nats_url, spool) if nats_url else None
+        tag = {"name": ladder, "rung": r.index, "target": target_run, "preset": r.preset,
+               "tokens_per_active_param": tpp}
+        rec = RungEmitter(inner, tag)
+        log.info("ladder %s: rung %d (%s, %d active params, %d steps) as run %s", ladder, r.index, r.preset,
+                 active_params(r.cfg), r.cfg.steps, r.run_id)
+        try:
+            train(r.cfg, run_id=r.run_id, ckpt_dir=ckpt_dir(root, r.run_id) / str(attempt), emitter=rec,
+                  preset=r.preset, peak_flops=peak)
+        except Exception:  # the rung is kept: its tail is extrapolated and flagged by the fit
+            log.exception("ladder %s: rung %s died at %d tokens", ladder, r.run_id, rec.tokens[-1] if rec.tokens else 0)
+        finally:
+            if inner is not None:
+                inner.close()
+        curves.append(rec.curve(r.run_id))
+    return curves
+
+
+def curves_from_ledger(root: str | Path, run_ids: list[str]) -> list[Curve]:
+    """The rungs' loss curves read back from the ledger (`steps` and `runs` views)."""
+    import queries
+
+    con = queries.connect(root)
+    curves = []
+    for run_id in run_ids:
+        plan = con.execute("select token_budget, flops_per_token from runs where run_id = ? "
+                           "order by attempt, seq limit 1", [run_id]).fetchone()
+        if plan is None:
+            raise ValueError(f"run {run_id!r} has no run_started in the ledger at {root}")
+        rows = con.execute("select step, loss, sum(tokens) over (order by step) from steps where run_id = ? "
+                           "order by step", [run_id]).fetchall()
+        status = con.execute("select status from runs_finished where run_id = ? order by attempt desc, seq desc "
+                             "limit 1", [run_id]).fetchone()
+        tokens = np.array([r[2] for r in rows if r[1] is not None], float)
+        loss = np.array([r[1] for r in rows if r[1] is not None], float)
+        complete = status is not None and status[0] == "completed" and len(tokens) and tokens[-1] >= plan[0]
+        curves.append(Curve(run_id, tokens, loss, float(plan[0]), float(plan[1]), complete=bool(complete)))
+    return curves
+
+
+def fit_ladder(curves: list[Curve], target_flops: float, E: float | None = DEFAULT_E,
+               fractions=FRACTIONS, extra_flags: list[str] | None = None) -> tuple[list[Forecast], float | None, dict]:
+    """A forecast per fraction, and the self-check (worst error, error per rung)."""
+    usable = [c for c in curves if len(c.tokens) >= 2]
+    flags = list(extra_flags or [])
+    flags += [f"{c.name}: dropped (fewer than 2 finite losses)" for c in curves if len(c.tokens) < 2]
+    worst, errors = self_check(usable)
+    out = []
+    for g in fractions:
+        try:
+            f = forecast(usable, target_flops, g, E)
+        except ValueError as err:
+            log.warning("no forecast at %.0f%%: %s", 100 * g, err)
+            continue
+        out.append(dataclasses.replace(f, flags=flags + f.flags))
+    return out, worst, errors
+
+
+def forecast_payload(f: Forecast, target_run: str, target_tokens: int, self_check_error: float | None) -> dict:
+    return {"target_run": target_run, "fraction": f.fraction, "target_tokens": int(round(f.fraction * target_tokens)),
+            "target_flops": f.target_flops, "projected_loss": f.projected_loss, "band_low": f.band_low,
+            "band_high": f.band_high, "fit": f.law.as_dict(), "rungs": f.rungs, "flags": f.flags,
+            "self_check_error": self_check_error}
+
+
+def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> int:
+    """Emit one `forecast` per fraction on the target's subjects (producer `ladder`, the next attempt)."""
+    from ledger.emitter import Emitter
+
+    spool = Path(root) / "spool"
+    em = Emitter(result.target_run, "ladder", next_attempt(spool, result.target_run, "ladder"), nats_url, spool)
+    try:
+        for f in result.forecasts:
+            em.emit("forecast", forecast_payload(f, result.target_run, result.target_tokens, result.self_check_error))
+    finally:
+        em.close()
+    return len(result.forecasts)
+
+
+def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, target_preset: str = "small",
+               n_rungs: int = 4, ladder: str | None = None, steps_scale: float = 1.0, tpp: float | None = None,
+               E: float | None = DEFAULT_E, peak_flops: float | None = None,
+               from_ledger: bool = False) -> LadderResult:
+    """Train the ladder for `target_run` (or read its rungs back from the ledger), fit it at every 5% of
+    training, and emit the forecasts when `nats_url` is given."""
+    target = preset(target_preset)
+    ladder = ladder or f"{target_run}-ladder"
+    tpp = tpp if tpp is not None else tokens_per_param(target)
+    rungs = [Rung(f"{ladder}-r{i}", name, cfg, i)
+             for i, (name, cfg) in enumerate(rung_configs(n_rungs, tpp, steps_scale, recipe=target))]
+    if from_ledger:
+        curves = curves_from_ledger(root, [r.run_id for r in rungs])
+    else:
+        curves = train_rungs(rungs, ladder=ladder, target_run=target_run, root=root, nats_url=nats_url, tpp=tpp,
+                             peak_flops=peak_flops)
+    target_flops = flops_per_token(target) * target.token_budget
+    forecasts, worst, errors = fit_ladder(curves, target_flops, E)
+    result = LadderResult(ladder, target_run, target_flops, target.token_budget, curves, forecasts, worst, errors)
+    for c, r in zip(curves, rungs):
+        log.info("rung %s: %.3g FLOPs planned, reached %.0f%%, self-check error %s", c.name, c.planned_flops,
+                 100 * c.reached, f"{errors[c.name]:+.3f}" if c.name in errors else "n/a")
+    for f in forecasts:
+        log.info("forecast %s at %3.0f%%: %.3f [%.3f, %.3f] alpha %.3f", target_run, 100 * f.fraction,
+                 f.projected_loss, f.band_low, f.band_high, f.law.alpha)
+    if nats_url:
+        emit_forecasts(result, root=root, nats_url=nats_url)
+    return result

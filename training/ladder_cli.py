@@ -1,0 +1,69 @@
+"""`runledger ladder`: train the scaling ladder for a target run and emit its loss forecast.
+
+    runledger ladder --preset small --rungs 4 --target main --root data --nats nats://127.0.0.1:4222
+
+`--preset` is the target's preset (its compute and tokens per active parameter size the ladder);
+`--from-ledger` re-fits rungs already in the ledger instead of training them. The logic is in
+`training.ladder`; `register(subparsers)` adds the subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from tools.cli import UsageError, add_nats, add_root, resolve_nats
+from training.config import PRESETS
+from training.ladder_fit import DEFAULT_E
+
+log = logging.getLogger(__name__)
+
+
+def _e_arg(text: str) -> float | None:
+    if text == "fit":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--E takes a number or 'fit', not {text!r}") from None
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("ladder", help="the scaling ladder and its loss forecast for a target run")
+    p.add_argument("--preset", default="small", choices=sorted(PRESETS), help="the target run's preset")
+    p.add_argument("--rungs", type=int, default=4, help="rungs (presets rung0..rungN-1; default 4)")
+    p.add_argument("--target", required=True, help="the run the forecast is for")
+    p.add_argument("--ladder", default=None, help="ladder name (default TARGET-ladder); rungs are NAME-r0..")
+    p.add_argument("--steps-scale", type=float, default=1.0, help="scale every rung's steps (quick ladders)")
+    p.add_argument("--tpp", type=float, default=None,
+                   help="tokens per active parameter of every rung (default: the target's)")
+    p.add_argument("--E", type=_e_arg, default=DEFAULT_E,
+                   help=f"irreducible loss, nats/byte, or 'fit' (bounded); default {DEFAULT_E}")
+    p.add_argument("--from-ledger", action="store_true", help="fit the rungs already in the ledger, train nothing")
+    p.add_argument("--emit", action=argparse.BooleanOptionalAction, default=True, help="emit events (default on)")
+    add_root(p)
+    add_nats(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from training.ladder import run_ladder
+
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    if not 1 <= args.rungs <= 4:
+        raise UsageError(f"--rungs must be 1..4 (the presets rung0..rung3), not {args.rungs}")
+    if args.steps_scale <= 0:
+        raise UsageError("--steps-scale must be > 0")
+    try:
+        result = run_ladder(args.target, root=args.root, nats_url=resolve_nats(args) if args.emit else None,
+                            target_preset=args.preset, n_rungs=args.rungs, ladder=args.ladder,
+                            steps_scale=args.steps_scale, tpp=args.tpp, E=args.E, from_ledger=args.from_ledger)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if not result.forecasts:
+        log.error("ladder %s: no forecast could be fitted", result.ladder)
+        return 1
+    log.info("ladder %s: %d forecasts for %s; self-check error %s", result.ladder, len(result.forecasts),
+             result.target_run, "n/a" if result.self_check_error is None else f"{result.self_check_error:.3f}")
+    return 0
