@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -23,7 +26,7 @@ from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
 from agents.policy import Action, thresholds_for
 from ledger import bus, store
 from ledger.emitter import Emitter
-from ledger.events import STREAM
+from ledger.events import STREAM, InvalidEvent
 from ledger.replay import replay_run
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,18 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict) -> list[d
     used = set(re.findall(r"\$([a-z_]+)", sql))
     cur = con.execute(sql, {k: v for k, v in params.items() if k in used})
     cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
+    return [{c: _json_value(v) for c, v in zip(cols, r)} for r in cur.fetchall()]
+
+
+def _json_value(v):
+    """Evidence goes into events: JSON values only (NaN → None, timestamps → RFC 3339 text)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, (datetime, date)):
+        return v.isoformat()
+    if isinstance(v, Decimal):
+        return float(v)
+    return v
 
 
 def run_thresholds(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
@@ -111,7 +125,11 @@ class Runner:
         for agent, action in actions:
             if action.id in known:
                 continue
-            self.emitter(run_id, agent).emit(action.kind, action.payload(agent), step=state.step)
+            try:
+                self.emitter(run_id, agent).emit(action.kind, action.payload(agent), step=state.step)
+            except InvalidEvent as err:  # a policy bug must not stop the other agents
+                log.error("%s: %s %s not recorded: %s", agent, action.kind, action.id, err)
+                continue
             self.sent.add(action.id)
             known.add(action.id)
             done.append(action)

@@ -10,6 +10,11 @@ tables with the writer's own schema (`ledger.store.arrow_schema('step')`) and wr
 `ledger.store.write_atomic`, one file per 200,000 steps; their hashes are random 64-hex strings
 chained through prev_hash (not the SHA-256 of their content) and their `payload` text is built
 column-wise, so `runledger verify` would reject them; the audits read only the typed columns.
+
+What is timed (best of --repeat): the suite over all runs on one open connection over the whole
+ledger (its helper tables rebuilt each time), and one run the way `runledger audit health RUN`
+does it, connection over the run's files included. Each is shown in wall and CPU seconds (this
+process's user+sys): on a machine busy with other work, wall time grows and CPU time much less.
 """
 
 from __future__ import annotations

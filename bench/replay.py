@@ -1,6 +1,6 @@
 """Replay speed: events per second folded into a RunState, for a 1M-event run, in one command.
 
-    python bench/replay.py [--events N] [--no-parquet]
+    python bench/replay.py [--events N] [--no-parquet]    (about 6 minutes here; --no-parquet: 1)
 
   fold            ledger.replay.replay() over envelopes already in memory (dicts with parsed payloads,
                   as run_events returns them); target >= 200,000 events/s

@@ -91,6 +91,7 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     con.execute(render_views(root, files))
     if read_only:
         con.execute("SET temp_directory = ''")
+        con.execute("SET parquet_metadata_cache = true")
         con.execute(f"SET allowed_directories = [{_sql_str(str(root) + '/')}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")

@@ -78,10 +78,6 @@ def known_runs(root: Path) -> list[str]:
     return sorted({p.parent.name.removeprefix("run_id=") for p in event_files(root)})
 
 
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 # the kinds a one-run audit also reads for related runs: ladder peers (drops_vs_ladder) and a fork's
 # parent (checkpoint_lineage); forecasts are read whole (they belong to the ladder's run, and name
 # their target); every other kind only for the run itself
@@ -142,17 +138,21 @@ def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> Non
 def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scoped: bool = False) -> None:
     """Materialise the audit helpers as temp tables, for `run_id` or for every run. A connection over
     the whole ledger is first scoped to the run; `scoped` says it was opened over the run's files."""
-    for view in ("events", *_KIND_VIEWS.values()):  # a connection reused for another scope starts afresh
+    # a connection reused for another scope starts afresh: `main.x` would find a temp x first
+    for view in ("events", *_KIND_VIEWS.values()):
         con.execute(f"drop view if exists temp.{view}")
+    for table in ("audit_runs", *_HELPERS):
+        con.execute(f"drop table if exists temp.{table}")
+    db = con.execute("select current_database()").fetchone()[0]
     runs = [run_id] if run_id else known_runs(root)
-    con.execute("create or replace temp table audit_runs (run_id varchar)")
+    con.execute("create temp table audit_runs (run_id varchar)")
     if runs:
-        con.execute("insert into audit_runs values " + ", ".join(f"({_sql_str(r)})" for r in runs))
+        con.execute("insert into audit_runs values " + ", ".join(f"({queries._sql_str(r)})" for r in runs))
     if run_id and not scoped:
         scope_to_run(con, root, run_id)
     for name in _HELPERS:
         t0 = time.perf_counter()
-        con.execute(f"create or replace temp table {name} as select * from main.{name}")
+        con.execute(f"create temp table {name} as select * from {db}.main.{name}")
         log.debug("materialised %s in %.3fs", name, time.perf_counter() - t0)
 
 

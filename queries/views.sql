@@ -155,19 +155,18 @@ left join run_thresholds w on w.run_id = a.run_id and w.name = 'window_steps';
 create or replace view step_blocks as
 select
     s.run_id, s.attempt, (s.step - 1) // z.block_steps as block, any_value(z.block_steps) as block_steps,
-    count(*) as n, min(s.step) as step_lo, max(s.step) as step_hi, min(s.ts) as ts_lo, max(s.ts) as ts_hi,
+    count(*) as n, min(s.step) as step_lo, max(s.step) as step_hi,
     sum(s.tokens) as tokens,
     count(s.grad_norm) as g_n, sum(s.grad_norm) as g_sy, max(s.grad_norm) as g_max,
     sum(s.step::double) filter (s.grad_norm is not null) as g_sx,
     sum(s.step::double * s.step) filter (s.grad_norm is not null) as g_sxx,
     sum(s.step * s.grad_norm) as g_sxy,
-    count(s.loss) as l_n, sum(s.loss) as l_sy, min(s.loss) as l_min, arg_min(s.step, s.loss) as l_min_step,
+    count(s.loss) as l_n, sum(s.loss) as l_sy, min(s.loss) as l_min,
     count(s.param_norm) as p_n, arg_min(s.param_norm, s.step) filter (s.param_norm is not null) as p_first,
     arg_max(s.param_norm, s.step) filter (s.param_norm is not null) as p_last,
     count(s.router_entropy) as re_n, avg(s.router_entropy) as re_mean,
     count(s.mfu) as mfu_n, avg(s.mfu) as mfu_mean,
-    count(s.tokens_per_s) as tps_n, avg(s.tokens_per_s) as tps_mean,
-    count(*) filter (s.skipped) as n_skipped
+    count(s.tokens_per_s) as tps_n, avg(s.tokens_per_s) as tps_mean
 from steps_all s
 join run_blocks z using (run_id)
 where s.step is not null
@@ -193,6 +192,6 @@ with latest as (
     qualify row_number() over (partition by run_id, block order by attempt desc) = 1
 )
 select
-    run_id, block, step_lo, step_hi, ts_hi, l_n, l_sy / nullif(l_n, 0) as loss_mean,
+    run_id, block, step_lo, step_hi, l_n, l_sy / nullif(l_n, 0) as loss_mean,
     sum(tokens) over (partition by run_id order by block) as tokens_seen
 from latest;

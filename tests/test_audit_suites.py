@@ -29,7 +29,7 @@ def root(tmp_path_factory) -> Path:
     write_run(led, "fc-miss", forecasts="miss")
     # attempt 0 retimes the decay at step 200 and dies at 250; attempt 1 resumes from the step-200
     # checkpoint with a new commit and the retimed schedule, as the worker carries it
-    retimed = retime(make_schedule(1e-3, 20, STEPS, 0.05, tokens_per_step=1024), 200, 300)
+    retimed = retime(make_schedule(1e-3, 20, STEPS, 0.05, tokens_per_step=1024), 201, 300)  # as the worker retimed it
     write_run(led, "resumed", last=250, finish=False)
     write_run(led, "resumed", attempt=1, first=201, t_offset=10, retime_at=None, schedule=retimed,
               resumed_from=RESUME, code_commit="def456")
@@ -58,8 +58,9 @@ def test_the_decision_trail_links_decision_evidence_and_application(root):
     d = trail[0]
     assert d["action"] == "set_token_horizon" and d["agent"] == "agent-horizon" and d["status"] == "applied"
     assert json.loads(d["evidence"]) == {"query": "forecast/vs_actual"}
-    assert d["applied_at_step"] == 200 and d["applied_by"] == "worker-0"
-    assert json.loads(d["after"]) == {"horizon_steps": 300, "step": 200}
+    assert d["decided_at_step"] == 200 and d["applied_at_step"] == 200 and d["applied_by"] == "worker-0"
+    after = json.loads(d["after"])  # the retimed schedule, from update 201 on
+    assert after["horizon_steps"] == 300 and after["anchor_step"] == 201
 
 
 def test_mixture_and_sources_are_reported_per_domain(root):
@@ -94,7 +95,7 @@ def test_a_resumed_run_is_held_to_its_retimed_schedule(root):
     assert health["config_match"]["status"] == "ok"
     assert health["telemetry_silence"]["status"] == "ok"
     lost = {r["check"]: r for r in audit.run_suite(root, "health", "lost-retime").rows()}["lr_schedule"]
-    assert lost["status"] == "fail" and lost["at_step"] == 201, lost
+    assert lost["status"] == "fail" and lost["at_step"] == 202, lost  # the retime from 201 on was lost
 
 
 def test_forecast_vs_actual_at_each_five_percent(root):

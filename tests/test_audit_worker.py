@@ -1,10 +1,12 @@
 """The audits over what the real training worker emits: a run, the same run interrupted and
-resumed, and a fork with a retimed schedule; the SQL schedule agrees with the worker's lr at every
-step, the config matches, and each attempt's checkpoint lineage is found in the ledger."""
+resumed, a fork with a retimed schedule and a run whose horizon a decision shortened; the SQL
+schedule agrees with the worker's lr at every step, the config matches, and each attempt's
+checkpoint lineage is found in the ledger."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -62,16 +64,25 @@ def root(tmp_path_factory):
     run(root, "branch", base / "branch", steps=6,
         start=Start(checkpoint_path=parent["path"], schedule=sched,
                     parent={"run_id": "whole", "step": parent["step"], "content_hash": parent["content_hash"]}))
+    # an agent shortens the horizon to 6 after update 4; the worker retimes the decay before update 5
+    shorten = {"decision_id": "d-1", "action": "set_token_horizon", "params": {"horizon_steps": 6}}
+    run(root, "shortened", base / "shortened", decisions=lambda k: [shorten] if k == 4 else [])
     return root
 
 
-@pytest.mark.parametrize("run_id", ["whole", "split", "branch"])
+@pytest.mark.parametrize("run_id", ["whole", "split", "branch", "shortened"])
 def test_the_worker_s_lr_and_config_pass_the_audit(root, run_id):
     health = {r["check"]: r for r in audit.run_suite(root, "health", run_id).rows()}
     assert health["lr_schedule"]["status"] == "ok", health["lr_schedule"]
     assert health["config_match"]["status"] == "ok", health["config_match"]
     assert health["telemetry_silence"]["status"] == "ok"
     assert health["skipped_steps"]["status"] == "ok"
+
+
+def test_the_lr_follows_the_horizon_decision_the_worker_applied(root):
+    row = {r["check"]: r for r in audit.run_suite(root, "health", "shortened").rows()}["lr_schedule"]
+    evidence = json.loads(row["evidence"])
+    assert row["status"] == "ok" and evidence["retimes_applied"] == 1 and evidence["steps_checked"] == 6, row
 
 
 def test_the_skipped_step_is_seen_and_each_start_s_checkpoint_found(root):

@@ -97,10 +97,46 @@ def register(subparsers) -> None:
     p.add_argument("--decisions", action=argparse.BooleanOptionalAction, default=True,
                    help="carry out the run's decisions from the ledger at step boundaries (default on)")
     p.add_argument("--nan-at", type=int, nargs="*", default=[], help="chaos: make these steps' loss non-finite")
+    p.add_argument("--slow", metavar="UNTIL_STEP:SECONDS", default=None,
+                   help="chaos: each update up to UNTIL_STEP takes SECONDS longer (a slow node)")
+    p.add_argument("--planned-tokens-per-s", type=float, default=None, help="the plan (default: from planned_mfu)")
+    p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                   help="override an agent/audit threshold for this run (recorded in run_started)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", dest="overrides",
+                   help="override a config field, e.g. moe.cf_recv=0.6 (recorded, and in the config hash)")
+    p.add_argument("--creds", default=None, help="credentials file from `nats up --secure` (env RUNLEDGER_CREDS)")
     p.set_defaults(func=run)
 
 
+def with_overrides(cfg, overrides: list[str]):
+    """The config with SECTION.FIELD=VALUE (or FIELD=VALUE) overrides; values parsed as JSON when they can be."""
+    import json
+
+    for kv in overrides:
+        key, sep, raw = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"runledger train: --set {kv!r} is not SECTION.FIELD=VALUE")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        section, _, name = key.rpartition(".")
+        try:
+            if section:
+                sub = getattr(cfg, section)
+                cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(sub, **{name: value})})
+            else:
+                cfg = dataclasses.replace(cfg, **{name: value})
+        except (AttributeError, TypeError, ValueError) as err:
+            raise SystemExit(f"runledger train: --set {kv!r}: {err}") from None
+    return cfg
+
+
 def _nats_url(args) -> str:
+    if getattr(args, "creds", None) or os.environ.get("RUNLEDGER_CREDS"):
+        from ledger.natsserver import read_creds
+
+        return read_creds(args.creds or os.environ["RUNLEDGER_CREDS"])
     if args.nats:
         return args.nats
     if os.environ.get("RUNLEDGER_NATS"):
@@ -117,7 +153,7 @@ def run(args) -> int:
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU here" on every start
-    cfg = preset(args.preset)
+    cfg = with_overrides(preset(args.preset), args.overrides)
     if args.resume and args.fork_from:
         log.error("--resume and --fork-from exclude each other")
         return 2
@@ -144,6 +180,28 @@ def run(args) -> int:
         from ledger.emitter import Emitter
 
         emitter = Emitter(args.run_id, args.producer, start.attempt, _nats_url(args), Path(args.root) / "spool")
+    feed = None
+    if args.decisions and args.emit:  # live from NATS; decisions applied in earlier attempts stay applied
+        from ledger.decisions import DecisionFeed
+        from ledger.replay import replay_run
+        from training.decisions import feed_decisions
+
+        done = {did for did, d in replay_run(args.root, args.run_id).decisions.items()
+                if d.get("applied_at_step") is not None} if args.resume else set()
+        feed = DecisionFeed(args.run_id, _nats_url(args), applied=done)
+        source = feed_decisions(feed)
+    elif args.decisions:
+        source = ledger_decisions(args.root, args.run_id)
+    else:
+        source = None
+    slow = None
+    if args.slow:
+        until, _, secs = args.slow.partition(":")
+        slow = (int(until), float(secs))
+    thresholds = {}
+    for kv in args.threshold:
+        name, _, value = kv.partition("=")
+        thresholds[name] = float(value)
     stop = {"now": False}
 
     def on_signal(signum, _frame):
@@ -155,9 +213,12 @@ def run(args) -> int:
         result = train(cfg, run_id=args.run_id, ckpt_dir=ckpt_dir(args.root, args.run_id), emitter=emitter,
                        start=start, steps=args.steps, preset=args.preset, mesh=make_mesh(cfg),
                        nan_steps=frozenset(args.nan_at), should_stop=lambda: stop["now"],
-                       decisions=ledger_decisions(args.root, args.run_id) if args.decisions else None)
+                       decisions=source, planned_tokens_per_s=args.planned_tokens_per_s, thresholds=thresholds,
+                       slow=slow)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if feed is not None:
+            feed.close()
         if emitter is not None:
             emitter.close()
     log.info("%s: %s at step %d (%d tokens)", args.run_id, result.status, result.final_step, result.tokens_seen)

@@ -18,7 +18,8 @@ from typing import Callable
 from training.config import TrainConfig
 from training.schedule import horizon_steps_for_tokens, retime
 
-WORKER_ACTIONS = ("set_token_horizon", "set_capacity_factor", "set_dispatch", "set_z_loss_weight", "checkpoint_now")
+WORKER_ACTIONS = ("set_token_horizon", "set_capacity_factor", "set_dispatch", "set_z_loss_weight", "checkpoint_now",
+                  "rollback")  # rollback is carried out by the loop itself (it moves the step)
 
 
 def dispatch_fields(cfg: TrainConfig) -> dict:
@@ -98,3 +99,15 @@ def ledger_decisions(root: str | Path, run_id: str, every_s: float = 5.0) -> Cal
         return out
 
     return poll
+
+
+def feed_decisions(feed) -> Callable[[int], list[dict]]:
+    """Pending decisions from a `ledger.decisions.DecisionFeed` (live from NATS), each handed out once."""
+
+    def take(_step: int) -> list[dict]:
+        ready = feed.ready()
+        for d in ready:
+            feed.mark_applied(d["decision_id"])
+        return ready
+
+    return take

@@ -156,11 +156,15 @@ def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> dict:
 def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, start: Start = Start(),
           steps: int | None = None, preset: str | None = None, mesh=None, peak_flops: float | None = None,
           nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None,
-          decisions: Callable[[int], list[dict]] | None = None) -> TrainResult:
+          decisions: Callable[[int], list[dict]] | None = None, planned_tokens_per_s: float | None = None,
+          thresholds: dict | None = None, slow: tuple[int, float] | None = None) -> TrainResult:
     """Run (or resume, or fork) a run up to step `steps` (default: the schedule's horizon in force).
 
     `decisions(step)` (optional) returns the decisions to carry out before the next update; see
-    `training.decisions`. Each is answered with a `decision_applied` event.
+    `training.decisions`. Each is answered with a `decision_applied` event. `planned_tokens_per_s`
+    overrides the plan derived from `planned_mfu`; `thresholds` (agents' and audits' overrides) go
+    into `run_started`; `slow=(until_step, seconds)` is fault injection: each update up to that step
+    takes that much longer (a slow node), inside the timed step.
     """
     emit = emitter.emit if emitter is not None else None
     cfg = with_dispatch(cfg, start.dispatch or {})
@@ -185,7 +189,9 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
         emit("run_started", {
             "config": cfg.to_dict(), "config_hash": chash, "code_commit": code_commit(), "preset": preset,
             "token_budget": int(schedule["horizon_steps"]) * T, "tokens_per_step": T, "schedule": schedule,
-            "data_mixture": mixture, "planned_tokens_per_s": cfg.planned_mfu * peak / fpt,
+            "data_mixture": mixture,
+            "planned_tokens_per_s": planned_tokens_per_s or cfg.planned_mfu * peak / fpt,
+            "thresholds": {k: float(v) for k, v in (thresholds or {}).items()},
             "hardware": hardware(mesh), "peak_flops": peak, "flops_per_token": fpt,
             "resumed_from": None if start.parent else resumed_from, "parent": start.parent,
         }, step=first - 1)
@@ -212,10 +218,30 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                                 "content_hash": info["content_hash"], "config_hash": chash,
                                 "tokens_seen": k * T, "reason": reason}, step=k)
 
-    def carry_out(k: int) -> None:
-        """Decisions between update k-1 and update k."""
+    def roll_back(d: dict, k: int) -> tuple[int, dict]:
+        """A rollback decision: restore the checkpoint at or before params.to_step; the next update."""
+        nonlocal state
+        to = int((d.get("params") or {}).get("to_step", k - 1))
+        meta = checkpoint.latest(ckpt_dir, at_or_before=to)
+        base = {"decision_id": d["decision_id"], "action": "rollback"}
+        if meta is None:
+            return k, {**base, "status": "refused", "reason": f"no checkpoint at or before step {to}"}
+        state = checkpoint.restore(meta["path"], state, meta["content_hash"])
+        return int(meta["step"]) + 1, {**base, "status": "applied", "before": {"step": k - 1},
+                                       "after": {"step": int(meta["step"]), "checkpoint": meta["path"],
+                                                 "content_hash": meta["content_hash"]}}
+
+    def carry_out(k: int) -> int:
+        """Decisions between update k-1 and update k; returns the next update (a rollback moves it)."""
         nonlocal cfg, schedule, last, train_step
         for d in decisions(k - 1):
+            if d["action"] == "rollback":
+                k_next, applied = roll_back(d, k)
+                log.info("%s: decision %s (rollback) %s: next update %d", run_id, d["decision_id"], applied["status"], k_next)
+                if emit:
+                    emit("decision_applied", applied, step=k - 1)
+                k = k_next
+                continue
             new_cfg, schedule, applied, wants_checkpoint = apply_decision(d, k, cfg, schedule)
             if steps is None:
                 last = int(schedule["horizon_steps"])
@@ -227,6 +253,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                 emit("decision_applied", applied, step=k - 1)
             if wants_checkpoint and k - 1 >= first:
                 save(k - 1, "requested")
+        return k
 
     train_step = compiled(cfg)
     log.info("%s: steps %d..%d", run_id, first, last)
@@ -234,7 +261,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
     try:
         while True:
             if decisions is not None:
-                carry_out(k)
+                k = carry_out(k)
             if k > last:
                 break
             if should_stop is not None and should_stop():
@@ -246,6 +273,8 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
             t0 = time.perf_counter()
             state, metrics = train_step(state, batch)
             m = jax.device_get(metrics)
+            if slow is not None and k <= slow[0]:
+                time.sleep(slow[1])  # fault injection: a slow node
             dt = time.perf_counter() - t0
             step = step_payload(m, T, L, dt, fpt, peak)
             result.losses[k] = step["loss"]

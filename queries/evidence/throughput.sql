@@ -9,14 +9,13 @@ with attempt_starts as (
            arg_max(tokens_per_step, attempt) as tokens_per_step,
            arg_max(planned_tokens_per_s, attempt) as planned_tokens_per_s, arg_max(deadline_s, attempt) as deadline_s
     from attempt_starts
-), progress as (
-    select max(step) as step, sum(tokens) as tokens_seen, max(ts) as last_ts
+), progress as (  -- training time so far: the steps' own time (restarts and compiles excluded)
+    select max(step) as step, sum(tokens) as tokens_seen, sum(step_time_s) as elapsed_s
     from steps where run_id = $run_id
 ), recent as (  -- the trailing window of steps, by step, of the latest attempt
     select median(tokens / nullif(step_time_s, 0)) as recent_tokens_per_s, count(*) as window_steps
     from (select * from steps where run_id = $run_id order by step desc limit $window)
 )
-select p.*, g.step, g.tokens_seen, r.recent_tokens_per_s, r.window_steps,
-       epoch(g.last_ts) - epoch(p.started) as elapsed_s
+select p.*, g.step, g.tokens_seen, g.elapsed_s, r.recent_tokens_per_s, r.window_steps
 from plan p, progress g, recent r
 where g.step is not null

@@ -1,0 +1,146 @@
+"""The ladder through the real ledger: forecasts fitted on rung curves go out as the target run's
+`forecast` events, the ledger stores them, and `audit forecast` puts the target's observed loss
+beside them at every 5%; rungs trained by the worker are tagged with their ladder in `run_started`
+and their curves read back from the ledger match what the worker emitted."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+import queries
+from conftest import wait_for_count
+from ledger import service
+from ledger.emitter import Emitter
+from queries.audit import run_suite
+from training.ladder import (LadderResult, Rung, RungEmitter, curves_from_ledger, emit_forecasts, fit_ladder,
+                             rung_configs, train_rungs)
+from training.ladder_fit import FRACTIONS, Curve, Law
+
+LAW = Law(E=0.6, A=30.0, alpha=0.1)
+FPT = 1e5
+TOKENS_PER_STEP = 512
+
+
+def law_curve(name: str, budget_steps: int, rng, upto: float = 1.0) -> Curve:
+    steps = np.arange(1, int(budget_steps * upto) + 1)
+    tokens = steps * TOKENS_PER_STEP
+    return Curve(name, tokens.astype(float), LAW.loss(tokens * FPT) * (1 + 0.005 * rng.standard_normal(len(steps))),
+                 budget_steps * TOKENS_PER_STEP, FPT, complete=upto >= 1)
+
+
+def serve_in_thread(root, url) -> tuple[threading.Thread, asyncio.Event, asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    t = threading.Thread(target=loop.run_until_complete, args=(service.serve(root, url, stop=stop),), daemon=True)
+    t.start()
+    return t, stop, loop
+
+
+def emit_target(em: Emitter, steps: int, rng) -> None:
+    """A target run whose loss follows the same law (what the worker would emit, minus the extras)."""
+    budget = steps * TOKENS_PER_STEP
+    em.emit("run_started", {
+        "config": {"preset": "law"}, "config_hash": "0" * 64, "token_budget": budget,
+        "tokens_per_step": TOKENS_PER_STEP, "flops_per_token": FPT,
+        "schedule": {"peak_lr": 3e-3, "warmup_steps": 5, "horizon_steps": steps, "min_lr_ratio": 0.05,
+                     "tokens_per_step": TOKENS_PER_STEP},
+    }, step=0)
+    for k in range(1, steps + 1):
+        loss = float(LAW.loss(k * TOKENS_PER_STEP * FPT)) * (1 + 0.005 * rng.standard_normal())
+        em.emit("step", {"loss": loss, "grad_norm": 0.5, "lr": 1e-3, "tokens": TOKENS_PER_STEP, "step_time_s": 0.1},
+                step=k)
+    em.emit("run_finished", {"status": "completed", "final_step": steps, "tokens_seen": budget}, step=steps)
+
+
+def test_forecasts_reach_the_ledger_and_the_audit_compares_them(nats_server, root):
+    rng = np.random.default_rng(0)
+    rungs = [law_curve("lad-r0", 40, rng), law_curve("lad-r1", 120, rng), law_curve("lad-r2", 360, rng),
+             law_curve("lad-r3", 1000, rng, upto=0.85)]  # the last rung died at 85%
+    target_steps = 3000
+    target_tokens = target_steps * TOKENS_PER_STEP
+    forecasts, worst, errors = fit_ladder(rungs, target_tokens * FPT, E=LAW.E)
+    assert [f.fraction for f in forecasts] == list(FRACTIONS)
+    assert set(errors) == {"lad-r0", "lad-r1", "lad-r2"} and worst < 0.1  # the crashed rung is not self-checked
+    assert any("lad-r3: extrapolated from 85%" in fl for fl in forecasts[-1].flags)
+
+    thread, stop, loop = serve_in_thread(root, nats_server.url)
+    try:
+        result = LadderResult("lad", "target", target_tokens * FPT, target_tokens, rungs, forecasts, worst, errors)
+        assert emit_forecasts(result, root=root, nats_url=nats_server.url) == 20
+        em = Emitter("target", "worker-0", 0, nats_server.url, root / "spool")
+        emit_target(em, target_steps, rng)
+        em.close()
+        assert wait_for_count(root, "select count(*) from events", 20 + target_steps + 2) == 20 + target_steps + 2
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(60)
+
+    con = queries.connect(root)
+    stored = con.execute("select producer, attempt, count(*), min(self_check_error), max(self_check_error) "
+                         "from forecasts where run_id = 'target' and target_run = 'target' group by all").fetchall()
+    assert stored == [("ladder", 0, 20, pytest.approx(worst), pytest.approx(worst))]
+
+    rows = run_suite(root, "forecast", "target").rows()
+    assert [r["fraction"] for r in rows] == list(FRACTIONS)
+    assert all(r["reached"] for r in rows)
+    residuals = np.array([r["residual"] for r in rows])
+    assert np.all(np.abs(residuals) < 0.1)
+    assert sum(bool(r["inside_band"]) for r in rows) >= 10
+
+
+def test_rungs_are_tagged_and_read_back_from_the_ledger(nats_server, root):
+    cfgs = rung_configs(1, tpp=0.01)  # one rung of MIN_RUNG_STEPS steps: one compile, not minutes
+    rungs = [Rung(f"lad-r{i}", name, cfg, i) for i, (name, cfg) in enumerate(cfgs)]
+    thread, stop, loop = serve_in_thread(root, nats_server.url)
+    try:
+        curves = train_rungs(rungs, ladder="lad", target_run="target", root=root, nats_url=nats_server.url, tpp=0.01,
+                             peak_flops=1e11)
+        assert wait_for_count(root, "select count(*) from runs_finished", 1) == 1
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(60)
+    assert [c.complete for c in curves] == [True]
+    assert [len(c.tokens) for c in curves] == [cfg.steps for _, cfg in cfgs]
+
+    con = queries.connect(root)
+    tags = con.execute("select run_id, ladder ->> 'name', (ladder ->> 'rung')::int, ladder ->> 'target' "
+                       "from runs order by run_id").fetchall()
+    assert tags == [("lad-r0", "lad", 0, "target")]
+    back = curves_from_ledger(root, ["lad-r0"])
+    for a, b in zip(curves, back):
+        assert b.complete and b.token_budget == a.token_budget and b.flops_per_token == a.flops_per_token
+        np.testing.assert_allclose(b.tokens, a.tokens)
+        np.testing.assert_allclose(b.loss, a.loss, rtol=1e-6)
+
+
+def test_rung_emitter_keeps_the_curve_of_a_rung_that_died():
+    rec = RungEmitter(None, {"name": "lad", "rung": 0})
+    rec.emit("run_started", {"tokens_per_step": 512, "token_budget": 512 * 10, "flops_per_token": 1e5}, step=0)
+    for k in range(1, 7):
+        rec.emit("step", {"loss": 5.0 - 0.1 * k}, step=k)
+    rec.emit("step", {"loss": None, "skipped": True}, step=7)
+    rec.emit("run_finished", {"status": "failed"}, step=7)
+    c = rec.curve("lad-r0")
+    assert not c.complete and c.reached == pytest.approx(0.6) and len(c.tokens) == 6
+
+
+def test_ladder_command_parses_and_refuses_bad_usage(tmp_path):
+    import argparse
+
+    from tools.cli import UsageError
+    from training import ladder_cli
+
+    parser = argparse.ArgumentParser(prog="runledger")
+    ladder_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--E", "fit",
+                              "--steps-scale", "0.5"])
+    assert (args.preset, args.rungs, args.E, args.steps_scale, args.func) == ("small", 4, None, 0.5, ladder_cli.run)
+    with pytest.raises(UsageError, match="--rungs must be 1..4"):
+        ladder_cli.run(parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--rungs", "5"]))
+    with pytest.raises(UsageError, match="no run_started"):  # nothing in this ledger to re-fit
+        ladder_cli.run(parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--from-ledger",
+                                          "--no-emit"]))
