@@ -20,6 +20,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+try:  # a faster parser for the ledger's hot path; the standard library's is the reference
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None
+
 SCHEMA_VERSION = 1
 STREAM = "RUNLEDGER"
 SUBJECT_PREFIX = "runledger"
@@ -506,7 +511,18 @@ def check_envelope(obj: Any) -> str:
 
 
 def parse_json(data: bytes | str) -> Any:
-    """json.loads that refuses NaN/Infinity (they are not JSON) with a clear reason."""
+    """Parse JSON, refusing what is not JSON text (NaN/Infinity, lone surrogates, invalid UTF-8) with
+    a clear reason. orjson parses the valid input (the ledger's hot path); anything it refuses is
+    parsed again by the standard library, for the precise reason or, rarely, a different verdict."""
+    if orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return _parse_json_stdlib(data)
+
+
+def _parse_json_stdlib(data: bytes | str) -> Any:
 
     def refuse(name: str) -> Any:
         raise InvalidEvent(f"{name} is not allowed in an event (send null, with skipped=true for a loss)")
