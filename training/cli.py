@@ -99,6 +99,8 @@ def register(subparsers) -> None:
     p.add_argument("--nan-at", type=int, nargs="*", default=[], help="chaos: make these steps' loss non-finite")
     p.add_argument("--slow", metavar="UNTIL_STEP:SECONDS", default=None,
                    help="chaos: each update up to UNTIL_STEP takes SECONDS longer (a slow node)")
+    p.add_argument("--extend-context", metavar="AT_STEP:SEQ_LEN", default=None,
+                   help="a scheduled context extension (probed ahead; agents may hold it)")
     p.add_argument("--planned-tokens-per-s", type=float, default=None, help="the plan (default: from planned_mfu)")
     p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                    help="override an agent/audit threshold for this run (recorded in run_started)")
@@ -106,6 +108,13 @@ def register(subparsers) -> None:
                    help="override a config field, e.g. moe.cf_recv=0.6 (recorded, and in the config hash)")
     p.add_argument("--creds", default=None, help="credentials file from `nats up --secure` (env RUNLEDGER_CREDS)")
     p.set_defaults(func=run)
+
+
+def _pair(text: str | None, a, b):
+    if not text:
+        return None
+    x, _, y = text.partition(":")
+    return a(x), b(y)
 
 
 def with_overrides(cfg, overrides: list[str]):
@@ -214,7 +223,7 @@ def run(args) -> int:
                        start=start, steps=args.steps, preset=args.preset, mesh=make_mesh(cfg),
                        nan_steps=frozenset(args.nan_at), should_stop=lambda: stop["now"],
                        decisions=source, planned_tokens_per_s=args.planned_tokens_per_s, thresholds=thresholds,
-                       slow=slow)
+                       slow=slow, extend=_pair(args.extend_context, int, int))
     finally:
         signal.signal(signal.SIGTERM, previous)
         if feed is not None:

@@ -12,6 +12,7 @@ state unchanged) and the step is recorded with loss None and skipped True.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -133,6 +134,21 @@ def _make_train_step(cfg: TrainConfig, mesh=None) -> Callable:
     return jax.jit(train_step)
 
 
+PROBE_LEAD = 12  # steps before a context extension that drops are probed at the longer length
+PROBE_EVERY = 2
+
+
+def make_probe(cfg: TrainConfig, mesh=None) -> Callable:
+    """Forward only: the per-layer drop accounting of a batch (for probes at another length)."""
+    return _make_probe(_step_key(cfg), mesh)
+
+
+@functools.lru_cache(maxsize=8)
+def _make_probe(cfg: TrainConfig, mesh=None) -> Callable:
+    keys = ("sender_dropped", "receiver_dropped", "assignments", "loads", "entropy")
+    return jax.jit(lambda params, b: {k: loss_fn(params, b, cfg, mesh)[1]["layers"][k] for k in keys})
+
+
 def make_eval_step(cfg: TrainConfig, mesh=None) -> Callable:
     return _make_eval_step(_step_key(cfg), mesh)
 
@@ -157,14 +173,19 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
           steps: int | None = None, preset: str | None = None, mesh=None, peak_flops: float | None = None,
           nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None,
           decisions: Callable[[int], list[dict]] | None = None, planned_tokens_per_s: float | None = None,
-          thresholds: dict | None = None, slow: tuple[int, float] | None = None) -> TrainResult:
+          thresholds: dict | None = None, slow: tuple[int, float] | None = None,
+          extend: tuple[int, int] | None = None) -> TrainResult:
     """Run (or resume, or fork) a run up to step `steps` (default: the schedule's horizon in force).
 
     `decisions(step)` (optional) returns the decisions to carry out before the next update; see
     `training.decisions`. Each is answered with a `decision_applied` event. `planned_tokens_per_s`
     overrides the plan derived from `planned_mfu`; `thresholds` (agents' and audits' overrides) go
     into `run_started`; `slow=(until_step, seconds)` is fault injection: each update up to that step
-    takes that much longer (a slow node), inside the timed step.
+    takes that much longer (a slow node), inside the timed step. `extend=(at_step, seq_len)` schedules
+    a context extension (same tokens per step, longer sequences): for PROBE_LEAD steps before it,
+    every PROBE_EVERY steps, drops are measured at the longer length and recorded as `drops` events
+    with probe=True; a `hold_context_extension` decision holds it (probing goes on) until a
+    `release_context_extension` decision releases it.
     """
     emit = emitter.emit if emitter is not None else None
     cfg = with_dispatch(cfg, start.dispatch or {})
@@ -185,6 +206,8 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
     peak = peak_flops if peak_flops is not None else measure_peak_flops()
     fpt = flops_per_token(cfg)
     chash = config_hash(cfg)
+    if extend is not None:
+        schedule = {**schedule, "context_extension": {"at_step": int(extend[0]), "seq_len": int(extend[1])}}
     if emit:
         emit("run_started", {
             "config": cfg.to_dict(), "config_hash": chash, "code_commit": code_commit(), "preset": preset,
@@ -231,10 +254,25 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                                        "after": {"step": int(meta["step"]), "checkpoint": meta["path"],
                                                  "content_hash": meta["content_hash"]}}
 
+    held = {"now": False}
+
     def carry_out(k: int) -> int:
         """Decisions between update k-1 and update k; returns the next update (a rollback moves it)."""
         nonlocal cfg, schedule, last, train_step
         for d in decisions(k - 1):
+            if d["action"] in ("hold_context_extension", "release_context_extension"):
+                ext = schedule.get("context_extension")
+                hold = d["action"] == "hold_context_extension"
+                base = {"decision_id": d["decision_id"], "action": d["action"]}
+                if ext is None or ext.get("done"):
+                    applied = {**base, "status": "refused", "reason": "no context extension is scheduled ahead"}
+                else:
+                    applied = {**base, "status": "applied", "before": {"held": held["now"]}, "after": {"held": hold}}
+                    held["now"] = hold
+                log.info("%s: decision %s (%s) %s before step %d", run_id, d["decision_id"], d["action"], applied["status"], k)
+                if emit:
+                    emit("decision_applied", applied, step=k - 1)
+                continue
             if d["action"] == "rollback":
                 k_next, applied = roll_back(d, k)
                 log.info("%s: decision %s (rollback) %s: next update %d", run_id, d["decision_id"], applied["status"], k_next)
@@ -255,6 +293,35 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                 save(k - 1, "requested")
         return k
 
+    def long_cfg(c: TrainConfig) -> TrainConfig:
+        ext = schedule["context_extension"]
+        long_len = ext["seq_len"]
+        return dataclasses.replace(c, model=dataclasses.replace(c.model, seq_len=long_len),
+                                   batch_size=max(c.batch_size * c.model.seq_len // long_len, 1))
+
+    def probe(k: int) -> None:
+        """Drops at the longer length, same tokens per batch, no update: what the extension would meet."""
+        c = long_cfg(cfg)
+        b = data.batch_at(corpus, mixture, c.seed, k, c.batch_size, c.model.seq_len)
+        layers = jax.device_get(make_probe(c, mesh)(state["params"], b))
+        if emit:
+            emit("drops", {**drops_payload(layers, c, c.model.seq_len), "probe": True}, step=k)
+
+    def maybe_extend(k: int) -> None:
+        """Before update k: probe ahead of a scheduled extension, or make it (unless it is held)."""
+        nonlocal cfg, L, train_step
+        ext = schedule.get("context_extension")
+        if ext is None or cfg.model.seq_len == ext["seq_len"]:
+            return  # none scheduled, or extended already (in this attempt or the one resumed from)
+        if ext.get("done") or (k >= ext["at_step"] and not held["now"]):
+            cfg = long_cfg(cfg)
+            L = cfg.model.seq_len
+            schedule["context_extension"] = {**ext, "done": True, "at": k}
+            train_step = compiled(cfg)
+            log.info("%s: context extended to %d before step %d", run_id, L, k)
+        elif k >= ext["at_step"] - PROBE_LEAD and k % PROBE_EVERY == 0:
+            probe(k)
+
     train_step = compiled(cfg)
     log.info("%s: steps %d..%d", run_id, first, last)
     k = first
@@ -264,6 +331,8 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                 k = carry_out(k)
             if k > last:
                 break
+            if extend is not None:
+                maybe_extend(k)
             if should_stop is not None and should_stop():
                 result.status = "stopped"
                 break
