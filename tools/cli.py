@@ -255,11 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-PLUGINS = ("training.cli", "queries.audit", "agents.cli", "tools.report")
+PLUGINS = ("training.cli", "training.ladder_cli", "queries.audit", "agents.cli", "tools.report")
 
 
 def _register_broken(sub, module: str, err: Exception) -> None:
-    name = {"training.cli": "train", "queries.audit": "audit", "agents.cli": "agents", "tools.report": "report"}[module]
+    name = {"training.cli": "train", "training.ladder_cli": "ladder", "queries.audit": "audit", "agents.cli": "agents",
+            "tools.report": "report"}[module]
 
     def fail(args: argparse.Namespace) -> int:
         raise UsageError(f"`{name}` is unavailable: {module} failed to import ({type(err).__name__}: {err})")
