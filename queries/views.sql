@@ -19,8 +19,13 @@ create or replace view steps as
 select * from steps_all
 qualify row_number() over (partition by run_id, step order by attempt desc, seq desc) = 1;
 
+-- token drops at the length the run trains at, one row per step and attempt
 create or replace view drops as
-select * from {{kind:drops}};
+select * from {{kind:drops}} where not coalesce(probe, false);
+
+-- drops measured at a longer length ahead of a context extension (no update was made)
+create or replace view drop_probes as
+select * from {{kind:drops}} where coalesce(probe, false);
 
 create or replace view evals as
 select * from {{kind:eval}};

@@ -22,7 +22,7 @@ def test_the_quick_demo_shows_a_b_c_and_verifies(tmp_path):
     new_horizon = json.loads(one("select params from decisions where action = 'set_token_horizon'"))["horizon_steps"]
     assert one("select max(step) from steps where run_id = 'main'") == new_horizon
     # (b) the drop agent held the scheduled extension after probing at the longer length
-    assert one("select count(*) from drops where run_id = 'main' and probe") > 0
+    assert one("select count(*) from drop_probes where run_id = 'main'") > 0
     assert one("""select count(*) from decisions d join decisions_applied a using (decision_id)
                   where d.action = 'hold_context_extension' and d.agent = 'agent-drops' and a.status = 'applied'""") == 1
     # (c) attempt 1 resumed from a checkpoint attempt 0 saved; one row per step in `steps`

@@ -69,9 +69,9 @@ def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: t
             poly = " ".join(f"{sx(x):.1f},{sy(h):.1f}" for x, _, h in pts) + " " + \
                 " ".join(f"{sx(x):.1f},{sy(l):.1f}" for x, l, _ in reversed(pts))
             out.append(f'<polygon points="{poly}" class="band"/>')
-    for x, label in markers:
+    for i, (x, label) in enumerate(markers):  # labels staggered so neighbouring decisions stay readable
         out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="14" y2="{H - 28}" class="marker"/>'
-                   f'<text x="{sx(x) + 3:.1f}" y="24" class="mlabel">{html.escape(label)}</text>')
+                   f'<text x="{sx(x) + 3:.1f}" y="{24 + 11 * (i % 3)}" class="mlabel">{html.escape(label)}</text>')
     for name, xs, ys, color in series:
         pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
         if pts:
@@ -137,11 +137,11 @@ def gather(root: Path, run_id: str) -> dict:
         qualify row_number() over (partition by fraction order by stream_seq desc) = 1 order by fraction""", r=run_id)
     layers = _rows(con, """
         select d.step, l.layer, l.drop_fraction
-        from (select * from drops where run_id = $r and not coalesce(probe, false)
+        from (select * from drops where run_id = $r
               qualify row_number() over (partition by step order by attempt desc, seq desc) = 1) d,
              unnest(from_json(d.layers, '[{"layer":"BIGINT","drop_fraction":"DOUBLE"}]')) as t(l)
         order by d.step""", r=run_id)
-    totals = _rows(con, """select step, drop_fraction from drops where run_id = $r and not coalesce(probe, false)
+    totals = _rows(con, """select step, drop_fraction from drops where run_id = $r
                            qualify row_number() over (partition by step order by attempt desc, seq desc) = 1
                            order by step""", r=run_id)
     decisions = _rows(con, """
