@@ -3,7 +3,7 @@ as a child process, the ladder for a target run (rungs trained, forecasts emitte
 run itself, and `runledger audit forecast` on what the ledger stored.
 
     .venv/bin/python bench/ladder.py [--root DIR] [--preset small] [--rungs 4] [--steps-scale 1]
-                                     [--target-steps N] [--E 0.6|fit]
+                                     [--target-steps N] [--E 0.6|fit] [--stop-rung I@FRACTION]
 
 Logs the ladder's wall time (the demo ladder's budget: 3 minutes on 2 cores), the target's, and
 prints the audit table (observed vs projected loss at each 5%, residuals, inside the band or not).
@@ -60,6 +60,8 @@ def main() -> int:
     ap.add_argument("--steps-scale", type=float, default=1.0)
     ap.add_argument("--target-steps", type=int, default=None, help="stop the target early (default: its horizon)")
     ap.add_argument("--E", default="0.6")
+    ap.add_argument("--stop-rung", default=None, metavar="I@FRACTION",
+                    help="a drill: rung I dies at this fraction of its steps (kept, extrapolated, flagged)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src.xla_bridge", "nats"):
@@ -79,10 +81,18 @@ def main() -> int:
                               stderr=subprocess.STDOUT)
     try:
         peak = measure_peak_flops()
+        stop_after = None
+        if args.stop_rung:
+            from training.ladder import rung_configs, tokens_per_param
+
+            i, frac = args.stop_rung.split("@")
+            target = preset(args.preset)
+            steps = rung_configs(int(i) + 1, tokens_per_param(target), args.steps_scale, recipe=target)[int(i)][1].steps
+            stop_after = {int(i): max(1, round(float(frac) * steps))}
         t0, cpu0 = time.perf_counter(), _cpu_s()
         result = run_ladder(args.target, root=root, nats_url=server.url, target_preset=args.preset,
                             n_rungs=args.rungs, steps_scale=args.steps_scale, peak_flops=peak,
-                            E=None if args.E == "fit" else float(args.E))
+                            E=None if args.E == "fit" else float(args.E), stop_after=stop_after)
         ladder_s, ladder_cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         log.info("ladder: %d rungs in %.0fs wall, %.0fs CPU; self-check error %s", len(result.curves), ladder_s,
                  ladder_cpu, result.self_check_error)

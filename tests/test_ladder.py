@@ -18,7 +18,7 @@ from ledger.emitter import Emitter
 from queries.audit import run_suite
 from training.ladder import (LadderResult, Rung, RungEmitter, curves_from_ledger, emit_forecasts, fit_ladder,
                              rung_configs, train_rungs)
-from training.ladder_fit import FRACTIONS, Curve, Law
+from training.ladder_fit import FRACTIONS, Curve, Law, loss_at
 
 LAW = Law(E=0.6, A=30.0, alpha=0.1)
 FPT = 1e5
@@ -93,28 +93,31 @@ def test_forecasts_reach_the_ledger_and_the_audit_compares_them(nats_server, roo
 
 
 def test_rungs_are_tagged_and_read_back_from_the_ledger(nats_server, root):
-    cfgs = rung_configs(1, tpp=0.01)  # one rung of MIN_RUNG_STEPS steps: one compile, not minutes
-    rungs = [Rung(f"lad-r{i}", name, cfg, i) for i, (name, cfg) in enumerate(cfgs)]
+    (name, cfg), = rung_configs(1, tpp=0.01)  # MIN_RUNG_STEPS steps: one compile, shared by both rungs
+    rungs = [Rung("lad-r0", name, cfg, 0), Rung("lad-r1", name, cfg, 1)]
     thread, stop, loop = serve_in_thread(root, nats_server.url)
     try:
         curves = train_rungs(rungs, ladder="lad", target_run="target", root=root, nats_url=nats_server.url, tpp=0.01,
-                             peak_flops=1e11)
-        assert wait_for_count(root, "select count(*) from runs_finished", 1) == 1
+                             peak_flops=1e11, stop_after={1: 7})  # the second rung dies at step 7
+        assert wait_for_count(root, "select count(*) from runs_finished", 2) == 2
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(60)
-    assert [c.complete for c in curves] == [True]
-    assert [len(c.tokens) for c in curves] == [cfg.steps for _, cfg in cfgs]
+    assert [c.complete for c in curves] == [True, False]
+    assert [len(c.tokens) for c in curves] == [cfg.steps, 7] and curves[1].reached == pytest.approx(7 / cfg.steps)
 
     con = queries.connect(root)
     tags = con.execute("select run_id, ladder ->> 'name', (ladder ->> 'rung')::int, ladder ->> 'target' "
                        "from runs order by run_id").fetchall()
-    assert tags == [("lad-r0", "lad", 0, "target")]
-    back = curves_from_ledger(root, ["lad-r0"])
+    assert tags == [("lad-r0", "lad", 0, "target"), ("lad-r1", "lad", 1, "target")]
+    back = curves_from_ledger(root, ["lad-r0", "lad-r1"])
     for a, b in zip(curves, back):
-        assert b.complete and b.token_budget == a.token_budget and b.flops_per_token == a.flops_per_token
+        assert b.complete == a.complete and b.token_budget == a.token_budget
+        assert b.flops_per_token == a.flops_per_token
         np.testing.assert_allclose(b.tokens, a.tokens)
         np.testing.assert_allclose(b.loss, a.loss, rtol=1e-6)
+    _, flag = loss_at(back[1], 0.9)
+    assert flag == "lad-r1: extrapolated from 70% to 90% (last 20%)"
 
 
 def test_rung_emitter_keeps_the_curve_of_a_rung_that_died():

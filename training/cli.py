@@ -64,7 +64,7 @@ def fork_point(root: str | Path, parent_run: str, at_step: int) -> "Start":
     from training.worker import Start
 
     try:
-        saved = [(e["step"], e["payload"]) for e in run_events(root, parent_run) if e["kind"] == "checkpoint"]
+        saved = [(e["step"], e["payload"]) for e in run_events(root, parent_run, full=True) if e["kind"] == "checkpoint"]
     except (FileNotFoundError, OSError, ValueError):
         saved = []
     saved = [(s, p) for s, p in saved if s is not None and s <= at_step]

@@ -119,8 +119,10 @@ def next_attempt(spool_dir: str | Path, run_id: str, producer: str) -> int:
 
 
 def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | Path, nats_url: str | None,
-                tpp: float, peak_flops: float | None = None) -> list[Curve]:
-    """Train each rung as its own run (producer worker-0) and return the loss curves they reached."""
+                tpp: float, peak_flops: float | None = None, stop_after: dict[int, int] | None = None) -> list[Curve]:
+    """Train each rung as its own run (producer worker-0) and return the loss curves they reached.
+
+    `stop_after` {rung index: step} ends those rungs early (a drill: a rung that died partway)."""
     from ledger.emitter import Emitter
     from training.cli import ckpt_dir
     from training.flops import measure_peak_flops
@@ -139,7 +141,7 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
                  active_params(r.cfg), r.cfg.steps, r.run_id)
         try:
             train(r.cfg, run_id=r.run_id, ckpt_dir=ckpt_dir(root, r.run_id) / str(attempt), emitter=rec,
-                  preset=r.preset, peak_flops=peak)
+                  preset=r.preset, peak_flops=peak, steps=(stop_after or {}).get(r.index))
         except Exception:  # the rung is kept: its tail is extrapolated and flagged by the fit
             log.exception("ladder %s: rung %s died at %d tokens", ladder, r.run_id, rec.tokens[-1] if rec.tokens else 0)
         finally:
@@ -213,7 +215,7 @@ def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> 
 def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, target_preset: str = "small",
                n_rungs: int = 4, ladder: str | None = None, steps_scale: float = 1.0, tpp: float | None = None,
                E: float | None = DEFAULT_E, peak_flops: float | None = None,
-               from_ledger: bool = False) -> LadderResult:
+               from_ledger: bool = False, stop_after: dict[int, int] | None = None) -> LadderResult:
     """Train the ladder for `target_run` (or read its rungs back from the ledger), fit it at every 5% of
     training, and emit the forecasts when `nats_url` is given."""
     target = preset(target_preset)
@@ -225,11 +227,11 @@ def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, targe
         curves = curves_from_ledger(root, [r.run_id for r in rungs])
     else:
         curves = train_rungs(rungs, ladder=ladder, target_run=target_run, root=root, nats_url=nats_url, tpp=tpp,
-                             peak_flops=peak_flops)
+                             peak_flops=peak_flops, stop_after=stop_after)
     target_flops = flops_per_token(target) * target.token_budget
     forecasts, worst, errors = fit_ladder(curves, target_flops, E)
     result = LadderResult(ladder, target_run, target_flops, target.token_budget, curves, forecasts, worst, errors)
-    for c, r in zip(curves, rungs):
+    for c in curves:
         log.info("rung %s: %.3g FLOPs planned, reached %.0f%%, self-check error %s", c.name, c.planned_flops,
                  100 * c.reached, f"{errors[c.name]:+.3f}" if c.name in errors else "n/a")
     for f in forecasts:

@@ -6,10 +6,11 @@ Marin's recipe (DESIGN.md, "Forecast"): every rung is read at the same fraction 
 so that rungs and target are compared at the same point of their learning-rate schedules; E is fixed
 by config (Marin fixes 1.5) or fitted within bounds; A and alpha come from a straight line through
 log(L - E) against log C (polyfit). The band is the min/max of the leave-one-rung-out projections,
-widened to include the full fit's and +-2 jackknife standard errors around it. A rung that died partway is kept: its loss past the point it
-reached is extrapolated from the last 20% of what it did (a line of loss against log compute) and
-flagged. The self-check extrapolates each finished rung's 60-80% window to its own end with that same
-tail method; the worst error is part of every forecast's record.
+widened to include the full fit's and +-2 jackknife standard errors around it. A rung that died
+partway is kept: its loss past the point it reached is extrapolated from the last 20% of what it did
+(a line of loss against log compute) and flagged. The self-check extrapolates each finished rung's
+60-80% window to its own end with that same tail method; the worst error is part of every
+forecast's record.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ SELF_CHECK_WINDOW = (0.6, 0.8)  # ...and the method is checked by extrapolating 
 # jackknife's variance is (n-1)/n * sum of squared deviations): on curves drawn from a known law with
 # 1% noise it held the truth ~50% of the time, the widened band ~85% (tests/test_ladder_fit.py).
 BAND_SE = 2.0
-MIN_POINTS = 5  # ...and through at least this many steps (a 23-step rung has 3 within +-5%)
 SMOOTH = 0.05  # a rung's loss at g: a line through its steps within +-5% of training of g, read at g
+MIN_POINTS = 5  # ...and through at least this many steps (a 12-step rung has 1 within +-5%)
 
 
 @dataclass(frozen=True)
