@@ -180,16 +180,8 @@ SHOWN = {  # the columns the terminal shows; report.html and `runledger audit` h
 }
 
 
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
 def print_audit(root: Path, console: Console) -> None:
-    from queries.audit import run_suite
+    from queries.audit import _cell, run_suite
 
     health = run_suite(root, "health", RUN)
     t = Table("check", "status", "value", "threshold", "at step", title="Health checklist (queries/health/*.sql)")
