@@ -206,6 +206,19 @@ class Emitter:
             os.fsync(self._seg_fd)
             self._dirty = False
 
+    def _sync_outside_lock(self) -> None:
+        """fsync the spool without holding up `emit` (a disk flush takes milliseconds): on a duplicate
+        of the segment's descriptor, so a segment rotated meanwhile is still the one synced."""
+        with self._lock:
+            if self._seg_fd is None or not self._dirty:
+                return
+            fd = os.dup(self._seg_fd)
+            self._dirty = False
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     # ---------------------------------------------------------------- publisher thread
 
     def _thread_main(self) -> None:
@@ -298,8 +311,7 @@ class Emitter:
                     fut.cancel()
                     self._requeue(items)
                 if now - last_sync > FSYNC_INTERVAL_S:
-                    with self._lock:
-                        self._sync_segment()
+                    self._sync_outside_lock()
                     self._write_acked()
                     last_sync = now
                 if self._closing.is_set() and (not inflight or not nc.is_connected):
