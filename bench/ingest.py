@@ -57,6 +57,17 @@ def _e2e_ledger(url: str, root: str, n: int, q) -> None:
     q.put(("ledger", time.time(), counters.stored, counters.messages))
 
 
+def _collect(q, *procs: mp.Process) -> dict:
+    """Each process's report (a tuple named by its first item), then wait for them to exit."""
+    results = {}
+    for _ in procs:
+        r = q.get(timeout=900)
+        results[r[0]] = r
+    for p in procs:
+        p.join()
+    return results
+
+
 def run_e2e(url: str, tmp: Path, n: int, batch: bool) -> dict:
     q = mp.Queue()
     ledger = mp.Process(target=_e2e_ledger, args=(url, str(tmp / "root"), n, q))
@@ -64,12 +75,7 @@ def run_e2e(url: str, tmp: Path, n: int, batch: bool) -> dict:
     time.sleep(1.0)  # the ledger is connected and waiting
     producer = mp.Process(target=_e2e_producer, args=(url, str(tmp / "spool"), n, batch, q))
     producer.start()
-    results = {}
-    for _ in range(2):
-        r = q.get(timeout=900)
-        results[r[0]] = r
-    producer.join()
-    ledger.join()
+    results = _collect(q, producer, ledger)
     _, t0, emitted, _ = results["producer"]
     _, t_end, stored, messages = results["ledger"]
     assert stored == n, f"stored {stored} of {n}"
@@ -138,12 +144,7 @@ def run_raw(url: str, n: int, per_msg: int) -> dict:
     assert q.get(timeout=60)[0] == "ready"
     producer = mp.Process(target=_raw_producer, args=(url, n, per_msg, q))
     producer.start()
-    results = {}
-    for _ in range(2):
-        r = q.get(timeout=900)
-        results[r[0]] = r
-    producer.join()
-    consumer.join()
+    results = _collect(q, producer, consumer)
     return {"events_per_s": n / (results["consumer"][1] - results["producer"][1])}
 
 
