@@ -116,7 +116,8 @@ class Runner:
         """Evaluate one run and record whatever is new; returns the actions recorded."""
         try:
             state, actions = evaluate(self.root, run_id)
-        except duckdb.IOException:  # a file compacted away while reading: next time
+        except (duckdb.IOException, OSError) as err:  # a file compacted away while reading: next time
+            log.debug("evaluating %s: %s; trying again next round", run_id, err)
             return []
         if not actions:
             return []
@@ -127,6 +128,9 @@ class Runner:
                 continue
             try:
                 self.emitter(run_id, agent).emit(action.kind, action.payload(agent), step=state.step)
+            except OSError as err:  # the ledger's files moved under next_attempt: next round
+                log.debug("recording for %s: %s; trying again next round", run_id, err)
+                return done
             except InvalidEvent as err:  # a policy bug must not stop the other agents
                 log.error("%s: %s %s not recorded: %s", agent, action.kind, action.id, err)
                 continue

@@ -85,7 +85,8 @@ class Demo:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         self.nats = NatsServer(self.root / "nats").start()
         self.spawn("ledger", "ledger", "serve", "--root", str(self.root), "--nats", self.nats.url)
-        self.spawn("agents", "agents", "--root", str(self.root), "--nats", self.nats.url)
+        # the agents watch the main run; the ladder's rungs keep the recipe they were given
+        self.spawn("agents", "agents", "--root", str(self.root), "--nats", self.nats.url, "--run-id", RUN)
 
     def train_args(self, resume: bool) -> list[str]:
         p = self.plan
