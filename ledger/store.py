@@ -214,7 +214,13 @@ def read_events(root: Path, kind: str | None = None, run_id: str | None = None,
                 columns: list[str] | None = None) -> pa.Table:
     """Envelope columns (or `columns`) of every stored event, across kinds, unordered."""
     columns = columns or [n for n, _ in ENVELOPE_SCHEMA]
-    tables = [pq.read_table(f, columns=columns) for f in event_files(root, kind, run_id)]
+    for attempt in range(5):
+        try:
+            tables = [pq.read_table(f, columns=columns) for f in event_files(root, kind, run_id)]
+            break
+        except FileNotFoundError:  # compaction replaced a file between listing and reading: list again
+            if attempt == 4:
+                raise
     if not tables:
         return pa.schema([(n, t) for n, t in ENVELOPE_SCHEMA if n in columns]).empty_table().select(columns)
     return pa.concat_tables(tables)
