@@ -58,7 +58,7 @@ class Plan:
 
 
 QUICK = Plan("tiny", 40, 10, 0.6, 0.5, 24, 512, 7, 5, None)
-FULL = Plan("small", 160, 40, 0.6, 0.6, 100, 1024, 60, 20, 0.5)
+FULL = Plan("small", 160, 40, 0.6, 0.6, 12, 1024, 60, 20, 0.5)
 
 
 class Demo:
