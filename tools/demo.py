@@ -121,8 +121,9 @@ class Demo:
             horizon = self.sql(f"""select json_extract(after, '$.horizon_steps')::int from decisions_applied
                                   where run_id = {RUN!r} and action = 'set_token_horizon' and status = 'applied'
                                   order by stream_seq desc limit 1""", p.horizon)
-            held = self.sql(f"select count(*) from decisions_applied where run_id = {RUN!r} "
-                            "and action = 'hold_context_extension' and status = 'applied'", 0)
+            held = self.sql(f"""select count(*) filter (where action = 'hold_context_extension')
+                                       - count(*) filter (where action = 'release_context_extension')
+                                from decisions_applied where run_id = {RUN!r} and status = 'applied'""", 0) > 0
             progress.update(task, total=horizon, completed=step,
                             description=f"main run: step {step}/{horizon}" + (" · extension held" if held else "")
                             + (" · resumed" if killed else ""))
