@@ -24,7 +24,7 @@ def test_the_quick_demo_shows_a_b_c_and_verifies(tmp_path):
     # (b) the drop agent held the scheduled extension after probing at the longer length
     assert one("select count(*) from drop_probes where run_id = 'main'") > 0
     assert one("""select count(*) from decisions d join decisions_applied a using (decision_id)
-                  where d.action = 'hold_context_extension' and d.agent = 'agent-drops' and a.status = 'applied'""") == 1
+                  where d.action = 'hold_context_extension' and d.agent = 'agent-drops' and a.status = 'applied'""") >= 1
     # (c) attempt 1 resumed from a checkpoint attempt 0 saved; one row per step in `steps`
     assert one("select count(*) from runs where run_id = 'main' and attempt = 1 and resumed_from is not null") == 1
     assert one("select count(*) from steps where run_id = 'main'") == one("select count(distinct step) from steps_all where run_id = 'main'")
