@@ -200,3 +200,14 @@ select
     run_id, block, step_lo, step_hi, l_n, l_sy / nullif(l_n, 0) as loss_mean,
     sum(tokens) over (partition by run_id order by block) as tokens_seen
 from latest;
+
+-- per (target run, fraction): the latest forecast point, at target_tokens (else fraction x the
+-- target's token_budget); what forecast vs actual and the forecast_hit check compare with
+create or replace view forecast_points as
+select
+    f.target_run as run_id, f.fraction, f.projected_loss, f.band_low, f.band_high, f.rungs, f.flags,
+    f.ts as forecast_at, f.run_id as forecast_by_run,
+    coalesce(f.target_tokens, f.fraction * p.token_budget) as at_tokens
+from forecasts f
+left join run_plan p on p.run_id = f.target_run
+qualify row_number() over (partition by f.target_run, f.fraction order by f.ts desc, f.seq desc) = 1;

@@ -3,15 +3,7 @@
 -- Observed: the mean training loss of the last block (window_steps steps) ending at or before the
 -- point (target_tokens, else fraction x the target run's token_budget); the latest forecast per
 -- (target run, fraction). A point the run has not reached yet has no observation.
-with forecast_points as (
-    select
-        f.target_run as run_id, f.fraction, f.projected_loss, f.band_low, f.band_high, f.rungs, f.flags,
-        f.ts as forecast_at, f.run_id as forecast_by_run,
-        coalesce(f.target_tokens, f.fraction * p.token_budget) as at_tokens
-    from forecasts f
-    left join run_plan p on p.run_id = f.target_run
-    qualify row_number() over (partition by f.target_run, f.fraction order by f.ts desc, f.seq desc) = 1
-), reached as (
+with reached as (
     select run_id, max(tokens_seen) as tokens_seen from step_progress group by run_id
 ), observed as (
     select f.*, o.step_hi, o.loss_mean, o.tokens_seen as observed_tokens

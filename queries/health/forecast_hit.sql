@@ -3,14 +3,7 @@
 -- Observed: the mean training loss of the last block (window_steps steps) ending at or before the
 -- forecast's point, target_tokens or fraction x token_budget. Above the band fails; below it warns
 -- (the run beat the forecast: the forecast is off). Points the run has not reached yet are left out.
-with forecast_points as (
-    select
-        f.target_run as run_id, f.fraction, f.projected_loss, f.band_low, f.band_high,
-        coalesce(f.target_tokens, f.fraction * p.token_budget) as at_tokens
-    from forecasts f
-    left join run_plan p on p.run_id = f.target_run
-    qualify row_number() over (partition by f.target_run, f.fraction order by f.ts desc, f.seq desc) = 1
-), reached as (
+with reached as (
     select run_id, max(tokens_seen) as tokens_seen from step_progress group by run_id
 ), observed as (
     select
