@@ -340,7 +340,7 @@ class Emitter:
                 body = b"[" + b",".join(i.data for i in items) + b"]"
                 msg_id = f"{items[0].event_id}+{len(items)}:{items[-1].seq}"
             try:
-                fut = await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id}, wait_stall=1.0)
+                fut = await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id})
             except Exception as err:
                 log.debug("emitter: publish failed (%s); will retry", err)
                 for rest in messages[n:]:
@@ -349,8 +349,13 @@ class Emitter:
             key = self._next_key
             self._next_key += 1
             inflight[key] = (items, fut, time.monotonic())
-            fut.add_done_callback(lambda _f, k=key: done.append(k))
+            fut.add_done_callback(lambda _f, k=key: self._acked_now(done, k))
         return True
+
+    def _acked_now(self, done: collections.deque, key: int) -> None:
+        """A PubAck came (or the publish failed): note it, and wake the loop to collect it."""
+        done.append(key)
+        self._wake.set()
 
     def _requeue(self, items: list[_Spooled]) -> None:
         """Put events back in the queue, keeping seq order (emit may be appending meanwhile)."""

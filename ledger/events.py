@@ -118,8 +118,82 @@ _CANONICAL = {
 }
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_NESTED = frozenset({dict, list}) | _SCALARS
+# Where orjson's text can differ from RFC 8785's, for JSON values of the plain types: integral
+# floats ("2.0" for "2", "1e+16" for "10000000000000000") and 1e-6 <= |x| < 1e-5 ("2e-6" for
+# "0.000002"). Elsewhere both write the shortest round-trip digits the same way (tested).
+_EXPONENT_SUSPECT = re.compile(rb"e\+(?:1[6-9]|20)(?![0-9])|e-6(?![0-9])")
+
+
+_integral_float_in = re.compile(rb"\.0[,\]}]").search
+
+
+def _exponent_suspect_in(out: bytes) -> bool:
+    return (b"e+" in out or b"e-" in out) and _EXPONENT_SUSPECT.search(out) is not None
+
+
+def _plain(obj: dict | list) -> bool:
+    """True if `obj` holds only dicts, lists and JSON scalars of exactly those types."""
+    values = obj.values() if type(obj) is dict else obj
+    types = set(map(type, values))
+    if types <= _SCALARS:
+        return True
+    return types <= _NESTED and all(_plain(v) for v in values if type(v) is dict or type(v) is list)
+
+
+def _canonical_fast(obj: dict | list, parsed: bool = False) -> str | None:
+    """The canonical text by orjson (~10x faster) when it is sure to be RFC 8785's, else None.
+
+    ASCII-only output is required: key order by UTF-16 code units and string escapes then agree.
+    `parsed`: `obj` came from a JSON parser, so it holds only the plain types (no need to look).
+    """
+    try:
+        if orjson is None or not (parsed or _plain(obj)):
+            return None
+        out = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError, RecursionError):  # an int beyond 64 bits, a non-str key, too deep
+        return None
+    if not out.isascii() or _exponent_suspect_in(out):
+        return None
+    if _integral_float_in(out):  # "2.0" (or a string holding ".0,"): write integral floats as ints
+        try:
+            out = orjson.dumps(_integral_floats_as_ints(obj), option=orjson.OPT_SORT_KEYS)
+        except _NotExact:
+            return None
+        if _integral_float_in(out):  # it was in a string after all, or -0.0
+            return None
+    return out.decode()
+
+
+_EXACT_INT_FLOAT = 2.0**53  # below it, int(x) has the digits ECMAScript writes for an integral x
+
+
+class _NotExact(Exception):
+    """An integral float too large for int(x) to have ECMAScript's digits."""
+
+
+def _integral_floats_as_ints(obj: dict | list) -> dict | list:
+    """A copy of `obj` with integral floats as ints (the same JSON number), or raise _NotExact."""
+    out = obj.copy()
+    for k, v in (obj.items() if type(obj) is dict else enumerate(obj)):
+        t = type(v)
+        if t is float:
+            if v.is_integer():
+                if abs(v) >= _EXACT_INT_FLOAT:
+                    raise _NotExact
+                out[k] = int(v)
+        elif t is dict or t is list:
+            out[k] = _integral_floats_as_ints(v)
+    return out
+
+
 def canonical_json(obj: Any) -> str:
     """RFC 8785 canonical text of a JSON value: sorted keys, no whitespace, ECMAScript numbers."""
+    if type(obj) is dict or type(obj) is list:
+        fast = _canonical_fast(obj)
+        if fast is not None:
+            return fast
     write = _CANONICAL.get(type(obj))
     if write is None:
         raise InvalidEvent(f"not a JSON value: {type(obj).__name__}")
@@ -447,18 +521,30 @@ def check_payload(kind: str, payload: Any) -> None:
 _ENVELOPE_KEYS = frozenset(ENVELOPE_FIELDS)
 
 
+_NAMES_OK: set[tuple[str, str]] = set()  # (run_id, producer) pairs seen valid: a ledger sees few
+
+
+def _names_ok(run_id: Any, producer: Any) -> bool:
+    if (run_id, producer) in _NAMES_OK if type(run_id) is str and type(producer) is str else False:
+        return True
+    ok = (type(run_id) is str and NAME_RE.fullmatch(run_id) is not None
+          and type(producer) is str and NAME_RE.fullmatch(producer) is not None)
+    if ok and len(_NAMES_OK) < 65536:
+        _NAMES_OK.add((run_id, producer))
+    return ok
+
+
 def _envelope_fields_ok(o: dict) -> bool:
     """The envelope model's rules, checked directly (the hot path of the ledger); False if any fails."""
     step = o.get("step", -1)
     return (
         o.keys() == _ENVELOPE_KEYS
         and type(o["event_id"]) is str
-        and type(o["run_id"]) is str and NAME_RE.fullmatch(o["run_id"]) is not None
-        and type(o["producer"]) is str and NAME_RE.fullmatch(o["producer"]) is not None
+        and _names_ok(o["run_id"], o["producer"])
         and type(o["attempt"]) is int and 0 <= o["attempt"] <= INT64_MAX
         and type(o["seq"]) is int and 0 <= o["seq"] <= INT64_MAX
         and type(o["kind"]) is str and o["kind"] in KINDS
-        and type(o["time"]) is str and TIME_RE.fullmatch(o["time"]) is not None
+        and type(o["time"]) is str  # its format: check_time
         and (step is None or (type(step) is int and 0 <= step <= INT64_MAX))
         and o["schema_version"] == SCHEMA_VERSION and type(o["schema_version"]) is int
         and type(o["prev_hash"]) is str
@@ -481,11 +567,12 @@ def _explain_envelope(obj: dict) -> None:
     raise InvalidEvent("invalid envelope")  # the direct check and the model disagree: still refuse
 
 
-def check_envelope(obj: Any) -> str:
-    """Validate a parsed envelope completely; return its payload's canonical text.
+def check_envelope(obj: Any, parsed: bool = False) -> str:
+    """Validate an envelope completely; return its payload's canonical text.
 
     Checks the envelope fields, the payload against its kind's model, the event_id rule, the
     prev_hash rule for seq 0, and the hash. Raises InvalidEvent with a one-line reason.
+    `parsed`: `obj` is what `parse_json` returned (so it holds only JSON's types).
     """
     if not isinstance(obj, dict):
         raise InvalidEvent(f"an event is a JSON object, got {type(obj).__name__}")
@@ -500,11 +587,20 @@ def check_envelope(obj: Any) -> str:
         raise InvalidEvent("prev_hash must be the 64-hex hash of the previous event for seq > 0")
     check_time(obj["time"])
     check_payload(obj["kind"], obj["payload"])
-    try:
-        payload_text = canonical_json(obj["payload"])
-    except RecursionError:
-        raise InvalidEvent("payload is nested too deeply") from None
-    computed = event_hash(obj, payload_text)
+    unhashed = obj.copy()
+    del unhashed["hash"]
+    body = _canonical_fast(unhashed, parsed)
+    if body is not None:  # the common case: orjson wrote the canonical text of the whole envelope
+        computed = hashlib.sha256(body.encode()).hexdigest()
+        # the payload's text, from the body: the fields before it ("attempt", "event_id", "kind") and
+        # after it ("prev_hash", ... "time") were checked above and cannot hold these key texts
+        payload_text = body[body.index('"payload":') + 10:body.rindex(',"prev_hash":"')]
+    else:
+        try:
+            payload_text = canonical_json(obj["payload"])
+        except RecursionError:
+            raise InvalidEvent("payload is nested too deeply") from None
+        computed = event_hash(obj, payload_text)
     if computed != obj["hash"]:
         raise InvalidEvent(f"hash mismatch: the envelope says {obj['hash'][:12]}…, its content hashes to {computed[:12]}…")
     return payload_text
@@ -547,9 +643,6 @@ def _parse_json_stdlib(data: bytes | str) -> Any:
         raise InvalidEvent("not JSON this program reads: nested too deeply") from None
 
 
-_CHECKED_NAMES: set[tuple[str, str]] = set()
-
-
 def seal(
     run_id: str, producer: str, attempt: int, seq: int, kind: str, payload: dict,
     step: int | None, prev_hash: str, time: str | None = None,
@@ -558,8 +651,9 @@ def seal(
 
     Raises InvalidEvent for a bad name or payload, so a producer learns at `emit` time.
     """
-    check_name(run_id, "run_id")
-    check_name(producer, "producer")
+    if not _names_ok(run_id, producer):
+        check_name(run_id, "run_id")
+        check_name(producer, "producer")
     if time is not None:
         check_time(time)
     check_payload(kind, payload)
@@ -576,9 +670,14 @@ def seal(
         "prev_hash": prev_hash,
         "payload": payload,
     }
-    payload_text = canonical_json(payload)
-    env["hash"] = event_hash(env, payload_text)
-    return env, envelope_text(env, payload_text, with_hash=True)
+    body = _canonical_fast(env)  # the whole envelope at once, when orjson's text is the canonical one
+    if body is None:
+        payload_text = canonical_json(payload)
+        env["hash"] = event_hash(env, payload_text)
+        return env, envelope_text(env, payload_text, with_hash=True)
+    env["hash"] = hashlib.sha256(body.encode()).hexdigest()
+    cut = body.index(',"kind":')  # "hash" sorts between "event_id" and "kind"; neither holds a quote
+    return env, f'{body[:cut]},"hash":"{env["hash"]}"{body[cut:]}'
 
 
 def json_schema() -> dict:

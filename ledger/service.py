@@ -76,7 +76,7 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
     good, bad = [], []
     for i, env in enumerate(obj if is_batch else [obj]):
         try:
-            payload_text = check_envelope(env)
+            payload_text = check_envelope(env, parsed=True)
             if is_batch and len(payload_text) > MAX_EVENT_BYTES:
                 raise InvalidEvent(f"event payload of {len(payload_text):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
             if env["run_id"] != run_id:
@@ -186,7 +186,7 @@ async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Even
             js = nc.jetstream()
             await bus.ensure_stream(js)
             await bus.ensure_consumer(js, durable, rewind=True)
-            return nc, await js.pull_subscribe_bind(durable=durable, stream=STREAM)
+            return nc, await bus.Puller(nc, STREAM, durable).start()
         except Exception as err:
             if tries % 20 == 0:
                 log.warning("waiting for NATS at %s (%s)", nats_url, str(err) or type(err).__name__)

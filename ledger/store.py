@@ -18,9 +18,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, get_args
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ledger.events import KINDS, canonical_json, payload_columns
@@ -37,9 +38,12 @@ QUARANTINE_SCHEMA = pa.schema([
     ("stream_seq", pa.int64()), ("subject", pa.string()), ("reason", pa.string()), ("raw", pa.binary()),
     ("received_at", TIMESTAMP), ("event_id", pa.string()),
 ])
+# Columns whose values are (nearly) all different: dictionary-encoding them only costs time.
+UNIQUE_COLUMNS = frozenset({"event_id", "seq", "time", "ts", "step", "prev_hash", "hash", "payload", "stream_seq", "raw"})
 REPLACES_KEY = b"runledger.replaces"
 COMPACT_MIN_FILES = 16  # a partition with this many small files is compacted
 SMALL_FILE_BYTES = 16 << 20
+TIER_BYTES = (1 << 20, SMALL_FILE_BYTES)
 
 
 def _payload_defaults(kind: str) -> dict:
@@ -82,21 +86,40 @@ class StoredEvent:
     stream_seq: int
 
 
+_ENVELOPE_STRUCT = pa.struct([(n, t) for n, t in ENVELOPE_SCHEMA if n not in ("ts", "payload", "stream_seq", "ingested_at")])
+for _kind, _model in KINDS.items():  # events_table reads a null typed field as "absent": its default
+    for _name, _f in _model.model_fields.items():
+        assert _DEFAULTS[_kind][_name] is None or not (_COLUMNS[_kind][_name] != "json" and type(None) in get_args(_f.annotation)), \
+            f"{_kind}.{_name}: a nullable field with a non-null default"
+_TYPED_STRUCT = {  # a kind's payload fields that are not JSON text, converted by pyarrow in one pass
+    kind: pa.struct([(n, ARROW_TYPES[c]) for n, c in cols.items() if c != "json"]) for kind, cols in _COLUMNS.items()
+}
+
+
 def events_table(kind: str, rows: list[StoredEvent], ingested_at: datetime) -> pa.Table:
     envs = [r.env for r in rows]
-    data: dict[str, list | pa.Array] = {
-        name: [e[name] for e in envs]
-        for name, _ in ENVELOPE_SCHEMA
-        if name not in ("ts", "payload", "stream_seq", "ingested_at")
-    }
-    data["ts"] = pa.array(data["time"], pa.string()).cast(pa.timestamp("ns", tz="UTC")).cast(TIMESTAMP, safe=False)
-    data["payload"] = [r.payload_text for r in rows]
-    data["stream_seq"] = [r.stream_seq for r in rows]
+    envelope = pa.array(envs, _ENVELOPE_STRUCT)  # pyarrow reads the dicts' fields itself (fast)
+    data: dict[str, pa.Array] = {f.name: envelope.field(i) for i, f in enumerate(_ENVELOPE_STRUCT)}
+    data["ts"] = data["time"].cast(pa.timestamp("ns", tz="UTC")).cast(TIMESTAMP, safe=False)
+    data["payload"] = pa.array([r.payload_text for r in rows], pa.string())
+    data["stream_seq"] = pa.array([r.stream_seq for r in rows], pa.int64())
     data["ingested_at"] = pa.array([ingested_at] * len(rows), TIMESTAMP)
-    data.update(typed_columns(kind, [e["payload"] for e in envs]))
+    payloads = [e["payload"] for e in envs]
+    struct = _TYPED_STRUCT[kind]
+    if struct.num_fields:
+        typed = pa.array(payloads, struct)
+        defaults = _DEFAULTS[kind]
+        for i, f in enumerate(struct):
+            column = typed.field(i)  # a field absent from a payload is null: its default, if it has one
+            if defaults[f.name] is not None and column.null_count:
+                column = pc.fill_null(column, pa.scalar(defaults[f.name], f.type))
+            data[f.name] = column
+    for name, ck in _COLUMNS[kind].items():
+        if ck == "json":
+            d = _DEFAULTS[kind][name]
+            data[name] = pa.array([None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads], pa.string())
     schema = arrow_schema(kind)
-    return pa.table([pa.array(data[f.name], f.type) if not isinstance(data[f.name], pa.Array) else data[f.name]
-                     for f in schema], schema=schema)
+    return pa.table([data[f.name] for f in schema], schema=schema)
 
 
 def fsync_dir(path: Path) -> None:
@@ -127,7 +150,8 @@ def write_atomic(table: pa.Table, final: Path, metadata: dict[bytes, bytes] | No
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
     try:
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, compression="zstd", compression_level=1)
+            pq.write_table(table, f, compression="zstd", compression_level=1,
+                           use_dictionary=[n for n in table.column_names if n not in UNIQUE_COLUMNS])
             f.flush()
             os.fsync(f.fileno())
     except BaseException:  # e.g. the disk is full: leave nothing half-written behind
@@ -318,15 +342,21 @@ def recover(root: Path) -> dict[str, int]:
 
 
 def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | None:
-    """Merge the partition's small files into one, in stream order; None if there is nothing to do."""
-    small = sorted(f for f in part.glob("*.parquet") if f.stat().st_size < SMALL_FILE_BYTES)
-    if len(small) < min_files:
+    """Merge small files into one, in stream order; None if there is nothing to do.
+
+    By tiers, so that a row is rewritten a few times, not once per compaction: the files under
+    1 MiB once there are `min_files` of them, else the files under 16 MiB once there are as many.
+    """
+    sizes = {f: f.stat().st_size for f in part.glob("*.parquet")}
+    for upper in TIER_BYTES:
+        small = sorted(f for f, size in sizes.items() if size < upper)
+        if len(small) >= min_files:
+            break
+    else:
         return None
     table = pa.concat_tables([pq.read_table(f) for f in small], promote_options="default")
     table = table.sort_by("stream_seq")
     seqs = table.column("stream_seq")
-    import pyarrow.compute as pc
-
     bounds = pc.min_max(seqs).as_py()
     out = part / _file_name("compact", (bounds["min"], bounds["max"]))
     write_atomic(table, out, {REPLACES_KEY: json.dumps([f.name for f in small]).encode()})

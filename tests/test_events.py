@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from conftest import REPO, runledger
 from ledger.events import (
-    KINDS, InvalidEvent, canonical_json, check_envelope, check_name, es_number, event_hash, parse_json, seal,
+    KINDS, InvalidEvent, _canonical_dict, _canonical_fast, canonical_json, check_envelope, check_name, es_number,
+    event_hash, parse_json, seal,
 )
 
 SHARED = REPO.parent / "shared"  # CI clones the repo with shared/ beside it
@@ -87,6 +88,36 @@ json_values = st.recursive(
 def test_canonical_json_agrees_with_rfc8785(value):
     """Key order (by UTF-16 code units), string escapes and numbers as the reference writes them."""
     assert canonical_json(value) == rfc8785.dumps(value).decode()
+
+
+tricky_doubles = st.one_of(
+    finite_doubles, st.integers(-(2**60), 2**60).map(float), st.floats(1e-6, 1e-5), st.floats(1e15, 1e22),
+    st.sampled_from([0.0, -0.0, 2.0**53, 2.0**53 + 2, 1e16, 1e21, 1e-6, 1e-7, 163840.0]),
+)
+ascii_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), tricky_doubles, st.integers(-(2**53) + 1, 2**53 - 1),
+              st.text(st.characters(max_codepoint=127), max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=6), inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=6), ascii_values, max_size=6))
+def test_the_orjson_fast_path_writes_exactly_rfc8785(value):
+    """ASCII text and the doubles where orjson and ECMAScript differ (integral, 1e-6..1e-5, >= 1e16):
+    the fast path either declines or writes what the reference writes."""
+    reference = rfc8785.dumps(value).decode()
+    fast = _canonical_fast(value)
+    assert fast is None or fast == reference
+    assert canonical_json(value) == reference == _canonical_dict(value)
+
+
+@pytest.mark.parametrize("value", [{"a": 2**64}, {"a": [2**70, 1.5]}, {"a": -(2**63) - 1}, {"a": 1e300}, {"a": 2.0**60}])
+def test_the_fast_path_declines_or_agrees_beyond_rfc8785s_integers(value):
+    fast = _canonical_fast(value)
+    assert fast is None or fast == _canonical_dict(value)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

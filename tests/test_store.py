@@ -95,6 +95,26 @@ def stored_ids(root: Path) -> list[str]:
     return sorted(r[0] for r in queries.connect(root).execute("select event_id from steps_all").fetchall())
 
 
+def test_compaction_goes_by_tiers_so_big_files_are_not_rewritten_each_time(root, monkeypatch):
+    part, ids = write_small_files(root, 4)
+    big = store.compact_partition(part, min_files=4)  # one file of 12 rows
+    monkeypatch.setattr(store, "TIER_BYTES", (big.stat().st_size, 1 << 30))  # it is above the first tier
+    p = Producer(producer="worker-1")
+    for i in range(3):
+        store.write_events(root, [canonical(p.event("step", step_payload(0.5), i, 100 + i))])
+    second = store.compact_partition(part, min_files=3)  # the 3 new small files, not the big one
+    assert sorted(part.glob("*.parquet")) == sorted([big, second])
+    assert pq.read_table(second).num_rows == 3
+    for i in range(3, 5):
+        store.write_events(root, [canonical(p.event("step", step_payload(0.5), i, 100 + i))])
+    assert store.compact_partition(part, min_files=5) is None  # 4 files in all: nothing to do
+    third = store.compact_partition(part, min_files=3)  # the 3 small ones again (5 rows), not the big one
+    assert sorted(part.glob("*.parquet")) == sorted([big, third]) and pq.read_table(third).num_rows == 5
+    last = store.compact_partition(part, min_files=2)  # 1 small file; with the next tier, 2: all of them
+    assert list(part.glob("*.parquet")) == [last] and pq.read_table(last).num_rows == 17
+    assert stored_ids(root) == sorted(ids + [f"run-1:worker-1:0:{i}" for i in range(5)])
+
+
 def test_compaction_keeps_every_row_exactly_once(root):
     part, ids = write_small_files(root, 5)
     assert len(list(part.glob("*.parquet"))) == 5
