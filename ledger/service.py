@@ -156,9 +156,7 @@ class Ledger:
                 continue
             parts.append(store.write_group(self.root, kind, run_id, group, now).parent)
             decoded.written_groups.add((kind, run_id))
-            for ev in group:
-                e = ev.env
-                self.index.add((e["run_id"], e["producer"], e["attempt"], e["seq"]))
+            self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in (ev.env for ev in group)])
             self.counters.stored += len(group)
         if decoded.rejected and not decoded.quarantine_written:
             store.write_quarantine(self.root, decoded.rejected, now)

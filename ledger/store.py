@@ -276,6 +276,24 @@ class SeqIndex:
             c[1].discard(c[0])
             c[0] += 1
 
+    def add_all(self, keys: list[tuple[str, str, int, int]]) -> None:
+        """Add many; a run of consecutive seqs that continues a chain costs one step, not one per seq."""
+        i, n = 0, len(keys)
+        while i < n:
+            chain, first = keys[i][:3], keys[i][3]
+            j = i + 1
+            while j < n and keys[j][3] == first + (j - i) and keys[j][:3] == chain:
+                j += 1
+            c = self.chains.get(chain)
+            if c is None and first == 0:
+                self.chains[chain] = [j - i, set()]
+            elif c is not None and c[0] == first and not c[1]:
+                c[0] = first + (j - i)
+            else:
+                for k in range(i, j):
+                    self.add(keys[k])
+            i = j
+
     def __len__(self) -> int:
         return sum(c[0] + len(c[1]) for c in self.chains.values())
 

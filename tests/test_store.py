@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import queries
 from ledger import store
@@ -184,6 +186,27 @@ def test_seq_index_membership_with_out_of_order_adds():
     assert len(idx) == 5
     assert idx.chains[chain][0] == 4  # everything below 4 is stored: kept as a bound, not a set
     assert ("run-1", "worker-0", 1, 0) not in idx and ("run-2", "worker-0", 0, 0) not in idx
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 1), st.integers(0, 30)), max_size=60),
+       st.integers(1, 8))
+def test_seq_index_add_all_is_add_one_by_one(keys, batch):
+    """Batches of keys, in any order, with repeats and gaps: the same index as adding each alone."""
+    keys = [(run, "w", attempt, seq) for run, attempt, seq in keys]
+    one, many = SeqIndex(), SeqIndex()
+    for k in keys:
+        one.add(k)
+    for i in range(0, len(keys), batch):
+        many.add_all(keys[i:i + batch])
+    assert {c: (v[0], sorted(v[1])) for c, v in one.chains.items()} == {c: (v[0], sorted(v[1])) for c, v in many.chains.items()}
+
+
+def test_seq_index_add_all_moves_the_bound_in_one_step():
+    idx = SeqIndex()
+    idx.add_all([("r", "w", 0, s) for s in range(1000)])
+    idx.add_all([("r", "w", 0, s) for s in range(1000, 2000)])
+    assert idx.chains[("r", "w", 0)] == [2000, set()] and len(idx) == 2000
 
 
 def test_seq_index_load_from_a_root(root):
