@@ -156,7 +156,7 @@ async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None,
     js = nc.jetstream()
     await bus.ensure_stream(js)
     await bus.ensure_consumer(js, durable, filter_subject=subject)
-    sub = await js.pull_subscribe_bind(durable=durable, stream=STREAM)
+    sub = await bus.Puller(nc, STREAM, durable).start()
     watched: set[str] = set()
     previous: set[str] = set()
     last_sweep = time.monotonic()
@@ -164,7 +164,9 @@ async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None,
         while not stop.is_set():
             try:
                 msgs = await sub.fetch(1000, timeout=poll_s)
-            except (asyncio.TimeoutError, TimeoutError):
+            except bus.PullError as err:  # the server is not ready (a leader election, say): try again
+                log.warning("%s", err)
+                await asyncio.sleep(poll_s)
                 msgs = []
             news = set()
             for m in msgs:

@@ -7,7 +7,10 @@ Each path runs as two processes (producer, consumer) on this machine, with a fre
   raw      nats-py publish_async + pull fetch + ack of the same bytes, no validation, no writing
   pyarrow  the ledger's Parquet writer alone on the same rows (one process)
 both with one event per NATS message and with the Emitter's batching (many events per message).
-Ratios are against the raw path in the same mode, run in the same command.
+Ratios are against the raw path in the same mode, run in the same command; the last line compares
+runledger as it runs (batching when a backlog forms) with raw nats-py as one would use it without
+runledger (one message per event). The CPU columns are each process's user + system seconds per
+event: on 2 cores, with nats-server beside them, their sum bounds the end-to-end rate.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import resource
 import shutil
 import sys
 import tempfile
@@ -44,17 +48,24 @@ def make_events(n: int, run_id: str = "bench") -> list[tuple[dict, str]]:
 
 def _e2e_producer(url: str, spool: str, n: int, batch: bool, q) -> None:
     em = Emitter("bench", "worker-0", 0, url, spool, batch=batch)
-    t0 = time.time()
+    t0, cpu0 = time.time(), _cpu_s()
     for i in range(n):
         em.emit("step", step_payload(i), step=i)
     emitted = time.time()
     em.close(600)
-    q.put(("producer", t0, emitted, time.time()))
+    q.put(("producer", t0, emitted, time.time(), _cpu_s() - cpu0))
 
 
 def _e2e_ledger(url: str, root: str, n: int, q) -> None:
+    cpu0 = _cpu_s()
     counters = asyncio.run(service.serve(root, url, stop=asyncio.Event(), until_stored=n))
-    q.put(("ledger", time.time(), counters.stored, counters.messages))
+    q.put(("ledger", time.time(), counters.stored, counters.messages, _cpu_s() - cpu0))
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) this process has used."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _collect(q, *procs: mp.Process) -> dict:
@@ -76,10 +87,11 @@ def run_e2e(url: str, tmp: Path, n: int, batch: bool) -> dict:
     producer = mp.Process(target=_e2e_producer, args=(url, str(tmp / "spool"), n, batch, q))
     producer.start()
     results = _collect(q, producer, ledger)
-    _, t0, emitted, _ = results["producer"]
-    _, t_end, stored, messages = results["ledger"]
+    _, t0, emitted, _, producer_cpu = results["producer"]
+    _, t_end, stored, messages, ledger_cpu = results["ledger"]
     assert stored == n, f"stored {stored} of {n}"
-    return {"events_per_s": n / (t_end - t0), "emit_per_s": n / (emitted - t0), "messages": messages}
+    return {"events_per_s": n / (t_end - t0), "emit_per_s": n / (emitted - t0), "messages": messages,
+            "producer_us": producer_cpu / n * 1e6, "ledger_us": ledger_cpu / n * 1e6}
 
 
 # ------------------------------------------------------------------------------ raw nats-py
@@ -183,10 +195,14 @@ def main() -> int:
         pa_rate = run_pyarrow(tmp, args.events, 2_000)["events_per_s"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{'mode':<12} {'events':>8} {'e2e ev/s':>10} {'raw ev/s':>10} {'e2e/raw':>8} {'emit ev/s':>10} {'NATS msgs':>10}")
+    print(f"{'mode':<12} {'events':>8} {'e2e ev/s':>10} {'raw ev/s':>10} {'e2e/raw':>8} {'emit ev/s':>10} "
+          f"{'NATS msgs':>10} {'prod cpu us/ev':>15} {'ledger cpu us/ev':>17}")
     for mode, n, e2e, raw in rows:
         print(f"{mode:<12} {n:>8} {e2e['events_per_s']:>10.0f} {raw['events_per_s']:>10.0f} "
-              f"{e2e['events_per_s'] / raw['events_per_s']:>8.2f} {e2e['emit_per_s']:>10.0f} {e2e['messages']:>10}")
+              f"{e2e['events_per_s'] / raw['events_per_s']:>8.2f} {e2e['emit_per_s']:>10.0f} {e2e['messages']:>10} "
+              f"{e2e['producer_us']:>15.1f} {e2e['ledger_us']:>17.1f}")
+    batched, single = rows[0][2]["events_per_s"], rows[1][3]["events_per_s"]
+    print(f"e2e batched / raw nats-py at one event per message = {batched / single:.2f}")
     print(f"pyarrow writer alone (2,000-row files, fsync'd): {pa_rate:.0f} events/s; "
           f"e2e batched / pyarrow alone = {rows[0][2]['events_per_s'] / pa_rate:.2f}")
     return 0
