@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 DURABLE = "ledger"
 FETCH_BATCH = 2_000
 FETCH_TIMEOUT_S = 0.5
+COMPACT_BUSY_FILES = 64  # while busy, a partition is compacted once this many new files are in it
 
 
 @dataclass
@@ -106,6 +107,7 @@ class Ledger:
         self.index = store.SeqIndex.load(self.root)
         self.quarantined = store.stored_quarantine_seqs(self.root)
         self.counters = Counters()
+        self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
         log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
 
     def decode(self, messages: list[tuple[str, bytes, int]]) -> Decoded:
@@ -165,12 +167,23 @@ class Ledger:
             self.counters.quarantined += len(decoded.rejected)
             for reason in {q.reason for q in decoded.rejected[:5]}:
                 log.warning("quarantined: %s", reason)
-        for part in parts:
-            try:
-                if store.compact_partition(part) is not None:
-                    self.counters.compactions += 1
-            except OSError as err:  # the events are durable already; compaction can wait
-                log.warning("compaction of %s postponed: %s", part, err)
+        for part in parts:  # compaction waits for a quiet moment, unless files pile up meanwhile
+            self._unmerged[part] = self._unmerged.get(part, 0) + 1
+            if self._unmerged[part] >= COMPACT_BUSY_FILES:
+                self._compact(part)
+
+    def compact_idle(self) -> None:
+        """Compact the partitions written since their last compaction (call when there is no work)."""
+        for part in list(self._unmerged):
+            self._compact(part)
+
+    def _compact(self, part: Path) -> None:
+        try:
+            if store.compact_partition(part) is not None:
+                self.counters.compactions += 1
+            self._unmerged.pop(part, None)
+        except OSError as err:  # the events are durable already; compaction can wait
+            log.warning("compaction of %s postponed: %s", part, err)
 
 
 async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event):
@@ -214,10 +227,13 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
         try:
             msgs = await sub.fetch(batch, timeout=FETCH_TIMEOUT_S)
         except (asyncio.TimeoutError, TimeoutError):
-            continue
+            msgs = []
         except Exception as err:  # disconnected: nats-py reconnects; keep trying
             log.debug("fetch failed: %s", err)
             await asyncio.sleep(0.2)
+            continue
+        if not msgs:
+            ledger.compact_idle()
             continue
         batch_in = [(m.subject, m.data, m.metadata.sequence.stream) for m in msgs]
         decoded = ledger.decode(batch_in)

@@ -359,6 +359,12 @@ def recover(root: Path) -> dict[str, int]:
     return {"temp_files_removed": removed_tmp, "compaction_sources_removed": finished}
 
 
+def _first_seq(f: Path) -> int:
+    """The first stream seq in a file's name ({prefix}-{first}-{last}-{tag}.parquet); 0 if none."""
+    parts = f.name.split("-")
+    return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
+
+
 def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | None:
     """Merge small files into one, in stream order; None if there is nothing to do.
 
@@ -372,9 +378,12 @@ def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | 
             break
     else:
         return None
+    small.sort(key=_first_seq)  # then the rows are mostly in stream order already
     table = pa.concat_tables([pq.read_table(f) for f in small], promote_options="default")
-    table = table.sort_by("stream_seq")
     seqs = table.column("stream_seq")
+    if len(seqs) > 1 and not pc.all(pc.greater_equal(seqs[1:], seqs[:-1])).as_py():
+        table = table.sort_by("stream_seq")
+        seqs = table.column("stream_seq")
     bounds = pc.min_max(seqs).as_py()
     out = part / _file_name("compact", (bounds["min"], bounds["max"]))
     write_atomic(table, out, {REPLACES_KEY: json.dumps([f.name for f in small]).encode()})

@@ -59,3 +59,19 @@ def test_a_conflicting_event_with_a_stored_id_is_quarantined(root):
     decoded = ledger.decode([(subject_for("run-a", "step"), text.encode(), 99)])
     assert not decoded.events
     assert "already stored with a different hash" in decoded.rejected[0].reason
+
+
+def test_compaction_waits_for_a_quiet_moment_unless_files_pile_up(root, monkeypatch):
+    monkeypatch.setattr(service, "COMPACT_BUSY_FILES", 24)
+    msgs = batch_for(["run-a"], 60)
+    part = root / "events" / "kind=step" / "run_id=run-a"
+    ledger = service.Ledger(root)
+    for i in range(20):  # 20 small files: more than a compaction takes, but the ledger is busy
+        ledger.write(ledger.decode(msgs[i:i + 1]))
+    assert len(list(part.glob("*.parquet"))) == 20 and ledger.counters.compactions == 0
+    ledger.compact_idle()  # the fetch came back empty: now
+    assert [f.name[:8] for f in part.glob("*.parquet")] == ["compact-"] and ledger.counters.compactions == 1
+    for i in range(20, 44):  # busy again: the 24th new file is one too many to wait for
+        ledger.write(ledger.decode(msgs[i:i + 1]))
+        assert ledger.counters.compactions == (2 if i == 43 else 1)
+    assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (44, 44)
