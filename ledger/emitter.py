@@ -263,23 +263,27 @@ class Emitter:
             log.debug("emitter: NATS error: %s", text)
 
     def _take(self) -> list[list[_Spooled]]:
-        """The next messages' events: one event, or (with a backlog) the queued events by kind."""
+        """The next messages' events: one event, or (with a backlog) up to MAX_BATCH_EVENTS queued
+        events, one message per kind, in seq order within each."""
         if not self.batch:
             return [[self._pending.popleft()]]
-        by_kind: dict[str, list[_Spooled]] = {}
-        size = 0
-        while self._pending and size < MAX_BATCH_BYTES * 4:
-            item = self._pending.popleft()
-            group = by_kind.setdefault(item.kind, [])
-            group.append(item)
+        pending = self._pending  # emit appends on the right meanwhile; only this thread takes
+        items = [pending.popleft() for _ in range(min(len(pending), MAX_BATCH_EVENTS))]
+        size, cut = 0, len(items)
+        for n, item in enumerate(items):  # a message stays well under the server's payload limit
             size += len(item.data)
-            if len(group) >= MAX_BATCH_EVENTS:
+            if size >= MAX_BATCH_BYTES and n > 0:
+                cut = n
                 break
-        messages = []
-        for group in by_kind.values():
-            for i in range(0, len(group), MAX_BATCH_EVENTS):
-                messages.append(group[i:i + MAX_BATCH_EVENTS])
-        return messages
+        if cut < len(items):
+            pending.extendleft(reversed(items[cut:]))
+            del items[cut:]
+        if len({i.kind for i in items}) == 1:
+            return [items]
+        by_kind: dict[str, list[_Spooled]] = {}
+        for item in items:
+            by_kind.setdefault(item.kind, []).append(item)
+        return list(by_kind.values())
 
     async def _publish_loop(self) -> None:
         nc, js = await self._connect()
@@ -369,12 +373,22 @@ class Emitter:
                 self._pending.extendleft(reversed(items))
 
     def _mark_acked(self, items: list[_Spooled]) -> None:
+        seqs = [i.seq for i in items]
         with self._lock:  # emit adds to _unacked_bytes under the lock; take from it under the lock too
-            for i in items:
-                if i.seq >= self._acked_upto and i.seq not in self._acked:
-                    self._acked.add(i.seq)
-                    self._unacked_bytes -= len(i.data)
-        while self._acked_upto in self._acked:
-            self._acked.discard(self._acked_upto)
-            self._acked_upto += 1
+            if min(seqs) >= self._acked_upto and self._acked.isdisjoint(seqs):  # all new (the usual case)
+                self._acked.update(seqs)
+                self._unacked_bytes -= sum(len(i.data) for i in items)
+            else:  # some were acked before (a message sent again)
+                for i in items:
+                    if i.seq >= self._acked_upto and i.seq not in self._acked:
+                        self._acked.add(i.seq)
+                        self._unacked_bytes -= len(i.data)
+        acked = self._acked
+        if acked and min(acked) == self._acked_upto and max(acked) - self._acked_upto + 1 == len(acked):
+            self._acked_upto += len(acked)  # a gapless run from the bound: move it in one step
+            acked.clear()
+        else:
+            while self._acked_upto in acked:
+                acked.discard(self._acked_upto)
+                self._acked_upto += 1
         self.published += 1

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import bus, store
-from ledger.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_envelope, parse_json
+from ledger.events import (
+    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_envelope, parse_json, payloads_valid,
+)
 from ledger.store import Quarantined, StoredEvent
 
 log = logging.getLogger(__name__)
@@ -75,9 +77,13 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
     if is_batch and not obj:
         return [], [reject("an empty batch: a JSON array with no envelopes")]
     good, bad = [], []
+    # a batch's payloads are validated in one call; if any is invalid, each is checked alone for its reason
+    checked = (is_batch and isinstance(obj, list)
+               and all(type(e) is dict and e.get("kind") == subject_kind and "payload" in e for e in obj)
+               and payloads_valid(subject_kind, [e["payload"] for e in obj]))
     for i, env in enumerate(obj if is_batch else [obj]):
         try:
-            payload_text = check_envelope(env, parsed=True)
+            payload_text = check_envelope(env, parsed=True, payload_checked=checked)
             if is_batch and len(payload_text) > MAX_EVENT_BYTES:
                 raise InvalidEvent(f"event payload of {len(payload_text):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
             if env["run_id"] != run_id:

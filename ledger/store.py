@@ -11,6 +11,7 @@ a compaction that a crash interrupted, so no row is lost or doubled.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -57,6 +58,7 @@ _DEFAULTS = {kind: _payload_defaults(kind) for kind in KINDS}
 _COLUMNS = {kind: payload_columns(kind) for kind in KINDS}
 
 
+@functools.cache
 def arrow_schema(kind: str) -> pa.Schema:
     """The Parquet schema of one kind: envelope columns, then one typed column per payload field."""
     fields = [pa.field(n, t) for n, t in ENVELOPE_SCHEMA]

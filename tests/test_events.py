@@ -110,14 +110,14 @@ def test_the_orjson_fast_path_writes_exactly_rfc8785(value):
     the fast path either declines or writes what the reference writes."""
     reference = rfc8785.dumps(value).decode()
     fast = _canonical_fast(value)
-    assert fast is None or fast == reference
+    assert fast is None or fast.decode() == reference
     assert canonical_json(value) == reference == _canonical_dict(value)
 
 
 @pytest.mark.parametrize("value", [{"a": 2**64}, {"a": [2**70, 1.5]}, {"a": -(2**63) - 1}, {"a": 1e300}, {"a": 2.0**60}])
 def test_the_fast_path_declines_or_agrees_beyond_rfc8785s_integers(value):
     fast = _canonical_fast(value)
-    assert fast is None or fast == _canonical_dict(value)
+    assert fast is None or fast.decode() == _canonical_dict(value)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -75,3 +75,19 @@ def test_compaction_waits_for_a_quiet_moment_unless_files_pile_up(root, monkeypa
         ledger.write(ledger.decode(msgs[i:i + 1]))
         assert ledger.counters.compactions == (2 if i == 43 else 1)
     assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (44, 44)
+
+
+def test_one_bad_payload_in_a_batch_is_named_and_the_rest_stored(root):
+    """A batch's payloads are validated in one call; when one is bad, each is checked alone."""
+    prev, texts = "", []
+    for s in range(6):
+        payload = {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}
+        env, text = seal("run-a", "worker-0", 0, s, "step", payload, s, prev)
+        prev = env["hash"]
+        texts.append(text)
+    bad = texts[3].replace('"tokens":8', '"tokens":-8')  # invalid payload (its hash breaks too)
+    data = ("[" + ",".join(texts[:3] + [bad] + texts[4:]) + "]").encode()
+    ledger = service.Ledger(root)
+    decoded = ledger.decode([(subject_for("run-a", "step"), data, 1)])
+    assert [e.env["seq"] for e in decoded.events] == [0, 1, 2, 4, 5]
+    assert [q.reason for q in decoded.rejected] == ["batch entry 3: payload.tokens: Input should be greater than or equal to 0"]
