@@ -8,6 +8,7 @@ still has a view with the right columns. Audits live as `.sql` files beside this
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -16,6 +17,8 @@ from ledger.events import KINDS
 from ledger.store import ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema, event_files, quarantine_files
 
 HERE = Path(__file__).parent
+# what each statement of views.sql defines
+_DEFINED = re.compile(r"^create or replace (?:view|macro) (\w+)", re.MULTILINE)
 ENVELOPE_COLUMNS = [n for n, _ in ENVELOPE_SCHEMA]
 
 
@@ -74,24 +77,45 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None) -> str:
     return sql
 
 
+def open_connection(threads: int | None = None, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with no views yet, for connect() to define them on (`threads`:
+    DuckDB's worker threads, default all cores). A caller that reads a few rows before the views are
+    defined (audit.scope_files) reads them on it, and so opens one DuckDB rather than two."""
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    if threads:
+        config["threads"] = int(threads)
+    con = duckdb.connect(":memory:", config=config)
+    if read_only:
+        con.execute("SET temp_directory = ''")
+        # before the views: defining each one reads the footers of the files below it, once with the cache
+        con.execute("SET parquet_metadata_cache = true")
+    return con
+
+
 def connect(root: str | Path, read_only: bool = True, threads: int | None = None,
-            files: dict[str, list[Path]] | None = None) -> duckdb.DuckDBPyConnection:
+            files: dict[str, list[Path]] | None = None,
+            on_view: Callable[[duckdb.DuckDBPyConnection, str], None] | None = None,
+            con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the ledger's views over `root` (`threads`: DuckDB's
-    worker threads, default all cores; `files`: views over just these files, see render_views).
+    worker threads, default all cores; `files`: views over just these files, see render_views;
+    `on_view(con, name)`: called as soon as each view or macro of views.sql is defined; `con`: a
+    connection from open_connection to define them on, else a new one).
 
     With read_only (the default) the connection cannot write: external access is off except
     reading under `root`, spilling to disk is off, extensions are not installed, and the
     configuration is locked. Use `query()` to also refuse any statement that is not a query.
     """
     root = Path(root).resolve()
-    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    if threads:
-        config["threads"] = int(threads)
-    con = duckdb.connect(":memory:", config=config)
-    con.execute(render_views(root, files))
+    if con is None:
+        con = open_connection(threads, read_only)
+    sql = render_views(root, files)
+    if on_view is None:
+        con.execute(sql)
+    else:
+        for statement in con.extract_statements(sql):
+            con.execute(statement.query)
+            on_view(con, _DEFINED.search(statement.query).group(1))
     if read_only:
-        con.execute("SET temp_directory = ''")
-        con.execute("SET parquet_metadata_cache = true")
         con.execute(f"SET allowed_directories = [{_sql_str(str(root) + '/')}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")

@@ -9,9 +9,11 @@ their own columns, one table per file. `register(subparsers)` adds
 The `.sql` files are plain queries over the views of views.sql and return every run; for one run
 the views are opened over just the files its audit needs (`scope_files`: the run's own, its ladder
 peers' and fork parent's where a check compares with them), and the rows are filtered to the run.
-Before a suite runs, the helper views (audit_runs, run_plan, run_thresholds, run_blocks, step_blocks,
-step_progress) are materialised as temp tables that shadow them, so the steps are aggregated once
-per suite (step_blocks) rather than once per check.
+Before a suite runs, the helper views (audit_runs, run_plan, run_thresholds, run_blocks, lr_segments,
+step_cells, step_blocks, step_progress) are materialised as temp tables that shadow them, so the steps
+are read once per suite (step_cells) rather than once per check. On a connection of its own the suite
+materialises each helper as soon as views.sql defines it, so that the views after it are defined over
+its small table rather than over everything below it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ SUITES = ("health", "provenance", "forecast")
 HEALTH_COLUMNS = ("run_id", "check", "status", "value", "threshold", "at_step", "evidence")
 STATUSES = ("ok", "warn", "fail", "skip")
 # the helper views materialised before a suite, in dependency order
-_HELPERS = ("run_plan", "run_thresholds", "run_blocks", "step_blocks", "step_progress")
+_HELPERS = ("run_plan", "run_thresholds", "run_blocks", "lr_segments", "step_cells", "step_blocks", "step_progress")
 
 
 @dataclass
@@ -88,12 +90,13 @@ _KIND_VIEWS = {"run_started": "runs", "step": "steps_all", "drops": "drops", "ev
                "decision_applied": "decisions_applied", "run_finished": "runs_finished"}
 
 
-def scope_files(root: Path, run_id: str) -> dict[str, list[Path]]:
+def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, list[Path]]:
     """kind -> the Parquet files a one-run audit reads: the run's own, its ladder peers' run_started
     and drops (the same run_started.ladder name, or the rungs of a forecast for the run, as views.sql's
-    ladder_peers finds them), its fork parent's run_started and checkpoints, and every forecast."""
+    ladder_peers finds them), its fork parent's run_started and checkpoints, and every forecast.
+    The look-ups run on `con` when given (the connection the audit will use), else on one of their own."""
     root = Path(root)
-    look = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    look = con or queries.open_connection()
     ladder, parents, peers = None, [], set()
     own_starts = event_files(root, "run_started", run_id)
     if own_starts:
@@ -109,7 +112,8 @@ def scope_files(root: Path, run_id: str) -> dict[str, list[Path]]:
         peers |= {r[0] for r in look.execute(
             f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries._scan_files(forecasts, arrow_schema('forecast'))} "
             "where target_run = ?", [run_id]).fetchall()}
-    look.close()
+    if con is None:
+        look.close()
     peers.discard(run_id)
     parents = {p for p in parents or [] if p and p != run_id}
     files = {}
@@ -126,13 +130,28 @@ def scope_files(root: Path, run_id: str) -> dict[str, list[Path]]:
 def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> None:
     """On a connection over the whole ledger, shadow the kind views (and `events`) with temp views over
     the files of `scope_files`, so that a one-run audit opens no unrelated run's files."""
-    files = scope_files(root, run_id)
+    files = scope_files(root, run_id, con)
     cols = ", ".join(queries.ENVELOPE_COLUMNS)
     for kind, view in _KIND_VIEWS.items():
         con.execute(f"create or replace temp view {view} as select * from {queries._scan_files(files[kind], arrow_schema(kind))}")
     union = " union all ".join(f"select {cols} from {queries._scan_files(f, arrow_schema(k))}" for k, f in files.items() if f)
     empty = queries._scan_files([], arrow_schema("step"))
     con.execute(f"create or replace temp view events as {union or f'select {cols} from {empty}'}")
+
+
+def _shadow(con: duckdb.DuckDBPyConnection, name: str, runs: list[str]) -> None:
+    """Materialise audit helper `name` as a temp table that shadows its view: audit_runs holds `runs`,
+    the others their view's rows (over the temp tables before them). Anything else is left alone."""
+    if name == "audit_runs":
+        con.execute("create temp table audit_runs (run_id varchar)")
+        if runs:
+            con.execute("insert into audit_runs values " + ", ".join(f"({queries._sql_str(r)})" for r in runs))
+    elif name in _HELPERS:
+        t0 = time.perf_counter()
+        # `main.x` would find a temp x first
+        db = con.execute("select current_database()").fetchone()[0]
+        con.execute(f"create temp table {name} as select * from {db}.main.{name}")
+        log.debug("materialised %s in %.3fs", name, time.perf_counter() - t0)
 
 
 def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scoped: bool = False) -> None:
@@ -143,17 +162,11 @@ def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scop
         con.execute(f"drop view if exists temp.{view}")
     for table in ("audit_runs", *_HELPERS):
         con.execute(f"drop table if exists temp.{table}")
-    db = con.execute("select current_database()").fetchone()[0]
-    runs = [run_id] if run_id else known_runs(root)
-    con.execute("create temp table audit_runs (run_id varchar)")
-    if runs:
-        con.execute("insert into audit_runs values " + ", ".join(f"({queries._sql_str(r)})" for r in runs))
     if run_id and not scoped:
         scope_to_run(con, root, run_id)
-    for name in _HELPERS:
-        t0 = time.perf_counter()
-        con.execute(f"create temp table {name} as select * from {db}.main.{name}")
-        log.debug("materialised %s in %.3fs", name, time.perf_counter() - t0)
+    runs = [run_id] if run_id else known_runs(root)
+    for name in ("audit_runs", *_HELPERS):
+        _shadow(con, name, runs)
 
 
 def run_suite(root: str | Path, suite: str, run_id: str | None = None,
@@ -166,24 +179,28 @@ def run_suite(root: str | Path, suite: str, run_id: str | None = None,
     root = Path(root)
     names = query_names(suite)
     t0 = time.perf_counter()
-    scoped = con is None and run_id is not None
-    if con is None:  # a connection of our own: over just the run's files when there is a run
-        con = queries.connect(root, threads=threads, files=scope_files(root, run_id) if run_id else None)
-    prepare(con, root, run_id, scoped)
+    if con is None:  # a connection of our own: over just the run's files when there is a run, its helpers
+        # materialised as views.sql defines them
+        runs = [run_id] if run_id else known_runs(root)
+        own = queries.open_connection(threads)
+        con = queries.connect(root, files=scope_files(root, run_id, own) if run_id else None,
+                              on_view=lambda c, name: _shadow(c, name, runs), con=own)
+    else:
+        prepare(con, root, run_id)
     log.info("audit %s %s: helpers ready in %.3fs", suite, run_id or "(all runs)", time.perf_counter() - t0)
     audit = Audit(suite, run_id)
     for name in names:
         t1 = time.perf_counter()
         sql = queries.load_query(name)
-        if run_id:
+        if run_id and suite != "health":
             cur = con.execute(f"select * from ({sql}) where run_id = ?", [run_id])
-        else:
+        else:  # a health row leads with its run_id: kept here, rather than by a filter DuckDB plans through every check
             cur = con.execute(sql)
         columns = [d[0] for d in cur.description]
         rows = cur.fetchall()
         if suite == "health":
             _check_shape(name, columns, rows)
-            rows.sort(key=lambda r: (r[0], r[1]))
+            rows = sorted((r for r in rows if run_id is None or r[0] == run_id), key=lambda r: (r[0], r[1]))
         audit.results.append(Result(name, columns, rows, time.perf_counter() - t1))
         log.debug("%s: %d rows in %.3fs", name, len(rows), time.perf_counter() - t1)
     log.info("audit %s %s: %d queries in %.3fs", suite, run_id or "(all runs)", len(names), time.perf_counter() - t0)

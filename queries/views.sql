@@ -57,8 +57,9 @@ select * from {{quarantine}};
 
 -- ---------------------------------------------------------------------------------------------
 -- Audit helpers (queries/health, provenance, forecast). `audit.py` materialises the small ones
--- (run_plan, run_thresholds, step_blocks) as temp tables of the same name before a suite runs,
--- so each check reads them once; run alone through `runledger sql` they are plain views.
+-- (run_plan, run_thresholds, run_blocks, lr_segments, step_cells, step_blocks, step_progress) as temp
+-- tables of the same name before a suite runs, so the steps are read once per suite and each check
+-- reads a few rows per block; run alone through `runledger sql` they are plain views.
 -- ---------------------------------------------------------------------------------------------
 
 -- every run the ledger knows of, whatever kinds it has (an audit reports on each, skipping what is
@@ -72,12 +73,17 @@ from glob({{events_glob}});
 -- as training/schedule.horizon_steps_for_tokens does); min_lr_ratio defaults to 0.05 (Marin: decay
 -- to 5% of peak).
 create or replace view run_plan as
-with first_start as (
-    select * from runs
-    qualify row_number() over (partition by run_id order by attempt, ts, seq) = 1
+with starts as (
+    -- one scan of runs for both ends (each view below binds this one again)
+    select
+        *,
+        row_number() over (partition by run_id order by attempt, ts, seq) as first_rank,
+        row_number() over (partition by run_id order by attempt desc, ts desc, seq desc) as latest_rank
+    from runs
+), first_start as (
+    select * exclude (first_rank, latest_rank) from starts where first_rank = 1
 ), latest_start as (
-    select run_id, thresholds from runs
-    qualify row_number() over (partition by run_id order by attempt desc, ts desc, seq desc) = 1
+    select run_id, thresholds from starts where latest_rank = 1
 ), parsed as (
     select
         f.run_id, f.token_budget, f.config, f.config_hash, f.schedule, f.planned_tokens_per_s,
@@ -154,28 +160,13 @@ from audit_runs a
 left join run_plan p using (run_id)
 left join run_thresholds w on w.run_id = a.run_id and w.name = 'window_steps';
 
--- per (run, attempt, block of `block_steps` steps): the sufficient statistics the health checks
--- need (counts, sums for regr_slope, extremes, first/last), so that a check over a 400k-step run
--- reads a few hundred rows; block_steps is window_steps, or 1% of the horizon, or 100.
-create or replace view step_blocks as
-select
-    s.run_id, s.attempt, (s.step - 1) // z.block_steps as block, any_value(z.block_steps) as block_steps,
-    count(*) as n, min(s.step) as step_lo, max(s.step) as step_hi,
-    sum(s.tokens) as tokens,
-    count(s.grad_norm) as g_n, sum(s.grad_norm) as g_sy, max(s.grad_norm) as g_max,
-    sum(s.step::double) filter (s.grad_norm is not null) as g_sx,
-    sum(s.step::double * s.step) filter (s.grad_norm is not null) as g_sxx,
-    sum(s.step * s.grad_norm) as g_sxy,
-    count(s.loss) as l_n, sum(s.loss) as l_sy, min(s.loss) as l_min,
-    count(s.param_norm) as p_n, arg_min(s.param_norm, s.step) filter (s.param_norm is not null) as p_first,
-    arg_max(s.param_norm, s.step) filter (s.param_norm is not null) as p_last,
-    count(s.router_entropy) as re_n, avg(s.router_entropy) as re_mean,
-    count(s.mfu) as mfu_n, avg(s.mfu) as mfu_mean,
-    count(s.tokens_per_s) as tps_n, avg(s.tokens_per_s) as tps_mean
-from steps_all s
-join run_blocks z using (run_id)
-where s.step is not null
-group by s.run_id, s.attempt, (s.step - 1) // z.block_steps;
+-- the width of the time buckets health/telemetry_silence counts gaps between (and step_cells groups
+-- steps by), in microseconds: half the smallest silence_max_s of the audited runs, so that a gap
+-- longer than any run's threshold spans an empty bucket; at least 1 us, the timestamps' resolution
+create or replace view silence_bucket as
+select greatest((min(value) * 1e6 / 2)::bigint, 1) as us
+from run_thresholds
+where name = 'silence_max_s';
 
 -- training/schedule.lr_at in SQL, the same three cases (steps are 1-based): warmup linear to peak at
 -- `warmup`; then linear from peak (or from anchor_lr at anchor_step, after a retime) to ratio*peak at
@@ -188,6 +179,173 @@ create or replace macro scheduled_lr(step, peak, warmup, horizon, ratio, anchor_
         when step < warmup then peak * greatest(step, 1) / warmup
         else peak + (ratio * peak - peak) * (step - warmup) / greatest(horizon - warmup, 1)
     end;
+
+-- the learning-rate schedule each step is held to (health/lr_schedule): per run, one row per range of
+-- attempts (attempt_lo..attempt_hi) and of steps (from_step..until_step - 1), with the `scheduled_lr`
+-- arguments in force there and the tolerance (lr_rel_tol x peak).
+--
+-- Recomputed from run_started.schedule and the applied set_token_horizon decisions. A step of attempt
+-- a is held to the latest run_started (with a peak_lr) of an attempt <= a and to the decisions applied
+-- in attempts <= a, so the schedule only changes at the attempt of such an event (a key): the rows
+-- of a key hold for every attempt up to the next key. A decision applied from step s
+-- (`after.from_step`, else `after.step`, else `after.anchor_step` as training/decisions.py writes the
+-- retimed schedule, else the step after the decision_applied event's, which is emitted between
+-- updates k-1 and k with step k-1) with a new horizon (`after.horizon_steps`, else
+-- `after.horizon_tokens` / tokens_per_step) retimes the decay: from s the lr goes linearly from lr(s)
+-- to min_lr_ratio * peak at the new horizon (before the end of warmup only the horizon moves).
+-- Re-applying a retime already in a resumed schedule changes nothing (the line through the same
+-- anchor), so a resumed run can carry it either way.
+create or replace view lr_segments as
+with recursive starts as (
+    select
+        run_id, attempt,
+        (schedule ->> 'peak_lr')::double as peak,
+        coalesce((schedule ->> 'warmup_steps')::bigint, 0) as warmup,
+        coalesce((schedule ->> 'min_lr_ratio')::double, 0.05) as ratio,
+        coalesce((schedule ->> 'tokens_per_step')::bigint, tokens_per_step) as tps,
+        (schedule ->> 'horizon_steps')::bigint as horizon_steps,
+        (schedule ->> 'horizon_tokens')::double as horizon_tokens,
+        token_budget,
+        (schedule ->> 'anchor_step')::bigint as anchor_step,
+        (schedule ->> 'anchor_lr')::double as anchor_lr
+    from runs
+    qualify row_number() over (partition by run_id, attempt order by ts, seq) = 1
+), bases as (
+    select
+        * exclude (horizon_steps, horizon_tokens, token_budget),
+        coalesce(horizon_steps, ceil(horizon_tokens / tps)::bigint, ceil(token_budget / tps)::bigint) as horizon
+    from starts
+    where peak is not null
+), applied as (
+    select
+        run_id, attempt as decided_in, ts, seq,
+        coalesce((after ->> 'from_step')::bigint, (after ->> 'step')::bigint, (after ->> 'anchor_step')::bigint,
+                 step + 1) as from_step,
+        (after ->> 'horizon_steps')::bigint as horizon_steps,
+        (after ->> 'horizon_tokens')::double as horizon_tokens
+    from decisions_applied
+    where action = 'set_token_horizon' and status = 'applied'
+), keys as (
+    select run_id, attempt from bases
+    union
+    select run_id, decided_in from applied
+), attempts as (
+    -- each key, the last attempt it holds for, and the run_started it runs under
+    select k.run_id, k.attempt, k.attempt_hi, b.attempt as base_attempt
+    from (
+        select
+            run_id, attempt,
+            coalesce(lead(attempt) over (partition by run_id order by attempt) - 1, 9223372036854775807) as attempt_hi
+        from keys
+    ) k
+    asof join bases b on k.run_id = b.run_id and k.attempt >= b.attempt
+), retimes as (
+    select
+        a.run_id, a.attempt,
+        row_number() over (partition by a.run_id, a.attempt order by d.from_step, d.ts, d.seq) as i,
+        d.from_step,
+        coalesce(d.horizon_steps, ceil(d.horizon_tokens / b.tps)::bigint) as horizon
+    from attempts a
+    join bases b on b.run_id = a.run_id and b.attempt = a.base_attempt
+    join applied d on d.run_id = a.run_id and d.decided_in <= a.attempt
+    where d.from_step is not null and coalesce(d.horizon_steps, d.horizon_tokens) is not null
+), segments(run_id, attempt, i, from_step, horizon, anchor_step, anchor_lr) as (
+    -- the schedule in force from each retime on, each built on the one before (as schedule.retime does)
+    select a.run_id, a.attempt, 0::bigint, 0::bigint, b.horizon, b.anchor_step, b.anchor_lr
+    from attempts a
+    join bases b on b.run_id = a.run_id and b.attempt = a.base_attempt
+    union all
+    select
+        s.run_id, s.attempt, r.i, r.from_step, r.horizon,
+        case when r.from_step >= b.warmup then r.from_step else s.anchor_step end,
+        case when r.from_step >= b.warmup
+             then scheduled_lr(r.from_step, b.peak, b.warmup, s.horizon, b.ratio, s.anchor_step, s.anchor_lr)
+             else s.anchor_lr end
+    from segments s
+    join retimes r on r.run_id = s.run_id and r.attempt = s.attempt and r.i = s.i + 1
+    join attempts a on a.run_id = s.run_id and a.attempt = s.attempt
+    join bases b on b.run_id = a.run_id and b.attempt = a.base_attempt
+)
+select
+    g.run_id, g.attempt as attempt_lo, a.attempt_hi, g.from_step,
+    coalesce(lead(g.from_step) over (partition by g.run_id, g.attempt order by g.i), 9223372036854775807) as until_step,
+    b.peak, b.warmup, b.ratio, g.horizon, g.anchor_step, g.anchor_lr, t.value * b.peak as tolerance
+from segments g
+join attempts a using (run_id, attempt)
+join bases b on b.run_id = a.run_id and b.attempt = a.base_attempt
+join run_thresholds t on t.run_id = g.run_id and t.name = 'lr_rel_tol';
+
+-- per (run, attempt, block of block_steps steps, time bucket of silence_bucket): the sufficient
+-- statistics the health checks need, from the one pass over the steps an audit makes. step_blocks
+-- sums them per block; health/telemetry_silence reads the buckets' first and last step times. The
+-- lr_* columns compare each step's lr with lr_segments' schedule (lr_n: steps held to one; lr_off:
+-- steps off by more than the tolerance, the first at lr_off_step). Steps without a step number are
+-- kept (block null) for the buckets.
+create or replace view step_cells as
+with held as (
+    select
+        s.run_id, s.attempt, s.step, s.ts, s.tokens, s.grad_norm, s.loss, s.param_norm, s.router_entropy,
+        s.mfu, s.tokens_per_s, s.lr, z.block_steps, (s.step - 1) // z.block_steps as block,
+        epoch_us(s.ts) // w.us as bucket,
+        g.peak as lr_peak, g.tolerance as lr_tolerance,
+        scheduled_lr(s.step, g.peak, g.warmup, g.horizon, g.ratio, g.anchor_step, g.anchor_lr) as lr_expected
+    from steps_all s
+    join run_blocks z using (run_id)
+    cross join silence_bucket w
+    left join lr_segments g
+        on g.run_id = s.run_id and s.attempt >= g.attempt_lo and s.attempt <= g.attempt_hi
+        and s.step >= g.from_step and s.step < g.until_step
+), checked as (
+    select *, abs(lr - lr_expected) as lr_err from held
+)
+select
+    run_id, attempt, block, bucket, any_value(block_steps) as block_steps,
+    count(*) as n, min(step) as step_lo, max(step) as step_hi, min(ts) as ts_lo, max(ts) as ts_hi,
+    sum(tokens) as tokens,
+    count(grad_norm) as g_n, sum(grad_norm) as g_sy, max(grad_norm) as g_max,
+    sum(step::double) filter (grad_norm is not null) as g_sx,
+    sum(step::double * step) filter (grad_norm is not null) as g_sxx,
+    sum(step * grad_norm) as g_sxy,
+    count(loss) as l_n, sum(loss) as l_sy, min(loss) as l_min,
+    count(param_norm) as p_n,
+    min(step) filter (param_norm is not null) as p_first_step,
+    arg_min(param_norm, step) filter (param_norm is not null) as p_first,
+    max(step) filter (param_norm is not null) as p_last_step,
+    arg_max(param_norm, step) filter (param_norm is not null) as p_last,
+    count(router_entropy) as re_n, sum(router_entropy) as re_sy,
+    count(mfu) as mfu_n, sum(mfu) as mfu_sy,
+    count(tokens_per_s) as tps_n, sum(tokens_per_s) as tps_sy,
+    count(lr_peak) as lr_n, max(lr_err) as lr_err, any_value(lr_peak) as lr_peak,
+    count(*) filter (lr_err > lr_tolerance) as lr_off,
+    min(step) filter (lr_err > lr_tolerance) as lr_off_step,
+    arg_min(lr, step) filter (lr_err > lr_tolerance) as lr_off_lr,
+    arg_min(lr_expected, step) filter (lr_err > lr_tolerance) as lr_off_expected
+from checked
+group by run_id, attempt, block, bucket;
+
+-- per (run, attempt, block of `block_steps` steps): the sufficient statistics the health checks
+-- need (counts, sums for regr_slope, extremes, first/last, the lr against its schedule), so that a
+-- check over a 400k-step run reads a few hundred rows; block_steps is window_steps, or 1% of the
+-- horizon, or 100. Summed from step_cells, the floating-point sums in bucket order (their rounding
+-- would otherwise depend on the order the cells come in, which differs from one plan to another).
+create or replace view step_blocks as
+select
+    run_id, attempt, block, any_value(block_steps) as block_steps,
+    sum(n)::bigint as n, min(step_lo) as step_lo, max(step_hi) as step_hi,
+    sum(tokens) as tokens,
+    sum(g_n)::bigint as g_n, sum(g_sy order by bucket) as g_sy, max(g_max) as g_max,
+    sum(g_sx order by bucket) as g_sx, sum(g_sxx order by bucket) as g_sxx, sum(g_sxy order by bucket) as g_sxy,
+    sum(l_n)::bigint as l_n, sum(l_sy order by bucket) as l_sy, min(l_min) as l_min,
+    sum(p_n)::bigint as p_n, arg_min(p_first, p_first_step) as p_first, arg_max(p_last, p_last_step) as p_last,
+    sum(re_n)::bigint as re_n, sum(re_sy order by bucket) / nullif(sum(re_n), 0) as re_mean,
+    sum(mfu_n)::bigint as mfu_n, sum(mfu_sy order by bucket) / nullif(sum(mfu_n), 0) as mfu_mean,
+    sum(tps_n)::bigint as tps_n, sum(tps_sy order by bucket) / nullif(sum(tps_n), 0) as tps_mean,
+    sum(lr_n)::bigint as lr_n, max(lr_err) as lr_err, any_value(lr_peak) as lr_peak,
+    sum(lr_off)::bigint as lr_off, min(lr_off_step) as lr_off_step,
+    arg_min(lr_off_lr, lr_off_step) as lr_off_lr, arg_min(lr_off_expected, lr_off_step) as lr_off_expected
+from step_cells
+where block is not null
+group by run_id, attempt, block;
 
 -- per (run, block): the latest attempt's block, with the tokens seen by its end and its mean loss
 -- (the observed side of forecast vs actual)

@@ -4,12 +4,14 @@ with threshold as (
 ), width as (
     select run_id, value::bigint as k from run_thresholds where name = 'window_blocks'
 ), trailing_window as (
-    -- regr_slope(grad_norm, step) over the trailing k blocks, from the blocks' sums
+    -- regr_slope(grad_norm, step) over the trailing k blocks, from the blocks' sums (taken in block
+    -- order, list_sum of the frame: a window sum's rounding depends on how DuckDB lays out the
+    -- partitions, so it would differ with the other runs audited beside this one)
     select
         b.run_id, b.attempt, b.block, b.step_hi, w.k,
         count(*) over win as blocks,
-        sum(b.g_n) over win as n, sum(b.g_sx) over win as sx, sum(b.g_sy) over win as sy,
-        sum(b.g_sxx) over win as sxx, sum(b.g_sxy) over win as sxy,
+        sum(b.g_n) over win as n, list_sum(list(b.g_sx) over win) as sx, list_sum(list(b.g_sy) over win) as sy,
+        list_sum(list(b.g_sxx) over win) as sxx, list_sum(list(b.g_sxy) over win) as sxy,
         min(b.step_lo) over win as lo, max(b.step_hi) over win as hi
     from step_blocks b
     join width w using (run_id)

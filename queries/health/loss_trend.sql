@@ -4,12 +4,14 @@ with threshold as (
 ), width as (
     select run_id, value::bigint as k from run_thresholds where name = 'window_blocks'
 ), windows as (
-    -- for each block: the mean loss of the k blocks ending there and of the k blocks before those
+    -- for each block: the mean loss of the k blocks ending there and of the k blocks before those (the
+    -- sums taken in block order, list_sum of the frame: a window sum's rounding depends on how DuckDB
+    -- lays out the partitions, so it would differ with the other runs audited beside this one)
     select
         b.run_id, b.attempt, b.block, b.step_hi, w.k,
-        sum(b.l_sy) over cur / sum(b.l_n) over cur as cur_mean,
+        list_sum(list(b.l_sy) over cur) / sum(b.l_n) over cur as cur_mean,
         count(*) over cur as cur_blocks,
-        sum(b.l_sy) over prev / sum(b.l_n) over prev as prev_mean,
+        list_sum(list(b.l_sy) over prev) / sum(b.l_n) over prev as prev_mean,
         count(*) over prev as prev_blocks
     from step_blocks b
     join width w using (run_id)

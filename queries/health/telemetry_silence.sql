@@ -1,28 +1,31 @@
 -- Did the run's telemetry go silent for longer than the threshold (Marin: > 10 min), between events or since the last one?
 --
--- Exact without a window over every event: events are bucketed by half the (smallest) threshold; a gap longer
--- than the threshold always spans an empty bucket, so it is a gap between consecutive non-empty
--- buckets, and a gap inside one bucket is shorter than the threshold.
+-- Exact without a window over every event: events are bucketed by half the (smallest) threshold
+-- (silence_bucket in views.sql); a gap longer than the threshold always spans an empty bucket, so it
+-- is a gap between consecutive non-empty buckets, and a gap inside one bucket is shorter than the
+-- threshold. The steps come bucketed already, from the one pass over them (step_cells).
 with threshold as (
     select run_id, value from run_thresholds where name = 'silence_max_s'
-), bucket as (
-    -- one bucket width for all runs: half the smallest threshold (exact for every run), in microseconds
-    select (min(value) * 1e6 / 2)::bigint as us from threshold
 ), telemetry as (
-    -- what the run's own workers emit (not the agents' decisions, alerts or forecasts)
+    -- what the run's own workers emit (not the agents' decisions, alerts or forecasts), besides the steps
     select run_id, ts, step from runs
-    union all select run_id, ts, step from steps_all
     union all select run_id, ts, step from drops
     union all select run_id, ts, step from evals
     union all select run_id, ts, step from checkpoints
     union all select run_id, ts, step from data
     union all select run_id, ts, step from decisions_applied
     union all select run_id, ts, step from runs_finished
-), buckets as (
-    select run_id, epoch_us(ts) // (select us from bucket) as bucket, min(ts) as first_ts, max(ts) as last_ts,
-           max(step) as last_step
+), bucketed as (
+    select
+        run_id, epoch_us(ts) // (select us from silence_bucket) as bucket,
+        ts as first_ts, ts as last_ts, step as last_step
     from telemetry
-    group by all
+    union all
+    select run_id, bucket, ts_lo, ts_hi, step_hi from step_cells
+), buckets as (
+    select run_id, bucket, min(first_ts) as first_ts, max(last_ts) as last_ts, max(last_step) as last_step
+    from bucketed
+    group by run_id, bucket
 ), gaps as (
     select
         run_id, last_step as step_before,
