@@ -91,3 +91,12 @@ def test_one_bad_payload_in_a_batch_is_named_and_the_rest_stored(root):
     decoded = ledger.decode([(subject_for("run-a", "step"), data, 1)])
     assert [e.env["seq"] for e in decoded.events] == [0, 1, 2, 4, 5]
     assert [q.reason for q in decoded.rejected] == ["batch entry 3: payload.tokens: Input should be greater than or equal to 0"]
+
+
+def test_stream_seq_is_read_from_both_ack_subject_forms():
+    from nats.aio.msg import Msg
+
+    for reply in ("$JS.ACK.RUNLEDGER.ledger.1.4567.4500.1764410000000000000.12",
+                  "$JS.ACK.hub.ACCHASH.RUNLEDGER.ledger.1.4567.4500.1764410000000000000.12.tok"):
+        msg = Msg(_client=None, subject="runledger.r.step", reply=reply)
+        assert service.stream_seq(msg) == 4567 == msg.metadata.sequence.stream
