@@ -177,9 +177,14 @@ async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None,
             if time.monotonic() - last_sweep > SWEEP_S:  # silence is news too: look at every run now and then
                 news, last_sweep = set(watched), time.monotonic()
             # the ledger may not have stored the newest events yet: look again on the next round too
+            failed = set()
             for r in sorted(news | previous):
-                await asyncio.to_thread(runner.step, r)
-            previous = news
+                try:
+                    await asyncio.to_thread(runner.step, r)
+                except duckdb.Error as err:  # a file compacted away mid-query, say: look again next round
+                    log.warning("agents: evaluating run %s failed (%s); trying again", r, str(err).splitlines()[0])
+                    failed.add(r)
+            previous = news | failed
             for m in msgs:  # the position advances whether or not anything was decided
                 await m.ack()
     finally:

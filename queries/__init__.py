@@ -8,6 +8,7 @@ still has a view with the right columns. Audits live as `.sql` files beside this
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,6 +78,9 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None) -> str:
     return sql
 
 
+COMPACTION_RACE_TRIES = 5
+
+
 def open_connection(threads: int | None = None, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with no views yet, for connect() to define them on (`threads`:
     DuckDB's worker threads, default all cores). A caller that reads a few rows before the views are
@@ -106,15 +110,26 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     configuration is locked. Use `query()` to also refuse any statement that is not a query.
     """
     root = Path(root).resolve()
-    if con is None:
-        con = open_connection(threads, read_only)
-    sql = render_views(root, files)
-    if on_view is None:
-        con.execute(sql)
-    else:
-        for statement in con.extract_statements(sql):
-            con.execute(statement.query)
-            on_view(con, _DEFINED.search(statement.query).group(1))
+    given = con
+    for attempt in range(COMPACTION_RACE_TRIES):
+        con = given if given is not None else open_connection(threads, read_only)
+        sql = render_views(root, files)
+        try:
+            if on_view is None:
+                con.execute(sql)
+            else:
+                for statement in con.extract_statements(sql):
+                    con.execute(statement.query)
+                    on_view(con, _DEFINED.search(statement.query).group(1))
+            break
+        except duckdb.IOException as err:
+            # the ledger compacted a partition between listing its files and binding a view to them:
+            # list again, on a new connection (a caller's own connection cannot be started over)
+            gone = "No such file" in str(err) or "No files found" in str(err)
+            if given is not None or attempt == COMPACTION_RACE_TRIES - 1 or not gone:
+                raise
+            con.close()
+            time.sleep(0.05 * (attempt + 1))
     if read_only:
         con.execute(f"SET allowed_directories = [{_sql_str(str(root) + '/')}]")
         con.execute("SET enable_external_access = false")

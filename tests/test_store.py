@@ -225,3 +225,20 @@ def test_seq_index_load_from_a_root(root):
     assert [s for s in range(6) if ("run-1", "agent-x", 0, s) in idx] == [0, 1, 3, 4]
     assert len(idx) == 4 + 2 + 4
     assert len(SeqIndex.load(root / "nothing-here")) == 0
+
+
+def test_connect_lists_the_files_again_when_one_was_compacted_away(root, monkeypatch):
+    """A view bound while the ledger replaced its files: connect starts over rather than fail."""
+    p = Producer()
+    store.write_events(root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
+    real, calls = queries.render_views, []
+
+    def racing(root_, files=None):
+        calls.append(1)
+        if len(calls) == 1:  # the first listing names a file that is gone by the time DuckDB opens it
+            return real(root_, {"step": [Path(root_) / "events" / "kind=step" / "run_id=run-1" / "gone.parquet"]})
+        return real(root_, files)
+
+    monkeypatch.setattr(queries, "render_views", racing)
+    con = queries.connect(root)
+    assert len(calls) == 2 and con.execute("select count(*) from steps").fetchone() == (1,)
