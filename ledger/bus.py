@@ -181,7 +181,3 @@ class Puller:
             await self._pull({"batch": 1, "expires": int(timeout * 1e9)}, 1, timeout + 0.1)  # its 408 first
         out, self._held = self._held[:batch], self._held[batch:]
         return out
-
-    async def stop(self) -> None:
-        if self._sub is not None:
-            await self._sub.unsubscribe()

@@ -330,10 +330,13 @@ class Emitter:
                     except asyncio.TimeoutError:
                         pass
                     self._idle = False
-                else:  # busy: let the connection write and read (PubAcks), then sleep with the loop
-                    await asyncio.sleep(IO_SLICE_S)  # stopped, so that no wake-up takes the GIL from
-                    if len(self._pending) < MAX_BATCH_EVENTS:  # emit while events gather for the next
-                        time.sleep(TICK_S)  # message (a thread woken 10k times a second halves emit's rate)
+                else:
+                    # busy: let the connection write and read (PubAcks), then sleep with the loop stopped
+                    # while events gather for the next message, so that no wake-up takes the GIL from
+                    # emit (a thread woken 10k times a second doubled emit's CPU per event)
+                    await asyncio.sleep(IO_SLICE_S)
+                    if len(self._pending) < MAX_BATCH_EVENTS:
+                        time.sleep(TICK_S)
         finally:
             try:
                 await nc.close()

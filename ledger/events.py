@@ -538,10 +538,11 @@ _NAMES_OK: set[tuple[str, str]] = set()  # (run_id, producer) pairs seen valid: 
 
 
 def _names_ok(run_id: Any, producer: Any) -> bool:
-    if (run_id, producer) in _NAMES_OK if type(run_id) is str and type(producer) is str else False:
+    if type(run_id) is not str or type(producer) is not str:
+        return False
+    if (run_id, producer) in _NAMES_OK:
         return True
-    ok = (type(run_id) is str and NAME_RE.fullmatch(run_id) is not None
-          and type(producer) is str and NAME_RE.fullmatch(producer) is not None)
+    ok = NAME_RE.fullmatch(run_id) is not None and NAME_RE.fullmatch(producer) is not None
     if ok and len(_NAMES_OK) < 65536:
         _NAMES_OK.add((run_id, producer))
     return ok

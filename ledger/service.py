@@ -176,7 +176,7 @@ class Ledger:
                 continue
             parts.append(store.write_group(self.root, kind, run_id, group, now).parent)
             decoded.written_groups.add((kind, run_id))
-            self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in (ev.env for ev in group)])
+            self.index.add_all([(ev.env["run_id"], ev.env["producer"], ev.env["attempt"], ev.env["seq"]) for ev in group])
             self.counters.stored += len(group)
         if decoded.rejected and not decoded.quarantine_written:
             store.write_quarantine(self.root, decoded.rejected, now)
@@ -243,9 +243,7 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
     last_report = time.monotonic()
     while not stop.is_set():
         try:
-            msgs = await sub.fetch(batch, timeout=FETCH_TIMEOUT_S)
-        except (asyncio.TimeoutError, TimeoutError):
-            msgs = []
+            msgs = await sub.fetch(batch, timeout=FETCH_TIMEOUT_S)  # [] when nothing came in time
         except Exception as err:  # disconnected: nats-py reconnects; keep trying
             log.debug("fetch failed: %s", err)
             await asyncio.sleep(0.2)
