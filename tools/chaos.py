@@ -92,13 +92,13 @@ class Rig:
 
     def fill_disk(self) -> Path:
         filler = self.root / "filler.bin"
-        with open(filler, "wb") as f:
-            chunk = b"\0" * (1 << 20)
+        chunk = b"\0" * (1 << 20)
+        # unbuffered: a buffered file keeps what a write could not place and fails again on close
+        with open(filler, "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(chunk)
-                    f.flush()
-            except OSError:
+            except OSError:  # ENOSPC: full
                 pass
         return filler
 
