@@ -6,7 +6,9 @@ Each path runs as two processes (producer, consumer) on this machine, with a fre
   e2e      Emitter.emit → spool → NATS → ledger service (validate, dedupe, Parquet, fsync) → ack
   raw      nats-py publish_async + pull fetch + ack of the same bytes, no validation, no writing
   pyarrow  the ledger's Parquet writer alone on the same rows (one process)
-both with one event per NATS message and with the Emitter's batching (many events per message).
+both with one event per NATS message and with the Emitter's batching (many events per message);
+the emit_many row hands the Emitter --many events per call (Emitter.emit_many), as a high-rate
+producer can.
 Ratios are against the raw path in the same mode, run in the same command; the last line compares
 runledger as it runs (batching when a backlog forms) with raw nats-py as one would use it without
 runledger (one message per event). The CPU columns are each process's user + system seconds per
@@ -46,11 +48,16 @@ def make_events(n: int, run_id: str = "bench") -> list[tuple[dict, str]]:
 # ------------------------------------------------------------------------------ e2e
 
 
-def _e2e_producer(url: str, spool: str, n: int, batch: bool, q) -> None:
+def _e2e_producer(url: str, spool: str, n: int, batch: bool, many: int, q) -> None:
     em = Emitter("bench", "worker-0", 0, url, spool, batch=batch)
     t0, cpu0 = time.time(), _cpu_s()
-    for i in range(n):
-        em.emit("step", step_payload(i), step=i)
+    if many > 1:  # a high-rate producer handing over `many` events at a time
+        for i in range(0, n, many):
+            k = min(many, n - i)
+            em.emit_many("step", [step_payload(j) for j in range(i, i + k)], steps=list(range(i, i + k)))
+    else:
+        for i in range(n):
+            em.emit("step", step_payload(i), step=i)
     emitted = time.time()
     em.close(600)
     q.put(("producer", t0, emitted, time.time(), _cpu_s() - cpu0))
@@ -81,12 +88,12 @@ def _collect(q, *procs: mp.Process) -> dict:
     return results
 
 
-def run_e2e(url: str, tmp: Path, n: int, batch: bool) -> dict:
+def run_e2e(url: str, tmp: Path, n: int, batch: bool, many: int = 1) -> dict:
     q = mp.Queue()
     ledger = mp.Process(target=_e2e_ledger, args=(url, str(tmp / "root"), n, q))
     ledger.start()
     time.sleep(1.0)  # the ledger is connected and waiting
-    producer = mp.Process(target=_e2e_producer, args=(url, str(tmp / "spool"), n, batch, q))
+    producer = mp.Process(target=_e2e_producer, args=(url, str(tmp / "spool"), n, batch, many, q))
     producer.start()
     results = _collect(q, producer, ledger)
     _, t0, emitted, _, producer_cpu = results["producer"]
@@ -182,19 +189,23 @@ def main() -> int:
     p = argparse.ArgumentParser(description="ingest throughput: e2e vs raw nats-py vs pyarrow alone")
     p.add_argument("--events", type=int, default=100_000, help="events per batched run")
     p.add_argument("--unbatched-events", type=int, default=30_000, help="events per one-event-per-message run")
+    p.add_argument("--many", type=int, default=100, help="events per Emitter.emit_many call (the emit_many row)")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-ingest-"))
     rows = []
     try:
-        for mode, n, per_msg, batch in (("batched", args.events, MAX_BATCH_EVENTS, True),
-                                        ("1 event/msg", args.unbatched_events, 1, False)):
-            srv = fresh_server(tmp, f"nats-raw-{per_msg}")
-            raw = run_raw(srv.url, n, per_msg)
+        raw_of = {}
+        for mode, n, per_msg, batch, many in (("batched", args.events, MAX_BATCH_EVENTS, True, 1),
+                                              ("emit_many", args.events, MAX_BATCH_EVENTS, True, args.many),
+                                              ("1 event/msg", args.unbatched_events, 1, False, 1)):
+            if per_msg not in raw_of:  # emit_many's raw baseline is the batched one
+                srv = fresh_server(tmp, f"nats-raw-{per_msg}")
+                raw_of[per_msg] = run_raw(srv.url, n, per_msg)
+                srv.stop()
+            srv = fresh_server(tmp, f"nats-e2e-{mode.replace(' ', '-').replace('/', '-')}")
+            e2e = run_e2e(srv.url, tmp / f"e2e-{mode.replace(' ', '-').replace('/', '-')}", n, batch, many)
             srv.stop()
-            srv = fresh_server(tmp, f"nats-e2e-{per_msg}")
-            e2e = run_e2e(srv.url, tmp / f"e2e-{per_msg}", n, batch)
-            srv.stop()
-            rows.append((mode, n, e2e, raw))
+            rows.append((mode, n, e2e, raw_of[per_msg]))
         pa_rate = run_pyarrow(tmp, args.events, 2_000)["events_per_s"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -207,8 +218,9 @@ def main() -> int:
     for mode, n, e2e, _ in rows:
         print(f"{mode}: then compacting what was written took {e2e['compact_s']:.2f} s (the ledger does it when "
               f"idle); counting it, {e2e['with_compaction_per_s']:.0f} events/s")
-    batched, single = rows[0][2]["events_per_s"], rows[1][3]["events_per_s"]
-    print(f"e2e batched / raw nats-py at one event per message = {batched / single:.2f}")
+    batched, many, single = rows[0][2]["events_per_s"], rows[1][2]["events_per_s"], rows[2][3]["events_per_s"]
+    print(f"e2e batched / raw nats-py at one event per message = {batched / single:.2f} "
+          f"(emit_many: {many / single:.2f})")
     print(f"pyarrow writer alone (2,000-row files, fsync'd): {pa_rate:.0f} events/s; "
           f"e2e batched / pyarrow alone = {rows[0][2]['events_per_s'] / pa_rate:.2f}")
     return 0

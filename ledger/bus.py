@@ -124,6 +124,9 @@ async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: st
         await js.add_consumer(STREAM, cfg)
 
 
+PULL_MAX_BYTES = 32 << 20  # bytes one pull may bring: under nats-py's 64 MiB a subscription may hold
+
+
 class PullError(RuntimeError):
     """The server answered a pull with an error status (the consumer was deleted, say)."""
 
@@ -135,7 +138,9 @@ class Puller:
     is most of the ledger's time. Here the messages land by a subscription callback in a list:
     `fetch(batch, timeout)` asks for what is waiting (a no_wait pull of up to `batch`) and, only if
     nothing is, waits up to `timeout` for the next message (a pull of one). A message that arrives
-    for a pull given up on is kept for the next `fetch`; nothing is acked here.
+    for a pull given up on is kept for the next `fetch`; nothing is acked here. A pull brings at
+    most PULL_MAX_BYTES: past nats-py's limit per subscription the rest would be dropped as a slow
+    consumer's, and come again only after ack_wait (a 30 s stall, seen draining a 94 MB backlog).
     """
 
     def __init__(self, nc, stream: str, durable: str) -> None:
@@ -171,12 +176,13 @@ class Puller:
             await asyncio.wait_for(self._done.wait(), wait_s)
         except asyncio.TimeoutError:
             pass
-        if self._status is not None and self._status[0] not in ("404", "408"):
+        ended = self._status is not None and (self._status[0] in ("404", "408") or "MaxBytes" in self._status[1])
+        if self._status is not None and not ended:
             raise PullError(f"pull from {self.subject}: {self._status[0]} {self._status[1]}")
 
     async def fetch(self, batch: int, timeout: float) -> list:
         if not self._held:  # what is waiting now, up to `batch`
-            await self._pull({"batch": batch, "no_wait": True}, batch, timeout)
+            await self._pull({"batch": batch, "no_wait": True, "max_bytes": PULL_MAX_BYTES}, batch, timeout)
         if not self._held:  # nothing was: wait for the next message
             await self._pull({"batch": 1, "expires": int(timeout * 1e9)}, 1, timeout + 0.1)  # its 408 first
         out, self._held = self._held[:batch], self._held[batch:]

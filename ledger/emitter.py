@@ -25,11 +25,11 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ledger import bus
-from ledger.events import seal, subject_for
+from ledger.events import seal, seal_many, subject_for
 from ledger.store import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,7 @@ class SpoolFull(RuntimeError):
     """More unacknowledged events than the spool may hold; the event was not accepted."""
 
 
-@dataclass
-class _Spooled:
+class _Spooled(NamedTuple):  # (a tuple: emit_many makes many, and a tuple is made fastest)
     seq: int
     kind: str
     event_id: str
@@ -77,6 +76,7 @@ class Emitter:
         self._acked_upto = self._read_acked()
         self._seq, self._prev_hash = 0, ""
         self._seg_fd: int | None = None
+        self._seg_bytes = 0  # the open segment's size
         self._seg_first = 0
         self._dirty = False
         self._recover_spool()
@@ -109,7 +109,7 @@ class Emitter:
                 )
             if self._seg_fd is None or self._seq - self._seg_first >= SEGMENT_EVENTS:
                 self._open_segment(self._seq)
-            os.write(self._seg_fd, data + b"\n")
+            self._append(data + b"\n")
             self._dirty = True
             self._pending.append(_Spooled(self._seq, kind, env["event_id"], data))
             self._unacked_bytes += len(data)
@@ -119,6 +119,38 @@ class Emitter:
             self._idle = False
             self._loop.call_soon_threadsafe(self._wake.set)
         return env["event_id"]
+
+    def emit_many(self, kind: str, payloads: list[dict], steps: list[int | None] | None = None) -> list[str]:
+        """Seal and spool several events of one kind at once, in order; return their event_ids.
+
+        For high-rate producers: the same events as `emit` for each in turn (each its own event_id,
+        seq and hash), sharing one `time`, at a fraction of the CPU (one validation call, one orjson
+        call, one spool write). All or nothing: a bad payload raises InvalidEvent and spools none.
+        """
+        if not payloads:
+            return []
+        with self._lock:
+            ids, hashes, texts = seal_many(self.run_id, self.producer, self.attempt, self._seq, kind, payloads, steps,
+                                           self._prev_hash)
+            data = b"\n".join(texts) + b"\n"
+            if self._unacked_bytes + len(data) > self.max_spool_bytes:
+                raise SpoolFull(
+                    f"spool {self.dir} holds {self._unacked_bytes} bytes of unacknowledged events "
+                    f"(limit {self.max_spool_bytes}); is NATS at {self.nats_url} reachable?"
+                )
+            if self._seg_fd is None or self._seq - self._seg_first >= SEGMENT_EVENTS:
+                self._open_segment(self._seq)
+            self._append(data)
+            self._dirty = True
+            n = len(ids)
+            self._pending.extend(map(_Spooled, range(self._seq, self._seq + n), [kind] * n, ids, texts))
+            self._unacked_bytes += len(data) - n
+            self._seq += n
+            self._prev_hash = hashes[-1]
+        if self._idle and self._loop is not None:
+            self._idle = False
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return ids
 
     def pending(self) -> int:
         """Events emitted but not yet acknowledged by JetStream."""
@@ -201,7 +233,19 @@ class Emitter:
             os.close(self._seg_fd)
         self._seg_first = first
         self._seg_fd = os.open(self.dir / f"seg-{first:012d}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._seg_bytes = os.fstat(self._seg_fd).st_size  # (no lseek per write: it waits out a concurrent fsync)
         fsync_dir(self.dir)
+
+    def _append(self, data: bytes) -> None:
+        """Append whole lines to the segment, or nothing (a failed write, e.g. a full disk, is cut off)."""
+        try:
+            written = os.write(self._seg_fd, data)
+            while written < len(data):
+                written += os.write(self._seg_fd, data[written:])
+        except BaseException:
+            os.ftruncate(self._seg_fd, self._seg_bytes)
+            raise
+        self._seg_bytes += len(data)
 
     def _sync_segment(self) -> None:
         if self._seg_fd is not None and self._dirty:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ledger import bus, store
 from ledger.events import (
-    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_envelope, parse_json, payloads_valid,
+    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_batch, check_envelope, orjson, parse_json,
+    payloads_valid,
 )
 from ledger.store import Quarantined, StoredEvent
 
@@ -52,6 +53,7 @@ class Decoded:
     failed halfway, on a full disk say, is retried from where it stopped: nothing is written twice)."""
 
     events: list[StoredEvent] = field(default_factory=list)
+    batches: list[tuple[list[dict], list[str], int]] = field(default_factory=list)  # plain batches whole: (envelopes, payload texts, stream seq)
     rejected: list[Quarantined] = field(default_factory=list)
     written_groups: set[tuple[str, str]] = field(default_factory=set)
     quarantine_written: bool = False
@@ -101,6 +103,24 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
     return good, bad
 
 
+def plain_batch(subject: str, data: bytes) -> tuple[list[dict], list[str]] | None:
+    """A batch message in the plain form that `check_batch` checks at once, all valid: (envelopes,
+    payload texts); None for anything else (which `decode_message` then takes an event at a time)."""
+    if data[:1] != b"[" or orjson is None:
+        return None
+    parts = subject.split(".")
+    if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
+        return None
+    try:
+        envs = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    texts = check_batch(data, envs, parts[1], parts[2])
+    if texts is None or max(map(len, texts)) > MAX_EVENT_BYTES:
+        return None
+    return envs, texts
+
+
 def stream_seq(msg) -> int:
     """A JetStream message's stream sequence, from its ack subject: $JS.ACK.<stream>.<consumer>.
     <delivered>.<stream seq>... (9 tokens), or with <domain>.<account hash> after ACK (12 or more).
@@ -134,6 +154,9 @@ class Ledger:
         batch_hashes: dict[str, str] = {}
         maybe_dup: list[tuple[dict, str, int, str]] = []
         for subject, data, sseq in messages:
+            plain = plain_batch(subject, data)
+            if plain is not None and self._take_plain(out, batch_hashes, *plain, sseq):
+                continue
             good, bad = decode_message(subject, data, sseq)
             if sseq not in self.quarantined:
                 out.rejected.extend(bad)
@@ -158,6 +181,18 @@ class Ledger:
                 self._duplicate(out, stored.get(env["event_id"]), env, subject, data, sseq)
         return out
 
+    def _take_plain(self, out: Decoded, batch_hashes: dict[str, str], envs: list[dict], texts: list[str], sseq: int) -> bool:
+        """Take a checked plain batch (one chain, consecutive seqs) whole if none of it is stored or
+        earlier in this fetch; False if some is (then its events are taken one at a time)."""
+        first = envs[0]
+        ids = [e["event_id"] for e in envs]
+        if not batch_hashes.keys().isdisjoint(ids) or self.index.any_stored(
+                (first["run_id"], first["producer"], first["attempt"]), first["seq"], len(envs)):
+            return False
+        batch_hashes.update(zip(ids, [e["hash"] for e in envs]))
+        out.batches.append((envs, texts, sseq))
+        return True
+
     def _duplicate(self, out: Decoded, stored_hash: str | None, env: dict, subject: str, data: bytes, sseq: int) -> None:
         if stored_hash == env["hash"]:
             self.counters.duplicates += 1
@@ -171,13 +206,24 @@ class Ledger:
         calling it again with the same `decoded` writes only what is missing."""
         now = datetime.now(timezone.utc)
         parts = []
-        for (kind, run_id), group in store.group_events(decoded.events).items():
+        one_by_one = store.group_events(decoded.events)
+        groups = {key: store.Rows.of(group) for key, group in one_by_one.items()}
+        for envs, texts, sseq in decoded.batches:
+            rows = groups.setdefault((envs[0]["kind"], envs[0]["run_id"]), store.Rows())
+            rows.envs.extend(envs)
+            rows.payload_texts.extend(texts)
+            rows.stream_seqs.extend([sseq] * len(envs))
+        for (kind, run_id), rows in groups.items():
             if (kind, run_id) in decoded.written_groups:
                 continue
-            parts.append(store.write_group(self.root, kind, run_id, group, now).parent)
+            parts.append(store.write_group(self.root, kind, run_id, rows, now).parent)
             decoded.written_groups.add((kind, run_id))
+            self.counters.stored += len(rows.envs)
+        for group in one_by_one.values():
             self.index.add_all([(ev.env["run_id"], ev.env["producer"], ev.env["attempt"], ev.env["seq"]) for ev in group])
-            self.counters.stored += len(group)
+        for envs, _, _ in decoded.batches:
+            first = envs[0]
+            self.index.add_range((first["run_id"], first["producer"], first["attempt"]), first["seq"], len(envs))
         if decoded.rejected and not decoded.quarantine_written:
             store.write_quarantine(self.root, decoded.rejected, now)
             decoded.quarantine_written = True
