@@ -703,7 +703,7 @@ def check_batch(data: bytes, envs: Any, run_id: str, kind: str) -> list[str] | N
         and col["event_id"] == [f"{run_id}:{producer}:{attempt}:{s}" for s in seqs]
         and set(map(type, col["payload"])) == {dict}
         and set(map(type, col["time"])) == {str} and all(map(TIME_RE.fullmatch, col["time"]))
-        and set(map(type, col["prev_hash"])) == {str}
+        and set(map(type, col["prev_hash"])) == {str} and set(map(type, col["hash"])) == {str}
         and (first["prev_hash"] == "" if seq0 == 0 else HASH_RE.fullmatch(first["prev_hash"]) is not None)
         and col["prev_hash"][1:] == col["hash"][:-1]
     ):
@@ -718,8 +718,12 @@ def check_batch(data: bytes, envs: Any, run_id: str, kind: str) -> list[str] | N
         return None
     # canonical text: orjson's is RFC 8785's where it is ASCII and holds neither integral floats nor
     # the exponents where the two differ (see _canonical_fast)
-    if not data.isascii() or _exponent_suspect_in(data) or _integral_float_in(data) \
-            or orjson is None or orjson.dumps(envs, option=orjson.OPT_SORT_KEYS) != data:
+    if not data.isascii() or _exponent_suspect_in(data) or _integral_float_in(data) or orjson is None:
+        return None
+    try:
+        if orjson.dumps(envs, option=orjson.OPT_SORT_KEYS) != data:
+            return None
+    except (TypeError, orjson.JSONEncodeError):  # nested deeper than orjson writes (254), say
         return None
     parts = data[1:-1].split(b'},{"attempt":')  # each event's text, less what the split took
     if len(parts) != n:  # the separator also occurs inside a string
@@ -773,6 +777,13 @@ def _parse_json_stdlib(data: bytes | str) -> Any:
         raise InvalidEvent("not JSON this program reads: nested too deeply") from None
 
 
+def check_position(attempt: Any, seq: Any, step: Any) -> None:
+    """Raise InvalidEvent unless attempt and seq are ints in 0..INT64_MAX and step is one or None."""
+    for name, value in (("attempt", attempt), ("seq", seq), ("step", step)):
+        if not (type(value) is int and 0 <= value <= INT64_MAX) and not (name == "step" and value is None):
+            raise InvalidEvent(f"{name} {value!r} is not an integer in 0..{INT64_MAX}" + (" or None" if name == "step" else ""))
+
+
 def seal(
     run_id: str, producer: str, attempt: int, seq: int, kind: str, payload: dict,
     step: int | None, prev_hash: str, time: str | None = None,
@@ -786,6 +797,7 @@ def seal(
         check_name(producer, "producer")
     if time is not None:
         check_time(time)
+    check_position(attempt, seq, step)
     check_payload(kind, payload)
     time = time or utc_now()
     env = {
@@ -801,9 +813,7 @@ def seal(
         "prev_hash": prev_hash,
         "payload": payload,
     }
-    payload_text = None
-    if type(attempt) is int and type(seq) is int and (step is None or type(step) is int):
-        payload_text = _canonical_fast(payload, numeric=kind in NUMERIC_KINDS)
+    payload_text = _canonical_fast(payload, numeric=kind in NUMERIC_KINDS)
     if payload_text is None:  # the reference writer
         payload_text = canonical_json(payload)
         env["hash"] = event_hash(env, payload_text)
@@ -830,6 +840,15 @@ def seal_many(
         check_name(run_id, "run_id")
         check_name(producer, "producer")
     time = utc_now() if time is None else check_time(time)
+    check_position(attempt, seq, None)
+    check_position(attempt, seq + n - 1, None)
+    if not set(map(type, steps)) <= {int, type(None)}:
+        for i, step in enumerate(steps):
+            check_position(attempt, seq, step)
+    numbered = [s for s in steps if s is not None]
+    if numbered:
+        check_position(attempt, seq, min(numbered))
+        check_position(attempt, seq, max(numbered))
     if kind not in KINDS:
         raise InvalidEvent(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
     if not payloads_valid(kind, payloads):
@@ -839,9 +858,7 @@ def seal_many(
             except InvalidEvent as err:
                 raise InvalidEvent(f"event {i} of {n}: {err}") from None
     ids = [f"{run_id}:{producer}:{attempt}:{s}" for s in range(seq, seq + n)]
-    payload_texts = None
-    if type(attempt) is int and type(seq) is int and set(map(type, steps)) <= {int, type(None)}:
-        payload_texts = _canonical_texts(payloads, kind in NUMERIC_KINDS)
+    payload_texts = _canonical_texts(payloads, kind in NUMERIC_KINDS)
     if payload_texts is None:  # not in the form written at once here: one at a time
         hashes, texts = [], []
         for s, step, payload in zip(range(seq, seq + n), steps, payloads):

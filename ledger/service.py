@@ -115,7 +115,11 @@ def plain_batch(subject: str, data: bytes) -> tuple[list[dict], list[str]] | Non
         envs = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    texts = check_batch(data, envs, parts[1], parts[2])
+    try:
+        texts = check_batch(data, envs, parts[1], parts[2])
+    except Exception:  # a bug here must not stop the ledger: the path an event at a time decides
+        log.exception("check_batch failed on a message of %s; taking it an event at a time", subject)
+        return None
     if texts is None or max(map(len, texts)) > MAX_EVENT_BYTES:
         return None
     return envs, texts

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import emitter as em_mod
-from ledger.emitter import Emitter
+from ledger.emitter import Emitter, SpoolFull
+from ledger.events import InvalidEvent, check_envelope
 
 NO_SERVER = "nats://127.0.0.1:1"  # never connected to
 KINDS = {"step": {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1},
@@ -46,3 +49,57 @@ def test_messages_and_acks_in_any_order_account_for_every_event(tmp_path_factory
     finally:
         em_mod.MAX_BATCH_EVENTS, em_mod.MAX_BATCH_BYTES, Emitter._thread_main = saved
         em.close(0.01)
+
+
+STEP = KINDS["step"]
+
+
+@pytest.fixture
+def no_publisher(monkeypatch):
+    """Emitters whose publisher thread stops at once: events stay in the spool, close() is quick."""
+    monkeypatch.setattr(Emitter, "_thread_main", lambda self: self._stopped.set())
+
+
+def spooled(em: Emitter) -> list[bytes]:
+    return [line for seg in sorted(em.dir.glob("seg-*.jsonl")) for line in seg.read_bytes().splitlines()]
+
+
+def test_emit_many_spools_each_event_on_the_chain_that_emit_continues(tmp_path, no_publisher):
+    em = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)
+    ids = [em.emit("step", STEP, step=0), em.emit("step", STEP, step=1)]
+    ids += em.emit_many("step", [STEP] * 5, steps=[2, 3, 4, 5, 6])
+    ids.append(em.emit("eval", KINDS["eval"]))
+    em.close(0.01)
+    lines = spooled(em)
+    envs = [json.loads(line) for line in lines]
+    assert [e["seq"] for e in envs] == list(range(8)) and [e["event_id"] for e in envs] == ids
+    assert [e["prev_hash"] for e in envs] == ["", *(e["hash"] for e in envs[:-1])]
+    assert [e["step"] for e in envs] == [*range(7), None]
+    for env in envs:
+        check_envelope(env)
+    assert [(i.seq, i.data) for i in em._pending] == [(e["seq"], line) for e, line in zip(envs, lines)]  # to publish
+    assert em._unacked_bytes == sum(map(len, lines))  # what SpoolFull counts
+
+    reopened = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)  # a restarted producer
+    assert (reopened.next_seq, reopened.pending(), reopened._unacked_bytes) == (8, 8, em._unacked_bytes)
+    reopened.emit_many("step", [STEP] * 2)
+    reopened.close(0.01)
+    more = [json.loads(line) for line in spooled(reopened)[8:]]
+    assert [e["seq"] for e in more] == [8, 9] and more[0]["prev_hash"] == envs[-1]["hash"]
+
+
+@pytest.mark.parametrize("payloads, max_spool_bytes, error", [
+    ([STEP, {**STEP, "tokens": -1}, STEP], 1 << 20, InvalidEvent),
+    ([STEP] * 20, 3_000, SpoolFull),  # ~350 bytes an event
+])
+def test_emit_many_refused_spools_none_of_its_events(tmp_path, no_publisher, payloads, max_spool_bytes, error):
+    em = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path, max_spool_bytes=max_spool_bytes)
+    em.emit("step", STEP)
+    before = spooled(em)
+    with pytest.raises(error):
+        em.emit_many("step", payloads)
+    assert spooled(em) == before and (em.next_seq, em.pending()) == (1, 1)
+    em.emit("step", STEP)  # the chain goes on from the last event spooled
+    em.close(0.01)
+    first, second = (json.loads(line) for line in spooled(em))
+    assert second["seq"] == 1 and second["prev_hash"] == first["hash"]

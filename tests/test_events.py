@@ -5,17 +5,19 @@ from __future__ import annotations
 import copy
 import json
 import math
+import string
 from pathlib import Path
 
 import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from conftest import REPO, runledger
 from ledger.events import (
-    KINDS, InvalidEvent, _canonical_dict, _canonical_fast, canonical_json, check_envelope, check_name, es_number,
-    event_hash, parse_json, seal,
+    KINDS, NUMERIC_KINDS, DataSource, InvalidEvent, LayerDrops, _canonical_dict, _canonical_fast, canonical_json,
+    check_envelope, check_name, es_number, event_hash, parse_json, payloads_valid, seal, seal_many,
 )
 
 SHARED = REPO.parent / "shared"  # CI clones the repo with shared/ beside it
@@ -40,8 +42,10 @@ MINIMAL = {
 
 
 def sealed(kind: str = "step", seq: int = 0, prev_hash: str = "", **over) -> dict:
-    env, _ = seal("run-1", "worker-0", 0, seq, kind, MINIMAL[kind], 0, prev_hash, time=T0)
-    env.update(over)
+    """A sealed event, then `over` set in it (not hashed again); a seq seal refuses is set after too."""
+    valid = type(seq) is int and 0 <= seq <= 2**63 - 1
+    env, _ = seal("run-1", "worker-0", 0, seq if valid else 0, kind, MINIMAL[kind], 0, prev_hash, time=T0)
+    env.update(over, **({} if valid else {"seq": seq}))
     return env
 
 
@@ -273,3 +277,187 @@ def test_schema_command_prints_every_kind():
     assert {"loss", "grad_norm", "lr", "tokens", "step_time_s"} <= set(schema["kinds"]["step"]["required"])
     assert set(schema["envelope"]["properties"]) >= {"event_id", "run_id", "producer", "attempt", "seq", "kind",
                                                       "time", "step", "schema_version", "prev_hash", "hash", "payload"}
+
+
+# --------------------------------------------------------------------------------------------
+# seal_many: consecutive events at once, the same as seal in turn
+# --------------------------------------------------------------------------------------------
+
+LAYER = {"layer": 0, "assignments": 50, "sender_dropped": 1, "receiver_dropped": 2, "drop_fraction": 0.06,
+         "expert_loads": [10, 20, 20]}
+ALERT = {"alert_id": "a1", "agent": "agent-mfu", "rule": "mfu_low"}
+
+# Three payloads each: integral floats (written as integers: "2.0" → "2"), -0.0 (→ "0"), and
+# strings that hold what an integral float looks like in the text (`1.0,`), which must stay as they are.
+SEAL_MANY_CASES = {
+    "step, integral floats": ("step", [
+        {**MINIMAL["step"], "tokens_per_s": 163840.0, "mfu": 1.0, "z_loss": 0.0},
+        {**MINIMAL["step"], "tokens_per_s": 163840.5, "mfu": 0.31, "loss": None, "skipped": True},
+        {**MINIMAL["step"], "tokens_per_s": 1e15, "lr": 1.0, "grad_norm": 2.0},
+    ]),
+    "step, -0.0": ("step", [{**MINIMAL["step"], "loss": -0.0}, MINIMAL["step"], {**MINIMAL["step"], "z_loss": -0.0}]),
+    "step, integral floats from 2**53 on": ("step", [
+        {**MINIMAL["step"], "tokens_per_s": 2.0**60}, {**MINIMAL["step"], "tokens_per_s": 1e16}, MINIMAL["step"],
+    ]),
+    "drops, nested layers": ("drops", [
+        {**MINIMAL["drops"], "layers": [LAYER, {**LAYER, "layer": 1, "drop_fraction": 0.0}]},
+        {**MINIMAL["drops"], "drop_fraction": 1.0, "layers": [{**LAYER, "drop_fraction": 1.0}]},
+        {**MINIMAL["drops"], "dispatch": "dropless", "cf_send": 1.25, "layers": []},
+    ]),
+    "alert, '1.0,' in strings": ("alert", [
+        {**ALERT, "message": "1.0,", "evidence": {"ratio": 2.0, "text": "3.0]", "rows": [[1.0, "4.0}"]]}},
+        {**ALERT, "message": "mfu 0.5 below 1.0", "evidence": {"x.0": -0.0}},
+        {**ALERT, "message": "plain", "severity": "fail"},
+    ]),
+    "eval, integral losses": ("eval", [
+        {"loss": 2.0, "domain_losses": {"web.0": 3.0, "code": 2.5}}, {"loss": 2.5}, {"loss": 3.0, "split": "v1.0,"},
+    ]),
+}
+
+
+def sealed_in_turn(kind: str, payloads: list[dict], steps: list, prev: str) -> tuple[list[dict], list[bytes]]:
+    envs, texts = [], []
+    for seq, (payload, step) in enumerate(zip(payloads, steps), 7):
+        env, text = seal("run-1", "worker-0", 2, seq, kind, payload, step, prev, time=T0)
+        envs.append(env)
+        texts.append(text.encode())
+        prev = env["hash"]
+    return envs, texts
+
+
+def test_seal_many_cases_cover_numeric_and_other_kinds():
+    assert {k for k, _ in SEAL_MANY_CASES.values()} >= {*NUMERIC_KINDS, "alert"}
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("case", sorted(SEAL_MANY_CASES))
+def test_seal_many_is_seal_in_turn(case, n):
+    """Byte for byte, and each text is the canonical (RFC 8785) text of its envelope."""
+    kind, payloads = SEAL_MANY_CASES[case]
+    payloads, steps = copy.deepcopy(payloads[:n]), [70, None, 72][:n]
+    ids, hashes, texts = seal_many("run-1", "worker-0", 2, 7, kind, payloads, steps, "a" * 64, time=T0)
+    envs, expected_texts = sealed_in_turn(kind, payloads, steps, "a" * 64)
+    assert texts == expected_texts
+    assert ids == [e["event_id"] for e in envs] and hashes == [e["hash"] for e in envs]
+    assert texts == [rfc8785.dumps(env) for env in envs]
+    assert [check_envelope(parse_json(t), parsed=True) for t in texts] == [canonical_json(p) for p in payloads]
+
+
+def test_seal_many_refuses_a_bad_payload_naming_the_event():
+    payloads = [MINIMAL["step"], MINIMAL["step"], {**MINIMAL["step"], "tokens": -1}]
+    with pytest.raises(InvalidEvent, match=r"^event 2 of 3: payload\.tokens"):
+        seal_many("run-1", "worker-0", 0, 0, "step", payloads, None, "", time=T0)
+
+
+@pytest.mark.parametrize("change, error, reason", [
+    ({"kind": "steps"}, InvalidEvent, "unknown kind"),
+    ({"run_id": "Run-1"}, InvalidEvent, "run_id"),
+    ({"time": "2026-02-30T10:00:00Z"}, InvalidEvent, "not a real date"),
+    ({"steps": [1, 2]}, ValueError, "3 payloads but 2 steps"),
+])
+def test_seal_many_refuses_what_seal_refuses(change, error, reason):
+    args = {"run_id": "run-1", "producer": "worker-0", "attempt": 0, "seq": 0, "kind": "step",
+            "payloads": [MINIMAL["step"]] * 3, "steps": None, "prev_hash": "", "time": T0, **change}
+    with pytest.raises(error, match=reason):
+        seal_many(**args)
+
+
+# --------------------------------------------------------------------------------------------
+# payloads_valid's TypedDict mirror of the payload models
+# --------------------------------------------------------------------------------------------
+
+LITERAL_WORDS = ["capacity", "dropless", "warn", "fail", "resolved", "completed", "final", "approve", "proposed",
+                 "refused", "set_capacity_factor"]
+NESTED_KEYS = sorted({*LayerDrops.model_fields, *DataSource.model_fields})
+any_scalar = st.one_of(
+    st.none(), st.booleans(),
+    st.integers(-(2**70), 2**70), st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64]),
+    st.floats(), st.integers(-(10**6), 10**6).map(float), st.sampled_from([math.nan, math.inf, -math.inf, -0.0]),
+    st.text(max_size=4), st.sampled_from(LITERAL_WORDS),
+)
+any_value = st.recursive(
+    any_scalar,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.sampled_from(NESTED_KEYS), st.text(max_size=3)), inner, max_size=5),
+    ),
+    max_leaves=8,
+)
+
+
+# values that fields hold in valid payloads, so that a drawn payload is valid often enough to matter
+FIELD_VALUES: dict[str, list] = {}
+for _payload in [*MINIMAL.values(), *(p for _, ps in SEAL_MANY_CASES.values() for p in ps)]:
+    for _name, _value in _payload.items():
+        FIELD_VALUES.setdefault(_name, []).append(_value)
+
+
+@st.composite
+def payload_like(draw, kind: str) -> dict:
+    """A valid payload with some fields set to anything (or to a value valid somewhere), some
+    removed, maybe an unknown one added."""
+    names = [*KINDS[kind].model_fields, "colour"]
+    payload = dict(draw(st.sampled_from([{}, MINIMAL[kind], MINIMAL[kind]])))
+    for name in draw(st.lists(st.sampled_from(names), max_size=3)):
+        payload[name] = draw(st.one_of(any_value, st.sampled_from(FIELD_VALUES.get(name, [None]))))
+    for name in draw(st.sets(st.sampled_from(names), max_size=2)):
+        payload.pop(name, None)
+    return payload
+
+
+def model_accepts(kind: str, payload: dict) -> bool:
+    try:
+        KINDS[kind].model_validate(payload)
+        return True
+    except ValidationError:
+        return False
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_payloads_valid_agrees_with_the_models(kind):
+    @settings(max_examples=200, deadline=None)
+    @given(payload_like(kind))
+    def agrees(payload):
+        assert payloads_valid(kind, [payload]) == model_accepts(kind, payload)
+
+    agrees()
+
+
+def test_payloads_valid_takes_a_list_and_refuses_if_any_is_invalid():
+    assert payloads_valid("step", [MINIMAL["step"]] * 3)
+    assert not payloads_valid("step", [MINIMAL["step"], {**MINIMAL["step"], "lr": math.nan}, MINIMAL["step"]])
+    assert not payloads_valid("steps", [MINIMAL["step"]])
+
+
+# --------------------------------------------------------------------------------------------
+# _canonical_fast(numeric=True): integral floats found in the text, for values with no strings
+# --------------------------------------------------------------------------------------------
+
+dotless_keys = st.text(st.sampled_from(string.ascii_letters + string.digits + "_"), max_size=6)
+numeric_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), tricky_doubles, st.integers(-(2**53) + 1, 2**53 - 1)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(dotless_keys, inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.dictionaries(dotless_keys, numeric_values, max_size=6), st.lists(numeric_values, max_size=6)))
+def test_the_numeric_fast_path_writes_exactly_rfc8785(value):
+    fast = _canonical_fast(value, numeric=True)
+    assert fast is None or fast.decode() == rfc8785.dumps(value).decode()
+
+
+def test_the_numeric_fast_path_writes_integral_floats_as_integers():
+    value = {"a": [2.0, 0.0, [1.0], 1.5], "b": {"c": 3.0}, "d": -4.0}
+    assert _canonical_fast(value, numeric=True) == b'{"a":[2,0,[1],1.5],"b":{"c":3},"d":-4}'
+
+
+@pytest.mark.parametrize("attempt, seq, step", [(0, 0, True), (0, -1, 0), (2**63, 0, 0), (0, 0, 1.0), (0, True, None), (0, 0, -1)])
+def test_seal_refuses_a_position_the_ledger_would_refuse(attempt, seq, step):
+    """Caught at emit time, not by the ledger later (a gap in the chain for good), nor spooled as
+    text that is not JSON ("step":True)."""
+    with pytest.raises(InvalidEvent, match="attempt|seq|step"):
+        seal("run-1", "worker-0", attempt, seq, "step", MINIMAL["step"], step, "", time=T0)
+    with pytest.raises(InvalidEvent, match="attempt|seq|step"):
+        seal_many("run-1", "worker-0", attempt, seq, "step", [MINIMAL["step"]] * 2, [step, 0], "", time=T0)
