@@ -840,15 +840,14 @@ def seal_many(
         check_name(run_id, "run_id")
         check_name(producer, "producer")
     time = utc_now() if time is None else check_time(time)
+    if not n:
+        return [], [], []
     check_position(attempt, seq, None)
     check_position(attempt, seq + n - 1, None)
-    if not set(map(type, steps)) <= {int, type(None)}:
-        for i, step in enumerate(steps):
-            check_position(attempt, seq, step)
     numbered = [s for s in steps if s is not None]
-    if numbered:
-        check_position(attempt, seq, min(numbered))
-        check_position(attempt, seq, max(numbered))
+    if numbered and not (set(map(type, numbered)) == {int} and min(numbered) >= 0 and max(numbered) <= INT64_MAX):
+        for step in numbered:
+            check_position(attempt, seq, step)  # raises at the first bad one
     if kind not in KINDS:
         raise InvalidEvent(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
     if not payloads_valid(kind, payloads):
