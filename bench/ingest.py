@@ -8,7 +8,8 @@ Each path runs as two processes (producer, consumer) on this machine, with a fre
   pyarrow  the ledger's Parquet writer alone on the same rows (one process)
 both with one event per NATS message and with the Emitter's batching (many events per message);
 the emit_many row hands the Emitter --many events per call (Emitter.emit_many), as a high-rate
-producer can.
+producer can. The drain row: --backlog events already in the stream when the ledger starts (a
+ledger catching up after a restart).
 Ratios are against the raw path in the same mode, run in the same command; the last line compares
 runledger as it runs (batching when a backlog forms) with raw nats-py as one would use it without
 runledger (one message per event). The CPU columns are each process's user + system seconds per
@@ -104,6 +105,27 @@ def run_e2e(url: str, tmp: Path, n: int, batch: bool, many: int = 1) -> dict:
             "with_compaction_per_s": n / (t_end - t0 + compact_s)}
 
 
+def _drain_ledger(url: str, root: str, n: int, q) -> None:
+    t0, cpu0 = time.time(), _cpu_s()
+    counters = asyncio.run(service.serve(root, url, stop=asyncio.Event(), until_stored=n))
+    q.put(("ledger", time.time() - t0, _cpu_s() - cpu0, counters.stored))
+
+
+def run_drain(url: str, tmp: Path, n: int, many: int) -> dict:
+    """A backlog: `n` events emitted (emit_many) with no ledger running, then the ledger started."""
+    em = Emitter("bench", "worker-0", 0, url, tmp / "spool")
+    for i in range(0, n, many):
+        k = min(many, n - i)
+        em.emit_many("step", [step_payload(j) for j in range(i, i + k)], steps=list(range(i, i + k)))
+    assert em.close(600)
+    q = mp.Queue()
+    ledger = mp.Process(target=_drain_ledger, args=(url, str(tmp / "root"), n, q))
+    ledger.start()
+    _, wall, cpu, stored = _collect(q, ledger)["ledger"]
+    assert stored == n, f"stored {stored} of {n}"
+    return {"events_per_s": n / wall, "ledger_us": cpu / n * 1e6}
+
+
 # ------------------------------------------------------------------------------ raw nats-py
 
 
@@ -190,6 +212,7 @@ def main() -> int:
     p.add_argument("--events", type=int, default=100_000, help="events per batched run")
     p.add_argument("--unbatched-events", type=int, default=30_000, help="events per one-event-per-message run")
     p.add_argument("--many", type=int, default=100, help="events per Emitter.emit_many call (the emit_many row)")
+    p.add_argument("--backlog", type=int, default=200_000, help="events waiting when the ledger starts (the drain row)")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-ingest-"))
     rows = []
@@ -206,6 +229,9 @@ def main() -> int:
             e2e = run_e2e(srv.url, tmp / f"e2e-{mode.replace(' ', '-').replace('/', '-')}", n, batch, many)
             srv.stop()
             rows.append((mode, n, e2e, raw_of[per_msg]))
+        srv = fresh_server(tmp, "nats-drain")
+        drain = run_drain(srv.url, tmp / "drain", args.backlog, args.many)
+        srv.stop()
         pa_rate = run_pyarrow(tmp, args.events, 2_000)["events_per_s"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -221,6 +247,8 @@ def main() -> int:
     batched, many, single = rows[0][2]["events_per_s"], rows[1][2]["events_per_s"], rows[2][3]["events_per_s"]
     print(f"e2e batched / raw nats-py at one event per message = {batched / single:.2f} "
           f"(emit_many: {many / single:.2f})")
+    print(f"drain: {args.backlog} events waiting when the ledger starts: {drain['events_per_s']:.0f} events/s, "
+          f"ledger cpu {drain['ledger_us']:.1f} us/event (including its start)")
     print(f"pyarrow writer alone (2,000-row files, fsync'd): {pa_rate:.0f} events/s; "
           f"e2e batched / pyarrow alone = {rows[0][2]['events_per_s'] / pa_rate:.2f}")
     return 0
