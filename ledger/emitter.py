@@ -107,23 +107,8 @@ class Emitter:
         """Seal and spool one event; return its event_id. Never waits for NATS."""
         with self._lock:
             env, text = seal(self.run_id, self.producer, self.attempt, self._seq, kind, payload, step, self._prev_hash)
-            data = text.encode()
-            if self._unacked_bytes + len(data) > self.max_spool_bytes:
-                raise SpoolFull(
-                    f"spool {self.dir} holds {self._unacked_bytes} bytes of unacknowledged events "
-                    f"(limit {self.max_spool_bytes}); is NATS at {self.nats_url} reachable?"
-                )
-            if self._seg_fd is None or self._seq - self._seg_first >= SEGMENT_EVENTS:
-                self._open_segment(self._seq)
-            self._append(data + b"\n")
-            self._dirty = True
-            self._pending.append(_Spooled(self._seq, kind, env["event_id"], data))
-            self._unacked_bytes += len(data)
-            self._seq += 1
-            self._prev_hash = env["hash"]
-        if self._idle and self._loop is not None:
-            self._idle = False
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._spool(kind, [env["event_id"]], [env["hash"]], [text.encode()])
+        self._wake_publisher()
         return env["event_id"]
 
     def emit_many(self, kind: str, payloads: list[dict], steps: list[int | None] | None = None) -> list[str]:
@@ -138,25 +123,32 @@ class Emitter:
         with self._lock:
             ids, hashes, texts = seal_many(self.run_id, self.producer, self.attempt, self._seq, kind, payloads, steps,
                                            self._prev_hash)
-            data = b"\n".join(texts) + b"\n"
-            if self._unacked_bytes + len(data) > self.max_spool_bytes:
-                raise SpoolFull(
-                    f"spool {self.dir} holds {self._unacked_bytes} bytes of unacknowledged events "
-                    f"(limit {self.max_spool_bytes}); is NATS at {self.nats_url} reachable?"
-                )
-            if self._seg_fd is None or self._seq - self._seg_first >= SEGMENT_EVENTS:
-                self._open_segment(self._seq)
-            self._append(data)
-            self._dirty = True
-            n = len(ids)
-            self._pending.extend(map(_Spooled, range(self._seq, self._seq + n), [kind] * n, ids, texts))
-            self._unacked_bytes += len(data) - n
-            self._seq += n
-            self._prev_hash = hashes[-1]
+            self._spool(kind, ids, hashes, texts)
+        self._wake_publisher()
+        return ids
+
+    def _spool(self, kind: str, ids: list[str], hashes: list[str], texts: list[bytes]) -> None:
+        """Append sealed events (the next seqs) to the spool and the queue; under the lock."""
+        data = b"\n".join(texts) + b"\n"
+        if self._unacked_bytes + len(data) > self.max_spool_bytes:
+            raise SpoolFull(
+                f"spool {self.dir} holds {self._unacked_bytes} bytes of unacknowledged events "
+                f"(limit {self.max_spool_bytes}); is NATS at {self.nats_url} reachable?"
+            )
+        if self._seg_fd is None or self._seq - self._seg_first >= SEGMENT_EVENTS:
+            self._open_segment(self._seq)
+        self._append(data)
+        self._dirty = True
+        n = len(ids)
+        self._pending.extend(map(_Spooled, range(self._seq, self._seq + n), [kind] * n, ids, texts))
+        self._unacked_bytes += len(data) - n
+        self._seq += n
+        self._prev_hash = hashes[-1]
+
+    def _wake_publisher(self) -> None:
         if self._idle and self._loop is not None:
             self._idle = False
             self._loop.call_soon_threadsafe(self._wake.set)
-        return ids
 
     def pending(self) -> int:
         """Events emitted but not yet acknowledged by JetStream."""
