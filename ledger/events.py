@@ -781,7 +781,8 @@ def check_position(attempt: Any, seq: Any, step: Any) -> None:
     """Raise InvalidEvent unless attempt and seq are ints in 0..INT64_MAX and step is one or None."""
     for name, value in (("attempt", attempt), ("seq", seq), ("step", step)):
         if not (type(value) is int and 0 <= value <= INT64_MAX) and not (name == "step" and value is None):
-            raise InvalidEvent(f"{name} {value!r} is not an integer in 0..{INT64_MAX}" + (" or None" if name == "step" else ""))
+            allowed = f"an integer in 0..{INT64_MAX}" + (" or None" if name == "step" else "")
+            raise InvalidEvent(f"{name} {value!r} is not {allowed}")
 
 
 def seal(

@@ -53,7 +53,8 @@ class Decoded:
     failed halfway, on a full disk say, is retried from where it stopped: nothing is written twice)."""
 
     events: list[StoredEvent] = field(default_factory=list)
-    batches: list[tuple[list[dict], list[str], int]] = field(default_factory=list)  # plain batches whole: (envelopes, payload texts, stream seq)
+    # plain batches, taken whole (see plain_batch): (envelopes, payload texts, stream seq)
+    batches: list[tuple[list[dict], list[str], int]] = field(default_factory=list)
     rejected: list[Quarantined] = field(default_factory=list)
     written_groups: set[tuple[str, str]] = field(default_factory=set)
     quarantine_written: bool = False
