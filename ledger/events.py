@@ -15,10 +15,10 @@ import json
 import math
 import re
 import time
+import types
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
-
 from operator import itemgetter
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import NotRequired, Required, TypedDict
@@ -480,12 +480,15 @@ KINDS: dict[str, type[Payload]] = {
 }
 
 
+_UNIONS = (Union, types.UnionType)  # `Optional[X]` and `X | None`
+
+
 def _free_text_in(annotation: Any) -> bool:
     """Whether a value of this type can hold a string that may contain "." (not a dot-free Literal)."""
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated or origin is list:
         return _free_text_in(args[0])
-    if origin in (Union, getattr(__import__("types"), "UnionType")):
+    if origin in _UNIONS:
         return any(_free_text_in(a) for a in args)
     if origin is Literal:
         return any(not isinstance(a, (int, bool)) and "." in str(a) for a in args)
@@ -708,8 +711,7 @@ def check_batch(data: bytes, envs: Any, run_id: str, kind: str) -> list[str] | N
         and col["prev_hash"][1:] == col["hash"][:-1]
     ):
         return None
-    steps = [s for s in col["step"] if s is not None]
-    if steps and not (set(map(type, steps)) == {int} and min(steps) >= 0 and max(steps) <= INT64_MAX):
+    if not _steps_ok(col["step"]):
         return None
     try:
         for second in {t[:19] for t in col["time"]}:
@@ -775,6 +777,12 @@ def _parse_json_stdlib(data: bytes | str) -> Any:
         raise InvalidEvent(f"not JSON: {err}") from None
     except RecursionError:
         raise InvalidEvent("not JSON this program reads: nested too deeply") from None
+
+
+def _steps_ok(steps: list) -> bool:
+    """Whether every step is None or an int in 0..INT64_MAX (check_position's rule, for many at once)."""
+    numbered = [s for s in steps if s is not None]
+    return not numbered or (set(map(type, numbered)) == {int} and min(numbered) >= 0 and max(numbered) <= INT64_MAX)
 
 
 def check_position(attempt: Any, seq: Any, step: Any) -> None:
@@ -845,9 +853,8 @@ def seal_many(
         return [], [], []
     check_position(attempt, seq, None)
     check_position(attempt, seq + n - 1, None)
-    numbered = [s for s in steps if s is not None]
-    if numbered and not (set(map(type, numbered)) == {int} and min(numbered) >= 0 and max(numbered) <= INT64_MAX):
-        for step in numbered:
+    if not _steps_ok(steps):
+        for step in steps:
             check_position(attempt, seq, step)  # raises at the first bad one
     if kind not in KINDS:
         raise InvalidEvent(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
@@ -928,7 +935,7 @@ def column_kind(annotation: Any) -> str:
     origin = get_origin(annotation)
     if origin is Annotated:
         return column_kind(get_args(annotation)[0])
-    if origin in (Union, getattr(__import__("types"), "UnionType")):
+    if origin in _UNIONS:
         args = [a for a in get_args(annotation) if a is not type(None)]
         return column_kind(args[0]) if len(args) == 1 else "json"
     if origin is Literal:

@@ -200,9 +200,9 @@ def group_events(rows: list[StoredEvent]) -> dict[tuple[str, str], list[StoredEv
 
 def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | Rows, ingested_at: datetime) -> Path:
     """Durably write one partition's events as one new file; return it."""
-    seqs = group.stream_seqs if isinstance(group, Rows) else [r.stream_seq for r in group]
-    path = partition_dir(root, kind, run_id) / _file_name("part", seqs)
-    write_atomic(events_table(kind, group, ingested_at), path, fast=True)
+    rows = group if isinstance(group, Rows) else Rows.of(group)
+    path = partition_dir(root, kind, run_id) / _file_name("part", rows.stream_seqs)
+    write_atomic(events_table(kind, rows, ingested_at), path, fast=True)
     return path
 
 
@@ -320,14 +320,7 @@ class SeqIndex:
             j = i + 1
             while j < n and keys[j][3] == first + (j - i) and keys[j][:3] == chain:
                 j += 1
-            c = self.chains.get(chain)
-            if c is None and first == 0:
-                self.chains[chain] = [j - i, set()]
-            elif c is not None and c[0] == first and not c[1]:
-                c[0] = first + (j - i)
-            else:
-                for k in range(i, j):
-                    self.add(keys[k])
+            self.add_range(chain, first, j - i)
             i = j
 
     def __len__(self) -> int:
