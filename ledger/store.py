@@ -221,17 +221,23 @@ class Quarantined:
     event_id: str | None = None
 
 
+def _utf8(text: str | None) -> str | None:
+    """Text that UTF-8 can hold: a lone surrogate (which no UTF-8 input decodes to, but a str from
+    Python may hold) is kept as its escape, so that refusing bad input can never fail to write."""
+    return text if text is None or text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime | None = None) -> Path | None:
     if not items:
         return None
     received_at = received_at or datetime.now(timezone.utc)
     table = pa.table({
         "stream_seq": [q.stream_seq for q in items],
-        "subject": [q.subject for q in items],
-        "reason": [q.reason for q in items],
+        "subject": [_utf8(q.subject) for q in items],
+        "reason": [_utf8(q.reason) for q in items],
         "raw": [q.raw for q in items],
         "received_at": pa.array([received_at] * len(items), TIMESTAMP),
-        "event_id": [q.event_id for q in items],
+        "event_id": [_utf8(q.event_id) for q in items],
     }, schema=QUARANTINE_SCHEMA)
     path = Path(root) / "quarantine" / _file_name("part", (q.stream_seq for q in items))
     write_atomic(table, path)

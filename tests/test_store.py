@@ -242,3 +242,12 @@ def test_connect_lists_the_files_again_when_one_was_compacted_away(root, monkeyp
     monkeypatch.setattr(queries, "render_views", racing)
     con = queries.connect(root)
     assert len(calls) == 2 and con.execute("select count(*) from steps").fetchone() == (1,)
+
+
+def test_quarantine_keeps_a_lone_surrogate_as_its_escape(tmp_path):
+    """A subject or reason holding a lone surrogate (a str from Python can; hypothesis found one in
+    test_properties) is written escaped, not refused by Parquet: quarantining must not fail."""
+    item = store.Quarantined(7, "runledger.run-1.\ud800", "unknown kind '\ud800' é", b"{}", "x\udfff")
+    path = store.write_quarantine(tmp_path, [item])
+    row = pq.read_table(path).to_pylist()[0]
+    assert (row["subject"], row["reason"], row["event_id"]) == ("runledger.run-1.\\ud800", "unknown kind '\\ud800' é", "x\\udfff")
