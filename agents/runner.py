@@ -25,6 +25,7 @@ import queries
 from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
 from agents.policy import Action, thresholds_for
 from ledger import bus, store
+from ledger.natsserver import AGENTS_DURABLE
 from ledger.emitter import Emitter
 from ledger.events import STREAM, InvalidEvent
 from ledger.replay import replay_run
@@ -32,7 +33,7 @@ from ledger.replay import replay_run
 log = logging.getLogger(__name__)
 
 AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped)
-DURABLE = "agents"
+DURABLE = AGENTS_DURABLE  # (the secure server lets the agent role use only these consumers)
 SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence)
 
 

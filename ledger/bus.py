@@ -2,7 +2,7 @@
 
 Whoever connects first creates (or updates) the stream with DESIGN.md's settings, so starting order
 does not matter: file storage, nothing evicted silently (no max age, discard new when full), a
-duplicate window of 2 minutes for publish-side dedupe by Nats-Msg-Id.
+duplicate window of 2 minutes for publish-side dedupe by Nats-Msg-Id (`msg_id`: event_id and hash).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy,
 from nats.js.errors import BadRequestError, NotFoundError
 
 from ledger.events import STREAM, SUBJECT_PREFIX
-from ledger.natsserver import MAX_PAYLOAD
+from ledger.natsserver import LEDGER_API, MAX_PAYLOAD
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,12 @@ def stream_config(replicas: int = 1) -> StreamConfig:
         duplicate_window=DUPLICATE_WINDOW_S,
         num_replicas=replicas,
     )
+
+
+def msg_id(event_id: str, event_hash: str) -> str:
+    """The Nats-Msg-Id of one event: its id and its hash, so that JetStream's dedupe drops only a resend
+    of the same event, never a different one sent first under its (predictable) id."""
+    return f"{event_id}:{event_hash}"
 
 
 async def connect(url: str = DEFAULT_URL, name: str = "runledger", **kw) -> nats.NATS:
@@ -92,11 +98,42 @@ async def ensure_stream(js: JetStreamContext, replicas: int | None = None) -> No
         pass
 
 
+OWNER_KEY = "runledger_root_id"  # consumer metadata: the id of the ledger root that consumes with it
+
+
+class ConsumerTaken(RuntimeError):
+    """The durable consumer belongs to another ledger root, or its configuration or position does not
+    match what the root has taken: consuming with it would split or skip events."""
+
+
+def position_problem(info, seen_upto: int) -> str | None:
+    """Why a consumer cannot be the one that fed a root that has taken stream seqs up to `seen_upto`
+    (a consumer re-created by someone else with deliver_policy=new, say, or one someone else acked on);
+    None if it can."""
+    cfg = info.config
+    if cfg.deliver_policy not in (DeliverPolicy.ALL, DeliverPolicy.BY_START_SEQUENCE):
+        return f"delivers from {cfg.deliver_policy.value!r}, not from the start of the stream"
+    if cfg.filter_subject not in (None, "", f"{SUBJECT_PREFIX}.>") or cfg.filter_subjects:
+        return f"takes only {cfg.filter_subject or cfg.filter_subjects}"
+    if cfg.ack_policy != AckPolicy.EXPLICIT:
+        return f"has ack policy {cfg.ack_policy.value!r}, not explicit"
+    if cfg.deliver_policy == DeliverPolicy.BY_START_SEQUENCE and (cfg.opt_start_seq or 1) - 1 > seen_upto:
+        return f"starts at stream seq {cfg.opt_start_seq}, but this root has taken messages only up to {seen_upto}"
+    if info.ack_floor.stream_seq > seen_upto:
+        return (f"has acked up to stream seq {info.ack_floor.stream_seq}, but this root has taken messages only up to "
+                f"{seen_upto}: someone else took them")
+    return None
+
+
 async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: str | None = None,
-                          rewind: bool = False) -> None:
+                          rewind: bool = False, owner: dict[str, str] | None = None, seen_upto: int | None = None) -> None:
     """A durable pull consumer with explicit acks that never gives up redelivering.
 
-    With `rewind`, messages a dead predecessor left unacked are delivered again at once.
+    With `rewind`, messages a dead predecessor left unacked are delivered again at once. With `owner`
+    (metadata naming a ledger root, `OWNER_KEY` its id), the consumer is that root's: one that names
+    another root raises ConsumerTaken, and one that names none is claimed. With `seen_upto` (the last
+    stream seq the consumer's root has taken), a consumer whose configuration or position does not fit
+    it raises ConsumerTaken too (see `position_problem`).
     """
     cfg = ConsumerConfig(
         durable_name=durable,
@@ -106,12 +143,27 @@ async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: st
         max_deliver=-1,
         max_ack_pending=MAX_ACK_PENDING,
         filter_subject=filter_subject or f"{SUBJECT_PREFIX}.>",
+        metadata=owner,
     )
     try:
         info = await js.consumer_info(STREAM, durable)
     except NotFoundError:
         await js.add_consumer(STREAM, cfg)
         return
+    if owner is not None:
+        theirs = info.config.metadata or {}
+        if theirs.get(OWNER_KEY) not in (None, owner[OWNER_KEY]):
+            where = ", ".join(f"{k.removeprefix('runledger_')} {v}" for k, v in sorted(theirs.items()) if k != OWNER_KEY)
+            raise ConsumerTaken(f"consumer {durable!r} belongs to another ledger root ({where}); give this root its own "
+                                f"consumer with --durable NAME, or delete that one if its root is gone")
+        problem = position_problem(info, seen_upto) if seen_upto is not None else None
+        if problem:
+            raise ConsumerTaken(f"consumer {durable!r} {problem}; refusing to start, as events would be skipped "
+                                f"(restore the consumer, or start a fresh root)")
+        if any(theirs.get(k) != v for k, v in owner.items()):
+            log.info("consumer %s: claimed for this root", durable)
+            info.config.metadata = {k: v for k, v in theirs.items() if not k.startswith("_nats")} | owner
+            await js.add_consumer(STREAM, info.config)  # an update: metadata may change
     if rewind and info.num_ack_pending:
         # A previous instance died holding unacked messages; JetStream would redeliver them only
         # after ack_wait. Start again just past the ack floor instead: the sink is idempotent, so
@@ -119,6 +171,7 @@ async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: st
         floor = info.ack_floor.stream_seq
         log.info("consumer %s had %d unacked messages; rewinding to stream seq %d", durable, info.num_ack_pending, floor + 1)
         await js.delete_consumer(STREAM, durable)
+        cfg.metadata = owner or info.config.metadata
         cfg.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
         cfg.opt_start_seq = floor + 1
         await js.add_consumer(STREAM, cfg)

@@ -1,7 +1,9 @@
 """The producer side: `Emitter.emit()` seals an event, appends it to a local spool and returns at once.
 
-A background thread publishes spooled events to JetStream (Nats-Msg-Id = event_id) and records
-which were acknowledged. The spool is the outbox: an event that `emit` accepted is in the spool file
+A background thread publishes spooled events to JetStream and records which were acknowledged. The
+Nats-Msg-Id is the event_id with the event's hash (a batch: its first event_id, its length and its last
+hash), so JetStream's dedupe drops only a resend of the same bytes: no one, of any role, can make an
+event disappear by sending another message under its id first. The spool is the outbox: an event that `emit` accepted is in the spool file
 (written before `emit` returns, fsync'd in batches), so if NATS is slow or down, or this process dies,
 it is published again later — by this Emitter's retries, or by the next Emitter opened on the same
 spool. NATS dedupes resends within its window and the ledger dedupes by event_id after it, so the
@@ -12,8 +14,16 @@ When events pile up (a fast producer, or NATS coming back), events of one kind a
 as one message: a JSON array on the same subject `runledger.{run_id}.{kind}`, each element still a
 whole envelope with its own event_id (so subject permissions hold for batches too).
 
+One process per chain: an Emitter holds the lock of its spool folder ({run_id}/{producer}/{attempt}/
+lock, released by the OS when the process dies), and a second Emitter on the same chain fails at
+construction, naming the holder. Across machines the lock cannot reach, two producers on one chain
+hand out the same seqs with different content; the ledger keeps the first and quarantines the other as
+a conflict, and `close()` asks the ledger ({LEDGER_API}.chains...) so that both producers are told:
+it returns False and `conflicts` names the seqs. Without a producer name the Emitter makes a unique
+one (host, pid, random suffix); without an attempt it asks the ledger for the next one.
+
 Spool layout: {spool_dir}/{run_id}/{producer}/{attempt}/seg-{first_seq}.jsonl (one canonical
-envelope per line) and `acked` (every seq below this number is acknowledged).
+envelope per line), `acked` (every seq below this number is acknowledged) and `lock`.
 """
 
 from __future__ import annotations
@@ -26,13 +36,21 @@ import json
 import logging
 import operator
 import os
+import re
+import secrets
+import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from ledger import bus
-from ledger.events import seal, seal_many, subject_for
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+from ledger import bus, locks
+from ledger.redact import redact
+from ledger.events import STREAM, seal, seal_many, subject_for
+from ledger.natsserver import LEDGER_API
 from ledger.store import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -43,6 +61,8 @@ MAX_BATCH_BYTES = 512 << 10
 MAX_INFLIGHT = 256  # unacknowledged messages in flight
 ACK_TIMEOUT_S = 5.0  # resend a message whose PubAck has not come by then
 FSYNC_INTERVAL_S = 0.2
+CONFIRM_POLL_S = 0.05  # close(): how often to ask the ledger how far it has got
+ASK_TIMEOUT_S = 2.0  # one request to the ledger
 IO_SLICE_S = 0.001  # while busy: the event loop runs this long per round...
 TICK_S = 0.01  # ...and the thread sleeps this long between rounds
 
@@ -56,6 +76,54 @@ class _Spooled(NamedTuple):  # (a tuple: emit_many makes many, and a tuple is ma
     kind: str
     event_id: str
     data: bytes  # canonical envelope text, no newline
+    hash: str
+
+
+def batch_msg_id(items: list[_Spooled]) -> str:
+    """A batch's: its first event, its length and its last hash (which the chain ties to every entry)."""
+    return f"{items[0].event_id}+{len(items)}:{items[-1].hash}"
+
+
+def unique_producer() -> str:
+    """A producer name no other process will make: host, pid and a random suffix (a valid name)."""
+    host = re.sub(r"[^a-z0-9_-]+", "-", socket.gethostname().lower()).strip("-_")[:40] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def origin(producer: str) -> dict:
+    """Who a producer is, for `run_started.hardware`: host and pid beside the name."""
+    return {"producer": producer, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+async def ask_ledger(nc, run_id: str, producer: str) -> dict | None:
+    """The ledger's view of (run_id, producer): {"ack_floor": stream seq, "chains": {attempt: {"stored_upto",
+    "conflicts"}}}; None if no ledger answers."""
+    try:
+        reply = await nc.request(f"{LEDGER_API}.chains.{run_id}.{producer}", b"", timeout=ASK_TIMEOUT_S)
+    except (NoRespondersError, NatsTimeout):
+        return None
+    return json.loads(reply.data)
+
+
+def next_attempt(run_id: str, producer: str, nats_url: str, spool_dir: str | Path) -> int:
+    """The attempt a (re)started producer takes: one past every attempt the ledger has stored for it,
+    and past those in this machine's spool (not yet stored, perhaps). Raises RuntimeError if no ledger
+    answers: the attempt is the ledger's to say, not a guess."""
+    async def ask() -> dict | None:
+        nc = await bus.connect(nats_url, name=f"emitter-{producer}", max_reconnect_attempts=0)
+        try:
+            return await ask_ledger(nc, run_id, producer)
+        finally:
+            await nc.close()
+
+    with ThreadPoolExecutor(1) as pool:  # its own loop: the caller may be inside one
+        status = pool.submit(asyncio.run, ask()).result()
+    if status is None:
+        raise RuntimeError(f"cannot learn the next attempt of {run_id}:{producer}: no ledger answers at "
+                           f"{redact(nats_url)}; start `runledger ledger serve` or pass attempt=")
+    d = Path(spool_dir) / run_id / producer
+    spooled = [int(p.name) for p in d.glob("*") if p.name.isdigit()] if d.exists() else []
+    return max([int(a) for a in status["chains"]] + spooled, default=-1) + 1
 
 
 _SEQ, _KIND, _DATA = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(3)  # a _Spooled's fields, fast
@@ -65,16 +133,34 @@ class Emitter:
     """Emit events for one (run_id, producer, attempt) chain; see the module docstring."""
 
     def __init__(
-        self, run_id: str, producer: str, attempt: int = 0, nats_url: str = bus.DEFAULT_URL,
+        self, run_id: str, producer: str | None = None, attempt: int | None = 0, nats_url: str = bus.DEFAULT_URL,
         spool_dir: str | Path = "./runledger-data/spool", max_spool_bytes: int = 512 << 20,
-        batch: bool = True,
+        batch: bool = True, confirm: bool = True,
     ) -> None:
+        if producer is None:  # a fresh unique name has no chain anywhere yet: attempt 0
+            producer, attempt = unique_producer(), 0
+        elif attempt is None:
+            attempt = next_attempt(run_id, producer, nats_url, spool_dir)
         self.run_id, self.producer, self.attempt = run_id, producer, attempt
         self.nats_url = nats_url
         self.max_spool_bytes = max_spool_bytes
         self.batch = batch
+        self.confirm = confirm  # close() waits for the ledger's verdict on this chain (when a ledger answers)
         self.dir = Path(spool_dir) / run_id / producer / str(attempt)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._chain_lock = locks.hold(self.dir / "lock", f"chain {run_id}:{producer}:{attempt} (spool {self.dir})")
+        self.conflicts: set[int] = set()  # seqs of this chain where the ledger found a different event
+        self.confirmed = False  # the ledger had processed everything published before close()
+        self._confirm_by: float | None = None
+        try:
+            self._open()
+        except BaseException:
+            self._chain_lock.release()
+            raise
+
+    def _open(self) -> None:
+        """The spool's state, then the publisher thread (the chain's lock is held)."""
+        run_id, producer = self.run_id, self.producer
         self._lock = threading.Lock()
         self._pending: collections.deque[_Spooled] = collections.deque()
         self._unacked_bytes = 0
@@ -140,7 +226,7 @@ class Emitter:
         self._append(data)
         self._dirty = True
         n = len(ids)
-        self._pending.extend(map(_Spooled, range(self._seq, self._seq + n), [kind] * n, ids, texts))
+        self._pending.extend(map(_Spooled, range(self._seq, self._seq + n), [kind] * n, ids, texts, hashes))
         self._unacked_bytes += len(data) - n
         self._seq += n
         self._prev_hash = hashes[-1]
@@ -164,22 +250,31 @@ class Emitter:
         return True
 
     def close(self, timeout: float = 30.0) -> bool:
-        """Flush (up to `timeout`), then stop; unacknowledged events stay in the spool for next time."""
+        """Flush (up to `timeout`), ask the ledger for its verdict on this chain (within the same
+        `timeout`, if a ledger answers), then stop and free the chain. True only if JetStream has every
+        event and the ledger has reported no conflict; unacknowledged events stay in the spool."""
+        deadline = time.monotonic() + timeout
         ok = self.flush(timeout)
+        self._confirm_by = deadline if ok and self.confirm else None
         self._closing.set()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
-        self._thread.join(10)
+        self._thread.join(max(10.0, deadline - time.monotonic() + 5))
         with self._lock:
             self._sync_segment()
             if self._seg_fd is not None:
                 os.close(self._seg_fd)
                 self._seg_fd = None
         self._write_acked()
+        self._chain_lock.release()
         if not ok:
             log.warning("emitter %s/%s closed with %d events unacknowledged (kept in %s)",
                         self.run_id, self.producer, self._seq - self._acked_upto, self.dir)
-        return ok
+        if self.conflicts:
+            log.error("chain %s:%s:%d: the ledger found conflicting events at seq %s: another producer wrote this "
+                      "chain too; see `runledger verify`", self.run_id, self.producer, self.attempt,
+                      _ranges(sorted(self.conflicts)))
+        return ok and not self.conflicts
 
     def __enter__(self) -> "Emitter":
         return self
@@ -219,7 +314,7 @@ class Emitter:
                 env = json.loads(line)
                 self._seq, self._prev_hash = env["seq"] + 1, env["hash"]
                 if env["seq"] >= self._acked_upto:
-                    self._pending.append(_Spooled(env["seq"], env["kind"], env["event_id"], line))
+                    self._pending.append(_Spooled(env["seq"], env["kind"], env["event_id"], line, env["hash"]))
                     self._unacked_bytes += len(line)
         if self._pending:
             log.info("spool %s: %d unacknowledged events will be published again", self.dir, len(self._pending))
@@ -359,6 +454,8 @@ class Emitter:
                     self._write_acked()
                     last_sync = now
                 if self._closing.is_set() and (not inflight or not nc.is_connected):
+                    if self._confirm_by is not None and not inflight:
+                        await self._await_verdict(nc, js, self._confirm_by)
                     break
                 if not self._pending and not inflight:  # idle: until emit wakes us
                     self._idle = True
@@ -381,17 +478,44 @@ class Emitter:
             except Exception:
                 pass
 
+    async def _await_verdict(self, nc, js, deadline: float) -> None:
+        """Wait until the ledger has acked the stream up to its end as of now (so every event published
+        before this close, ours and any clashing producer's, has been judged), collecting the seqs of
+        this chain it found in conflict. Gives up quietly when no ledger answers or time runs out:
+        JetStream holds the events either way, and `runledger verify` reports conflicts later."""
+        try:
+            target = (await js.stream_info(STREAM)).state.last_seq
+        except Exception as err:
+            log.debug("emitter: no stream info for the ledger's verdict (%s)", err)
+            return
+        while True:
+            status = await ask_ledger(nc, self.run_id, self.producer)
+            if status is None:
+                log.info("emitter %s/%s: no ledger answered; its verdict on this chain comes later (verify)",
+                         self.run_id, self.producer)
+                return
+            mine = status["chains"].get(str(self.attempt), {})
+            self.conflicts.update(s for s in mine.get("conflicts", []) if s < self._seq)
+            if status["ack_floor"] >= target:
+                self.confirmed = True
+                return
+            if time.monotonic() > deadline:
+                log.warning("emitter %s/%s: the ledger had not caught up with the stream by close()'s deadline",
+                            self.run_id, self.producer)
+                return
+            await asyncio.sleep(CONFIRM_POLL_S)
+
     async def _send(self, js, messages: list[list[_Spooled]], inflight: dict, done: collections.deque) -> bool:
         """Publish each message (a single envelope, or a JSON array of one kind); False on failure."""
         for n, items in enumerate(messages):
             subject = subject_for(self.run_id, items[0].kind)
             if len(items) == 1:
-                body, msg_id = items[0].data, items[0].event_id
+                body, mid = items[0].data, bus.msg_id(items[0].event_id, items[0].hash)
             else:
                 body = b"[" + b",".join(map(_DATA, items)) + b"]"
-                msg_id = f"{items[0].event_id}+{len(items)}:{items[-1].seq}"
+                mid = batch_msg_id(items)
             try:
-                fut = await js.publish_async(subject, body, headers={"Nats-Msg-Id": msg_id})
+                fut = await js.publish_async(subject, body, headers={"Nats-Msg-Id": mid})
             except Exception as err:
                 log.debug("emitter: publish failed (%s); will retry", err)
                 for rest in messages[n:]:
@@ -433,3 +557,15 @@ class Emitter:
                 acked.discard(self._acked_upto)
                 self._acked_upto += 1
         self.published += 1
+
+
+def _ranges(seqs: list[int]) -> str:
+    """[1, 2, 3, 7] -> "1-3, 7"."""
+    out, start = [], None
+    for i, s in enumerate(seqs):
+        if start is None:
+            start = s
+        if i + 1 == len(seqs) or seqs[i + 1] != s + 1:
+            out.append(str(start) if start == s else f"{start}-{s}")
+            start = None
+    return ", ".join(out)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import time
 import types
 from datetime import datetime
@@ -152,6 +153,8 @@ def _canonical_fast(obj: dict | list, parsed: bool = False, numeric: bool = Fals
     `parsed`: `obj` came from a JSON parser, so it holds only the plain types (no need to look).
     `numeric`: no string in `obj` holds ".0" (an envelope of a kind in NUMERIC_KINDS), so integral
     floats can be found in the text ("2.0" → "2") without walking `obj` again.
+    `parsed` and `numeric` also say that every float in `obj` is finite (parse_json refuses the
+    others; a kind in NUMERIC_KINDS has only Finite floats): orjson writes NaN and Infinity as null.
     """
     try:
         if orjson is None or not (parsed or _plain(obj)):
@@ -159,6 +162,8 @@ def _canonical_fast(obj: dict | list, parsed: bool = False, numeric: bool = Fals
         out = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError, RecursionError):  # an int beyond 64 bits, a non-str key, too deep
         return None
+    if not (parsed or numeric) and b"null" in out and _non_finite_in(obj):
+        return None  # the reference writer refuses it
     if not out.isascii() or _exponent_suspect_in(out):
         return None
     if _integral_float_in(out):  # "2.0" (or a string holding ".0,"): write integral floats as ints
@@ -171,6 +176,15 @@ def _canonical_fast(obj: dict | list, parsed: bool = False, numeric: bool = Fals
         if _integral_float_in(out):  # it was in a string after all, or -0.0
             return None
     return out
+
+
+def _non_finite_in(obj: dict | list) -> bool:
+    """Whether a NaN or an infinity is anywhere in `obj`."""
+    for v in (obj.values() if type(obj) is dict else obj):
+        t = type(v)
+        if (t is float and not math.isfinite(v)) or ((t is dict or t is list) and _non_finite_in(v)):
+            return True
+    return False
 
 
 _EXACT_INT_FLOAT = 2.0**53  # below it, int(x) has the digits ECMAScript writes for an integral x
@@ -338,6 +352,7 @@ class StepCompleted(Payload):
     mfu: Finite | None = None
     tokens_per_s: Finite | None = None
     seq_len: NonNeg | None = None
+    flops_per_token: Finite | None = Field(None, description="training FLOPs per token at this step's seq_len (mfu's numerator)")
     skipped: bool = False
 
 
@@ -579,6 +594,55 @@ def check_payload(kind: str, payload: Any) -> None:
         raise InvalidEvent(_one_line(err, "payload.")) from None
 
 
+def _float_fields(model: type[Payload]) -> list[tuple[str, bool]]:
+    """(name, whether a dict of floats) for each field stored in a float column, or a dict of floats."""
+    def has_float(a: Any) -> bool:
+        return a is float or any(has_float(x) for x in get_args(a))
+
+    out = []
+    for name, f in model.model_fields.items():
+        a = f.annotation
+        if get_origin(a) is dict:
+            out += [(name, True)] if has_float(get_args(a)[1]) else []
+        elif has_float(a) and column_kind(a) == "double":
+            out.append((name, False))
+    return out
+
+
+_EXACT_DOUBLE_INT = 2**53  # up to it every integer is a double; past it, only some are
+LONG_DIGITS = re.compile(r"\d{16}")  # an integer literal this long may be past 2**53
+LONG_DIGITS_B = re.compile(rb"\d{16}")
+
+
+def _as_double(v: int) -> float | None:
+    """The double that JCS writes as these digits (2.0**60 is written 1152921504606847000), or None."""
+    try:
+        x = float(v)
+    except OverflowError:
+        return None
+    return x if canonical_json(x) == str(v) else None
+
+
+def check_exact_floats(kind: str, payload: dict, fix: bool = False) -> None:
+    """Raise InvalidEvent if a float field holds an integer that no double equals (2**53 + 1, say): its
+    float column could not store it (such a loss once crash-looped the ledger). With `fix`, an integer
+    past 2**53 that is a double's canonical text (JCS writes 2.0**60 as 1152921504606847000) is made that float in
+    `payload`, so the column takes it (the ledger's parsed copy; its text is unchanged). Callers ask only
+    when the payload's text has a 16-digit run (LONG_DIGITS), so the hot path pays one regex search."""
+    for name, is_dict in _FLOAT_FIELDS.get(kind, ()):
+        value = payload.get(name) if isinstance(payload, dict) else None
+        holder = value if is_dict and isinstance(value, dict) else {name: value} if not is_dict else {}
+        for key, v in holder.items():
+            if type(v) is not int or -_EXACT_DOUBLE_INT <= v <= _EXACT_DOUBLE_INT:
+                continue
+            x = _as_double(v)
+            if x is None:
+                where = f"payload.{name}" + (f".{key}" if is_dict else "")
+                raise InvalidEvent(f"{where}: the integer {v} has no exact float64 value; send it as a float")
+            if fix:
+                (value if is_dict else payload)[key] = x
+
+
 _ENVELOPE_KEYS = frozenset(ENVELOPE_FIELDS)
 
 
@@ -667,6 +731,8 @@ def check_envelope(obj: Any, parsed: bool = False, payload_checked: bool = False
         computed = event_hash(obj, payload_text)
     if computed != obj["hash"]:
         raise InvalidEvent(f"hash mismatch: the envelope says {obj['hash'][:12]}…, its content hashes to {computed[:12]}…")
+    if LONG_DIGITS.search(payload_text):
+        check_exact_floats(obj["kind"], obj["payload"], fix=parsed)
     return payload_text
 
 
@@ -737,35 +803,71 @@ def check_batch(data: bytes, envs: Any, run_id: str, kind: str) -> list[str] | N
         digests.append(hashlib.sha256(b'{"attempt":' + part[:cut] + part[cut + _HASH_FIELD:] + b"}").hexdigest())
         # ...and the last `,"prev_hash":"` the fields after the payload (64-hex, names, numbers)
         texts.append(part[part.index(b',"payload":', cut) + 11:part.rindex(b',"prev_hash":"')].decode())
-    if digests != col["hash"] or not payloads_valid(kind, col["payload"]):
-        return None
+    if digests != col["hash"] or not payloads_valid(kind, col["payload"]) or LONG_DIGITS_B.search(data):
+        return None  # (a long integer: check_envelope checks it has a float64, when it is in a float field)
     return texts
 
 
 def parse_json(data: bytes | str) -> Any:
-    """Parse JSON, refusing what is not JSON text (NaN/Infinity, lone surrogates, invalid UTF-8) with
-    a clear reason. orjson parses the valid input (the ledger's hot path); anything it refuses is
-    parsed again by the standard library, for the precise reason or, rarely, a different verdict."""
+    """Parse JSON, refusing what is not JSON text (NaN/Infinity, numbers past a double's range such
+    as 1e400, duplicate keys in an object, lone surrogates, invalid UTF-8) with a clear reason.
+
+    orjson parses the ledger's hot path, and its result is taken when orjson writes it back byte for
+    byte as it came, as it does canonical JSON (but for numbers in 1e-6..1e-5 or from 1e21): text written
+    from an object has no duplicate keys, and an integer orjson read as a float (one past 64 bits) is
+    written back in another form. Anything else is parsed again by the standard library, the
+    reference: integers exact, duplicate keys and non-finite numbers refused.
+    """
     if orjson is not None:
         try:
-            return orjson.loads(data)
+            obj = orjson.loads(data)
         except orjson.JSONDecodeError:
+            return _parse_json_stdlib(data)
+        raw = data.encode() if isinstance(data, str) else data
+        try:
+            if orjson.dumps(obj) == raw:
+                return obj
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (254)
             pass
+        return _parse_json_stdlib(data, depth=ORJSON_MAX_DEPTH)
     return _parse_json_stdlib(data)
 
 
-def _parse_json_stdlib(data: bytes | str) -> Any:
+ORJSON_MAX_DEPTH = 1024  # orjson reads JSON nested up to this deep; the reference must read it too
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        shown = repr(key) if len(key) <= 40 else repr(key[:40]) + "…"
+        raise InvalidEvent(f"duplicate key {shown} in a JSON object (RFC 8785 input has none; parsers differ on which wins)")
+    return obj
+
+
+def _parse_json_stdlib(data: bytes | str, depth: int = 0) -> Any:
+    """The reference parse (see parse_json); `depth`: read nesting this deep (orjson read it)."""
 
     def refuse(name: str) -> Any:
         raise InvalidEvent(f"{name} is not allowed in an event (send null, with skipped=true for a loss)")
 
+    def finite(text: str) -> float:
+        x = float(text)
+        if x in (math.inf, -math.inf):
+            refuse(f"{text[:30]} (beyond a double's range, read as Infinity)")
+        return x
+
+    limit = sys.getrecursionlimit()
     try:
+        if depth:  # the C parser counts its nesting against the interpreter's recursion limit
+            sys.setrecursionlimit(limit + 2 * depth)
         if isinstance(data, (bytes, bytearray)):
             text = data.decode()  # UTF-8 only (DESIGN.md), strictly: encoded surrogates are refused too
         else:
             text = data
             text.encode()  # a str from Python may hold lone surrogates
-        obj = json.loads(text, parse_constant=refuse)
+        obj = json.loads(text, parse_constant=refuse, parse_float=finite, object_pairs_hook=_unique_keys)
         if "\\u" in text:  # an escaped lone surrogate ("\\ud800") parses, but is not text: it cannot be hashed
             json.dumps(obj, ensure_ascii=False).encode()
         return obj
@@ -777,6 +879,9 @@ def _parse_json_stdlib(data: bytes | str) -> Any:
         raise InvalidEvent(f"not JSON: {err}") from None
     except RecursionError:
         raise InvalidEvent("not JSON this program reads: nested too deeply") from None
+    finally:
+        if depth:
+            sys.setrecursionlimit(limit)
 
 
 def _steps_ok(steps: list) -> bool:
@@ -823,6 +928,8 @@ def seal(
         "payload": payload,
     }
     payload_text = _canonical_fast(payload, numeric=kind in NUMERIC_KINDS)
+    if LONG_DIGITS_B.search(payload_text) if payload_text is not None else True:
+        check_exact_floats(kind, payload)
     if payload_text is None:  # the reference writer
         payload_text = canonical_json(payload)
         env["hash"] = event_hash(env, payload_text)
@@ -868,11 +975,20 @@ def seal_many(
     payload_texts = _canonical_texts(payloads, kind in NUMERIC_KINDS)
     if payload_texts is None:  # not in the form written at once here: one at a time
         hashes, texts = [], []
-        for s, step, payload in zip(range(seq, seq + n), steps, payloads):
-            env, text = seal(run_id, producer, attempt, s, kind, payload, step, prev_hash, time)
+        for i, (s, step, payload) in enumerate(zip(range(seq, seq + n), steps, payloads)):
+            try:
+                env, text = seal(run_id, producer, attempt, s, kind, payload, step, prev_hash, time)
+            except InvalidEvent as err:
+                raise InvalidEvent(f"event {i} of {n}: {err}") from None
             hashes.append(prev_hash := env["hash"])
             texts.append(text.encode())
         return ids, hashes, texts
+    for i, text in enumerate(payload_texts):
+        if LONG_DIGITS_B.search(text):
+            try:
+                check_exact_floats(kind, payloads[i])
+            except InvalidEvent as err:
+                raise InvalidEvent(f"event {i} of {n}: {err}") from None
     return (ids, *_envelope_texts(run_id, producer, attempt, seq, kind, time, steps, payload_texts, prev_hash))
 
 
@@ -905,7 +1021,7 @@ def _canonical_texts(objs: list[dict], numeric: bool) -> list[bytes] | None:
     if not all(map(_plain, objs)):
         return None
     out = _canonical_fast(objs, parsed=True, numeric=numeric)  # (types checked just above)
-    if out is None:
+    if out is None or (not numeric and b"null" in out and _non_finite_in(objs)):  # (orjson's null for NaN)
         return None
     parts = out[1:-1].split(b"},{")
     if len(parts) != len(objs):
@@ -964,3 +1080,4 @@ def _check_no_collisions() -> None:
 
 
 _check_no_collisions()
+_FLOAT_FIELDS = {kind: _float_fields(model) for kind, model in KINDS.items()}  # (after column_kind)

@@ -28,6 +28,7 @@ from ledger.events import STREAM, SUBJECT_PREFIX, check_name
 MAX_PAYLOAD = 8 << 20  # so that oversized events reach the ledger and are quarantined, not refused unseen
 WORKER_KINDS = ("run_started", "step", "drops", "eval", "checkpoint", "data", "decision_applied", "run_finished")
 AGENT_KINDS = ("decision", "alert")
+LEDGER_API = "runledger-ledger"  # requests the ledger answers: {LEDGER_API}.chains.{run_id}.{producer}
 
 
 def server_binary() -> str:
@@ -58,28 +59,46 @@ def _answers(port: int) -> bool:
 # ------------------------------------------------------------------------------------ roles
 
 
-def permissions(role: str, run_id: str | None = None) -> dict:
+def consumer_subjects(durable: str) -> list[str]:
+    """The JetStream API and ack subjects of one durable consumer on the stream, and no other's:
+    create (with or without a filter), info, delete, next message, acks."""
+    return [f"$JS.API.CONSUMER.*.{STREAM}.{durable}", f"$JS.API.CONSUMER.*.{STREAM}.{durable}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{durable}", f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{durable}",
+            f"$JS.ACK.{STREAM}.{durable}.>"]
+
+
+AGENTS_DURABLE = "agents"  # the agents' consumer; `agents-{run_id}` when they watch one run
+
+
+def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()) -> dict:
     """What each role may publish and subscribe to (everyone needs replies on _INBOX.>).
 
-    worker  its own run's worker kinds, and reading the stream's info
-    agent   decision/alert for any run, and its own durable consumers
-    ledger  consuming only: the stream's and consumers' API and acks, no event subjects
+    worker  its own run's worker kinds, reading the stream's info, and asking the ledger about its
+            run's chains (LEDGER_API: conflicts and the next attempt)
+    agent   decision/alert for any run; its own consumers only (`agents`, and `agents-{run}` for the
+            `runs` the server knows), never the ledger's; asking the ledger about chains
+    ledger  consuming only: the stream's and consumers' API and acks, no event subjects; it answers
+            LEDGER_API requests (allow_responses: replies only to requests it was sent)
     reader  nothing on NATS (readers use the Parquet ledger through SQL)
     """
     inbox = {"allow": ["_INBOX.>"]}
     stream_info = f"$JS.API.STREAM.INFO.{STREAM}"
-    consumers = [f"$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>"]
     if role == "worker":
         check_name(run_id, "run_id")
-        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.{run_id}.{k}" for k in WORKER_KINDS] + [stream_info]},
+        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.{run_id}.{k}" for k in WORKER_KINDS]
+                            + [stream_info, f"{LEDGER_API}.chains.{run_id}.*"]},
                 "subscribe": inbox}
     if role == "agent":
-        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.{k}" for k in AGENT_KINDS] + [stream_info, *consumers]},
+        own = [s for d in (AGENTS_DURABLE, *(f"{AGENTS_DURABLE}-{check_name(r, 'run_id')}" for r in runs))
+               for s in consumer_subjects(d)]
+        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.{k}" for k in AGENT_KINDS]
+                            + [stream_info, *own, f"{LEDGER_API}.chains.*.*"]},
                 "subscribe": inbox}
     if role == "ledger":
         return {"publish": {"allow": ["$JS.API.INFO", f"$JS.API.STREAM.CREATE.{STREAM}", f"$JS.API.STREAM.UPDATE.{STREAM}",
-                                      stream_info, *consumers]},
-                "subscribe": inbox}
+                                      stream_info, "$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>"]},
+                "subscribe": {"allow": ["_INBOX.>", f"{LEDGER_API}.>"]},
+                "allow_responses": True}
     if role == "reader":
         return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
     raise ValueError(f"unknown role {role!r} (worker, agent, ledger, reader)")
@@ -104,25 +123,32 @@ class Users:
         return name
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.users, indent=1))
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.path)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(self.path, json.dumps(self.users, indent=1))
 
     def authorization_block(self) -> str:
+        runs = tuple(sorted(u["run_id"] for u in self.users.values() if u["role"] == "worker"))
         entries = [
-            {"user": name, "password": u["password"], "permissions": permissions(u["role"], u["run_id"])}
+            {"user": name, "password": u["password"], "permissions": permissions(u["role"], u["run_id"], runs)}
             for name, u in sorted(self.users.items())
         ]
         return "authorization {\n  users = " + json.dumps(entries, indent=2) + "\n}\n"
 
     def write_creds(self, creds_dir: Path, port: int) -> None:
-        creds_dir.mkdir(parents=True, exist_ok=True)
+        creds_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for name, u in self.users.items():
-            f = creds_dir / f"{name}.creds"
-            f.write_text(f"nats://{name}:{u['password']}@127.0.0.1:{port}\n")
-            os.chmod(f, 0o600)
+            write_private(creds_dir / f"{name}.creds", f"nats://{name}:{u['password']}@127.0.0.1:{port}\n")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically, readable by this user only (0600) from the moment it exists:
+    never a moment with the default mode before a chmod."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # a leftover may have another mode: O_EXCL makes a new file
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def read_creds(path: str | Path) -> str:
@@ -178,8 +204,7 @@ class NatsServer:
         if self.users:
             text += self.users.authorization_block()
         conf = self.dir / "nats-server.conf"
-        conf.write_text(text)
-        os.chmod(conf, 0o600)
+        write_private(conf, text)
         return conf
 
     def start(self, timeout: float = 20.0) -> "NatsServer":

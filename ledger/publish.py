@@ -1,7 +1,7 @@
 """`runledger publish`: JSON Lines envelopes (already sealed) from a stream, validated and published.
 
 A bad line is reported with its line number and reason and skipped; every valid line is published
-with Nats-Msg-Id = event_id and waited on until JetStream acknowledged it (resent on failure), so no
+with Nats-Msg-Id = event_id:hash (`bus.msg_id`) and waited on until JetStream acknowledged it (resent on failure), so no
 valid line is lost. For building new events in a program, use `ledger.emitter.Emitter` instead.
 """
 
@@ -36,7 +36,7 @@ async def publish_lines(lines: Iterable[str | bytes], nats_url: str) -> tuple[li
         except InvalidEvent as err:
             bad.append((lineno, str(err)))
             continue
-        valid.append((subject_for(env["run_id"], env["kind"]), data.strip(), env["event_id"]))
+        valid.append((subject_for(env["run_id"], env["kind"]), data.strip(), bus.msg_id(env["event_id"], env["hash"])))
     if valid:
         nc = await bus.connect(nats_url, name="runledger-publish")
         try:
@@ -62,8 +62,8 @@ async def _publish_all(js, items: list[tuple[str, bytes, str]]) -> list[tuple[st
     for start in range(0, len(items), WINDOW):
         chunk = items[start:start + WINDOW]
         futs = []
-        for subject, data, event_id in chunk:
-            futs.append(await js.publish_async(subject, data, headers={"Nats-Msg-Id": event_id}))
+        for subject, data, mid in chunk:
+            futs.append(await js.publish_async(subject, data, headers={"Nats-Msg-Id": mid}))
         results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 30)
         failed += [item for item, r in zip(chunk, results) if isinstance(r, BaseException)]
     return failed

@@ -6,6 +6,14 @@ set is rebuilt from Parquet at start, so a crash between write and ack stores no
 the rest and the rejected input (to quarantine, with raw bytes, subject and reason) atomically, and
 only then ack. A write that fails (a full disk) is retried without acking; the service keeps running
 and says so. SIGTERM/SIGINT: finish the batch in hand, drain, exit 0.
+
+One ledger per root: `serve` holds the root's lock ({root}/ledger.lock, released by the OS when the
+process dies), and its durable consumer carries the root's id, so neither a second ledger on the same
+root nor a second root on the same consumer can take messages the other has written but not acked.
+
+Producers ask the ledger about their chains ({LEDGER_API}.chains.{run_id}.{producer}): how far it has
+acked the stream, how far each attempt's chain is stored, and the seqs at which a different event came
+under a stored event_id (a conflict: two producers on one chain), so that neither is told "delivered".
 """
 
 from __future__ import annotations
@@ -14,17 +22,19 @@ import asyncio
 import json
 import logging
 import signal
+import socket
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger import bus, store
+from ledger import bus, locks, store
 from ledger.events import (
-    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_batch, check_envelope, orjson, parse_json,
-    payloads_valid,
+    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_batch, check_envelope, envelope_text, orjson, parse_json,
+    payloads_valid, subject_for,
 )
-from ledger.store import Quarantined, StoredEvent
+from ledger.natsserver import LEDGER_API
+from ledger.store import CONFLICT, Quarantined, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +42,7 @@ DURABLE = "ledger"
 FETCH_BATCH = 2_000
 FETCH_TIMEOUT_S = 0.5
 COMPACT_BUSY_FILES = 64  # while busy, a partition is compacted once this many new files are in it
+MAX_BATCH_ENTRIES = 10_000  # envelopes in one batch message (an Emitter sends at most 1,000); past it: one quarantine row
 
 
 @dataclass
@@ -58,6 +69,16 @@ class Decoded:
     rejected: list[Quarantined] = field(default_factory=list)
     written_groups: set[tuple[str, str]] = field(default_factory=set)
     quarantine_written: bool = False
+    unwritable: set[str] = field(default_factory=set)  # event_ids its columns could not hold: quarantined
+
+
+def _entry_bytes(entry, data: bytes) -> bytes:
+    """One batch entry written back alone, for the quarantine; the whole message if it cannot be (an
+    entry nested deeper than Python writes, say: writing it back once raised and crash-looped the ledger)."""
+    try:
+        return json.dumps(entry, ensure_ascii=False, allow_nan=True).encode()
+    except (RecursionError, ValueError, TypeError):
+        return data
 
 
 def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tuple[dict, str]], list[Quarantined]]:
@@ -79,6 +100,8 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
         return [], [reject(str(err))]
     if is_batch and not obj:
         return [], [reject("an empty batch: a JSON array with no envelopes")]
+    if is_batch and isinstance(obj, list) and len(obj) > MAX_BATCH_ENTRIES:
+        return [], [reject(f"a batch of {len(obj):,} entries exceeds the {MAX_BATCH_ENTRIES:,}-entry limit")]
     good, bad = [], []
     # a batch's payloads are validated in one call; if any is invalid, each is checked alone for its reason
     checked = (is_batch and isinstance(obj, list)
@@ -99,8 +122,7 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
             if not is_batch:
                 bad.append(reject(str(err), data, eid))
             else:  # keep this entry alone, as JSON text (the batch's bytes are in the stream)
-                raw = json.dumps(env, ensure_ascii=False, allow_nan=True).encode()
-                bad.append(reject(f"batch entry {i}: {err}", raw, eid or str(i)))
+                bad.append(reject(f"batch entry {i}: {err}", _entry_bytes(env, data), eid or str(i)))
     return good, bad
 
 
@@ -115,6 +137,8 @@ def plain_batch(subject: str, data: bytes) -> tuple[list[dict], list[str]] | Non
     try:
         envs = orjson.loads(data)
     except orjson.JSONDecodeError:
+        return None
+    if not isinstance(envs, list) or len(envs) > MAX_BATCH_ENTRIES:
         return None
     try:
         texts = check_batch(data, envs, parts[1], parts[2])
@@ -149,6 +173,8 @@ class Ledger:
             log.info("recovered root %s: %s", self.root, recovered)
         self.index = store.SeqIndex.load(self.root)
         self.quarantined = store.stored_quarantine_seqs(self.root)
+        self.conflicts = store.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
+        self.taken_upto = store.taken_upto(self.root)  # the last stream seq this root has taken
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
         log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
@@ -162,7 +188,11 @@ class Ledger:
             plain = plain_batch(subject, data)
             if plain is not None and self._take_plain(out, batch_hashes, *plain, sseq):
                 continue
-            good, bad = decode_message(subject, data, sseq)
+            try:
+                good, bad = decode_message(subject, data, sseq)
+            except Exception as err:  # a bug on some input must not stop the ledger: keep the message, go on
+                log.exception("the ledger failed on message %d (%s); quarantining it", sseq, subject)
+                good, bad = [], [Quarantined(sseq, subject, f"the ledger failed on this message: {_error_line(err)}", data)]
             if sseq not in self.quarantined:
                 out.rejected.extend(bad)
             for env, payload_text in good:
@@ -201,18 +231,31 @@ class Ledger:
     def _duplicate(self, out: Decoded, stored_hash: str | None, env: dict, subject: str, data: bytes, sseq: int) -> None:
         if stored_hash == env["hash"]:
             self.counters.duplicates += 1
-        elif sseq not in self.quarantined:
+            return
+        self.conflicts.setdefault((env["run_id"], env["producer"], env["attempt"]), set()).add(env["seq"])
+        if sseq not in self.quarantined:
             out.rejected.append(Quarantined(
-                sseq, subject, f"event_id {env['event_id']} is already stored with a different hash (a conflicting event)",
+                sseq, subject, f"event_id {env['event_id']} is already stored with a different hash ({CONFLICT})",
                 json.dumps(env).encode(), env["event_id"]))
+
+    def chain_status(self, run_id: str, producer: str) -> dict:
+        """What a producer asks: per attempt of (run_id, producer), the seqs stored gaplessly from 0
+        (`stored_upto`) and the seqs where a conflicting event came."""
+        chains = {}
+        for (run, prod, attempt), (upto, _) in self.index.chains.items():
+            if run == run_id and prod == producer:
+                chains[str(attempt)] = {"stored_upto": upto, "conflicts": []}
+        for (run, prod, attempt), seqs in self.conflicts.items():
+            if run == run_id and prod == producer:
+                chains.setdefault(str(attempt), {"stored_upto": 0})["conflicts"] = sorted(seqs)
+        return {"chains": chains}
 
     def write(self, decoded: Decoded) -> None:
         """Durably write a decoded batch, remembering each file as it lands. Raises OSError on failure;
         calling it again with the same `decoded` writes only what is missing."""
         now = datetime.now(timezone.utc)
         parts = []
-        one_by_one = store.group_events(decoded.events)
-        groups = {key: store.Rows.of(group) for key, group in one_by_one.items()}
+        groups = {key: store.Rows.of(group) for key, group in store.group_events(decoded.events).items()}
         for envs, texts, sseq in decoded.batches:
             rows = groups.setdefault((envs[0]["kind"], envs[0]["run_id"]), store.Rows())
             rows.envs.extend(envs)
@@ -221,14 +264,19 @@ class Ledger:
         for (kind, run_id), rows in groups.items():
             if (kind, run_id) in decoded.written_groups:
                 continue
-            parts.append(store.write_group(self.root, kind, run_id, rows, now).parent)
+            if decoded.unwritable:
+                rows = _without(rows, decoded.unwritable)
+            try:
+                parts.append(store.write_group(self.root, kind, run_id, rows, now).parent)
+            except OSError:
+                raise
+            except Exception as err:  # a value its column cannot hold: quarantine that event, write the rest
+                rows = self._set_aside_unwritable(decoded, kind, rows, now, err)
+                if rows.envs:
+                    parts.append(store.write_group(self.root, kind, run_id, rows, now).parent)
             decoded.written_groups.add((kind, run_id))
             self.counters.stored += len(rows.envs)
-        for group in one_by_one.values():
-            self.index.add_all([(ev.env["run_id"], ev.env["producer"], ev.env["attempt"], ev.env["seq"]) for ev in group])
-        for envs, _, _ in decoded.batches:
-            first = envs[0]
-            self.index.add_range((first["run_id"], first["producer"], first["attempt"]), first["seq"], len(envs))
+            self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in rows.envs])
         if decoded.rejected and not decoded.quarantine_written:
             store.write_quarantine(self.root, decoded.rejected, now)
             decoded.quarantine_written = True
@@ -240,6 +288,48 @@ class Ledger:
             self._unmerged[part] = self._unmerged.get(part, 0) + 1
             if self._unmerged[part] >= COMPACT_BUSY_FILES:
                 self._compact(part)
+
+    def note_taken(self, stream_seq: int) -> None:
+        """Before acking: messages up to `stream_seq` are stored or quarantined (see store.write_position)."""
+        if stream_seq > self.taken_upto:
+            self.taken_upto = stream_seq
+            store.write_position(self.root, stream_seq)
+
+    def write_each(self, messages: list[tuple[str, bytes, int]]) -> None:
+        """Decode and write each message alone; one whose handling fails is quarantined whole with the
+        reason (what a batch's failure comes down to). OSError (the disk) still raises."""
+        for subject, data, sseq in messages:
+            try:
+                self.write(self.decode([(subject, data, sseq)]))
+            except OSError:
+                raise
+            except Exception as err:
+                log.exception("the ledger failed on message %d (%s); quarantining it", sseq, subject)
+                if sseq not in self.quarantined:
+                    reason = f"the ledger failed on this message: {_error_line(err)}"
+                    self.write(Decoded(rejected=[Quarantined(sseq, subject, reason, data)]))
+
+    def _set_aside_unwritable(self, decoded: Decoded, kind: str, rows: store.Rows, now: datetime,
+                              err: Exception) -> store.Rows:
+        """The rows that can be written, one by one; the others go to quarantine with the reason."""
+        log.warning("a %s group could not be written (%s); finding the events at fault", kind, _error_line(err))
+        ok = store.Rows()
+        for env, text, sseq in zip(rows.envs, rows.payload_texts, rows.stream_seqs):
+            one = store.Rows([env], [text], [sseq])
+            try:
+                store.events_table(kind, one, now)
+            except OSError:
+                raise
+            except Exception as why:
+                decoded.unwritable.add(env["event_id"])
+                decoded.rejected.append(Quarantined(sseq, subject_for(env["run_id"], kind),
+                                                    f"cannot be stored: {_error_line(why)}",
+                                                    envelope_text(env, text, with_hash=True).encode(), env["event_id"]))
+                continue
+            ok.envs.append(env)
+            ok.payload_texts.append(text)
+            ok.stream_seqs.append(sseq)
+        return ok
 
     def compact_idle(self) -> None:
         """Compact the partitions written since their last compaction (call when there is no work)."""
@@ -255,9 +345,40 @@ class Ledger:
             log.warning("compaction of %s postponed: %s", part, err)
 
 
-async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event):
+def _error_line(err: BaseException) -> str:
+    """An exception as one short line, for a quarantine reason."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}"
+
+
+def _without(rows: store.Rows, event_ids: set[str]) -> store.Rows:
+    keep = [i for i, e in enumerate(rows.envs) if e["event_id"] not in event_ids]
+    return store.Rows([rows.envs[i] for i in keep], [rows.payload_texts[i] for i in keep], [rows.stream_seqs[i] for i in keep])
+
+
+def consumer_owner(root: Path) -> dict[str, str]:
+    """The consumer metadata that ties a durable consumer to this root."""
+    return {bus.OWNER_KEY: store.root_id(root), "runledger_root": str(Path(root).resolve()),
+            "runledger_host": socket.gethostname()}
+
+
+async def _answer_chains(ledger: Ledger, js, durable: str, msg) -> None:
+    """Reply to {LEDGER_API}.chains.{run_id}.{producer}: the consumer's ack floor and the chains' status."""
+    parts = msg.subject.split(".")
+    if len(parts) != 4 or not msg.reply:
+        return
+    try:
+        floor = (await js.consumer_info(STREAM, durable)).ack_floor.stream_seq
+    except Exception as err:  # no answer is better than a wrong one: the producer waits or gives up
+        log.debug("chain status: no consumer info (%s)", err)
+        return
+    await msg.respond(json.dumps({"ack_floor": floor, **ledger.chain_status(parts[2], parts[3])}).encode())
+
+
+async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event, ledger: Ledger):
     """Connect, make sure of the stream and the consumer, bind to it — waiting for the server if it
-    is not up yet or not ready (a cluster electing a leader). (nc, sub), or (None, None) if stopped."""
+    is not up yet or not ready (a cluster electing a leader). (nc, sub), or (None, None) if stopped.
+    Raises bus.ConsumerTaken if the consumer belongs to another root."""
     tries = 0
     while not stop.is_set():
         nc = None
@@ -265,8 +386,18 @@ async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Even
             nc = await bus.connect(nats_url, name="ledger")
             js = nc.jetstream()
             await bus.ensure_stream(js)
-            await bus.ensure_consumer(js, durable, rewind=True)
+            await bus.ensure_consumer(js, durable, rewind=True, owner=consumer_owner(ledger.root),
+                                      seen_upto=ledger.taken_upto)
+
+            async def answer(msg) -> None:
+                await _answer_chains(ledger, js, durable, msg)
+
+            await nc.subscribe(f"{LEDGER_API}.chains.*.*", cb=answer)
             return nc, await bus.Puller(nc, STREAM, durable).start()
+        except bus.ConsumerTaken:
+            if nc is not None:
+                await nc.close()
+            raise
         except Exception as err:
             if tries % 20 == 0:
                 log.warning("waiting for NATS at %s (%s)", nats_url, str(err) or type(err).__name__)
@@ -278,16 +409,30 @@ async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Even
 
 
 async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
-                batch: int = FETCH_BATCH, durable: str = DURABLE, until_stored: int | None = None) -> Counters:
+                batch: int = FETCH_BATCH, durable: str = DURABLE, until_stored: int | None = None,
+                exclusive: bool = True) -> Counters:
     """Run the ledger until `stop` is set (or SIGTERM/SIGINT when `stop` is None), or until it has
-    stored `until_stored` events in this run (for benches)."""
-    ledger = Ledger(root)
+    stored `until_stored` events in this run (for benches). Raises locks.Busy if another ledger serves
+    `root`, and bus.ConsumerTaken if `durable` is another root's. (`exclusive=False` skips the root
+    lock: only for tests that show what the lock prevents.)"""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    lock = locks.hold(Path(root) / "ledger.lock", f"ledger root {root}") if exclusive else None
+    try:
+        return await _serve(Ledger(root), nats_url, stop, batch, durable, until_stored)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batch: int, durable: str,
+                 until_stored: int | None) -> Counters:
+    root = ledger.root
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    nc, sub = await _subscribe_until_ready(nats_url, durable, stop)
+    nc, sub = await _subscribe_until_ready(nats_url, durable, stop, ledger)
     if nc is None:
         return ledger.counters
     log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
@@ -318,6 +463,11 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
                 log.warning("stopping with %d messages unwritten; JetStream will redeliver them", len(msgs))
                 await nc.close()
                 return ledger.counters
+            except Exception:  # not the disk: a bug on some message. Never an exit: find it, quarantine it
+                log.exception("the ledger failed writing %d messages; taking them one at a time", len(msgs))
+                ledger.write_each(batch_in)
+                break
+        ledger.note_taken(max(s for _, _, s in batch_in))
         for m in msgs:
             await m.ack()
         ledger.counters.messages += len(msgs)

@@ -42,6 +42,7 @@ QUARANTINE_SCHEMA = pa.schema([
 # Columns whose values are (nearly) all different: dictionary-encoding them only costs time.
 UNIQUE_COLUMNS = frozenset({"event_id", "seq", "time", "ts", "step", "prev_hash", "hash", "payload", "stream_seq", "raw"})
 REPLACES_KEY = b"runledger.replaces"
+CONFLICT = "a conflicting event"  # the quarantine reason's mark for a second, different event under one event_id
 COMPACT_MIN_FILES = 16  # a partition with this many small files is compacted
 SMALL_FILE_BYTES = 16 << 20
 TIER_BYTES = (1 << 20, SMALL_FILE_BYTES)
@@ -363,6 +364,61 @@ def stored_quarantine_seqs(root: Path) -> set[int]:
     return set(pa.concat_tables([pq.read_table(f, columns=["stream_seq"]) for f in files]).column(0).to_pylist())
 
 
+def stored_conflicts(root: Path) -> dict[tuple[str, str, int], set[int]]:
+    """(run_id, producer, attempt) -> the seqs at which a different event came under a stored event_id."""
+    out: dict[tuple[str, str, int], set[int]] = {}
+    for f in quarantine_files(root):
+        t = pq.read_table(f, columns=["reason", "event_id"])
+        for reason, eid in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
+            parts = (eid or "").split(":")
+            if CONFLICT in (reason or "") and len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit():
+                out.setdefault((parts[0], parts[1], int(parts[2])), set()).add(int(parts[3]))
+    return out
+
+
+def taken_upto(root: Path) -> int:
+    """The last stream seq the root's ledger has taken: what it stored, quarantined or recorded acking."""
+    last = [read_position(root)]
+    for files, column in ((event_files(root), "stream_seq"), (quarantine_files(root), "stream_seq")):
+        for f in files:
+            t = pq.read_table(f, columns=[column])
+            if t.num_rows:
+                last.append(pc.max(t.column(0)).as_py())
+    return max(last)
+
+
+def read_position(root: Path) -> int:
+    try:
+        return int((Path(root) / "ledger.position").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def write_position(root: Path, stream_seq: int) -> None:
+    """Record that the ledger is about to ack messages up to `stream_seq` (all stored or quarantined),
+    so that a consumer someone else moved past them is noticed at the next start. Not fsync'd: it
+    survives a process kill; after a power loss, a stale value errs toward refusing to start."""
+    tmp = Path(root) / ".ledger.position.tmp"
+    tmp.write_text(str(stream_seq))
+    os.replace(tmp, Path(root) / "ledger.position")
+
+
+def root_id(root: Path) -> str:
+    """This root's identity (random, made on first use): the ledger's consumer is tied to it."""
+    path = Path(root) / "ledger.id"
+    if not path.exists():
+        tmp = path.with_name(f".ledger.id.{secrets.token_hex(4)}.tmp")
+        tmp.write_text(secrets.token_hex(16))
+        try:
+            os.link(tmp, path)  # first writer wins; a racing one reads the winner's id
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        fsync_dir(Path(root))
+    return path.read_text().strip()
+
+
 def stored_hashes(root: Path, kind: str, run_id: str, event_ids: set[str]) -> dict[str, str]:
     """event_id -> stored hash for the given ids in one partition (used only when duplicates arrive)."""
     out = {}
@@ -426,6 +482,41 @@ def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | 
         f.unlink()
     fsync_dir(part)
     return out
+
+
+_CONTENT = [n for n, _ in ENVELOPE_SCHEMA if n not in ("stream_seq", "ingested_at")]  # what the producer sent
+
+
+def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
+    """Rewrite a partition without second copies of an event: rows whose event_id and whole content
+    (every envelope column and the payload; not stream_seq or ingested_at) equal an earlier row's.
+    The first copy by stream_seq is kept. Crash-safe like compaction: one new file that lists the
+    files it replaces, then they are deleted. Returns (event_ids removed once per extra copy,
+    event_ids stored more than once with different content, which are left for a person to judge)."""
+    files = sorted(part.glob("*.parquet"), key=_first_seq)
+    if not files:
+        return [], []
+    table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default").sort_by("stream_seq")
+    content = table.select(_CONTENT).to_pylist()
+    first: dict[str, dict] = {}
+    keep, removed, differing = [], [], set()
+    for i, row in enumerate(content):
+        seen = first.setdefault(row["event_id"], row)
+        if seen is row:
+            keep.append(i)
+        elif seen == row:
+            removed.append(row["event_id"])
+        else:
+            differing.add(row["event_id"])
+            keep.append(i)
+    if removed:
+        bounds = pc.min_max(table.column("stream_seq")).as_py()
+        out = part / _file_name("compact", (bounds["min"], bounds["max"]))
+        write_atomic(table.take(keep), out, {REPLACES_KEY: json.dumps([f.name for f in files]).encode()})
+        for f in files:
+            f.unlink()
+        fsync_dir(part)
+    return removed, sorted(differing)
 
 
 def compact(root: Path, min_files: int = COMPACT_MIN_FILES) -> int:

@@ -8,6 +8,13 @@ seqs gapless from 0 and each prev_hash equal to the previous event's hash. Acros
 event_id stored twice. Quarantined input is counted and summarised (it is not a problem of the
 ledger: it was refused and kept).
 
+Conflicts are problems too: a different event that came under a stored event_id is in quarantine
+(two producers wrote one chain), so the stored chain is not the whole story.
+
+`repair(root)` (`runledger verify --repair`) removes second copies of events stored twice with
+identical content (two ledgers on one root, before the root lock), keeping the first; copies that
+differ are left and reported.
+
 Limit: deleting the *last* events of a chain leaves no gap to find; a chain that ends without
 `run_finished` is listed as open, not as a problem.
 """
@@ -22,7 +29,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from ledger import store
+from ledger import locks, store
 from ledger.events import KINDS, InvalidEvent, canonical_json, check_payload, event_hash, make_event_id
 
 MAX_LISTED = 50
@@ -129,6 +136,10 @@ def verify(root: str | Path) -> Report:
             elif ph != prev_hash:
                 report.problems.append(f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)")
             prev_seq, prev_hash = seq, h
+    for (run_id, producer, attempt), seqs in sorted(store.stored_conflicts(root).items()):
+        for seq in sorted(seqs):
+            report.problems.append(f"{make_event_id(run_id, producer, attempt, seq)}: a different event with this id is in "
+                                   f"quarantine ({store.CONFLICT}: two producers on one chain?)")
     qfiles = store.quarantine_files(root)
     for f in qfiles:
         try:
@@ -139,3 +150,19 @@ def verify(root: str | Path) -> Report:
         report.quarantined += t.num_rows
         report.quarantine_reasons.update(re.sub(r"\d+", "N", r)[:90] for r in t.column(0).to_pylist())
     return report
+
+
+def repair(root: str | Path) -> tuple[dict[str, int], list[str]]:
+    """Remove the extra copies of events stored more than once with identical content; keep the first.
+    Holds the root's lock, so no ledger writes meanwhile (raises locks.Busy if one serves the root).
+    Returns ({event_id: copies removed}, [event_ids stored more than once with different content])."""
+    root = Path(root)
+    removed: Counter = Counter()
+    differing: list[str] = []
+    with locks.hold(root / "ledger.lock", f"ledger root {root}"):
+        store.recover(root)
+        for part in sorted((root / "events").glob("kind=*/run_id=*")):
+            gone, left = store.drop_identical_duplicates(part)
+            removed.update(gone)
+            differing += left
+    return dict(removed), differing

@@ -8,6 +8,7 @@ still has a view with the right columns. Audits live as `.sql` files beside this
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +24,19 @@ _DEFINED = re.compile(r"^create or replace (?:view|macro) (\w+)", re.MULTILINE)
 ENVELOPE_COLUMNS = [n for n, _ in ENVELOPE_SCHEMA]
 
 
+# Bounds of a query a person or a console runs (`runledger sql`, the UI): a mistake such as a cross
+# join must end in an error, not hold the machine; both are options of `runledger sql`
+TIMEOUT_S = 60.0
+MEMORY_LIMIT = "2GB"
+DATA_FOLDERS = ("events", "quarantine")  # what SQL may read under a root: never nats/ (the passwords)
+
+
 class ReadOnlyViolation(ValueError):
     """A statement other than a query was given to a read-only connection."""
+
+
+class QueryTimeout(RuntimeError):
+    """A query ran past its time limit and was interrupted."""
 
 
 def _sql_str(s: str) -> str:
@@ -99,15 +111,18 @@ def open_connection(threads: int | None = None, read_only: bool = True) -> duckd
 def connect(root: str | Path, read_only: bool = True, threads: int | None = None,
             files: dict[str, list[Path]] | None = None,
             on_view: Callable[[duckdb.DuckDBPyConnection, str], None] | None = None,
-            con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+            con: duckdb.DuckDBPyConnection | None = None,
+            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the ledger's views over `root` (`threads`: DuckDB's
     worker threads, default all cores; `files`: views over just these files, see render_views;
     `on_view(con, name)`: called as soon as each view or macro of views.sql is defined; `con`: a
-    connection from open_connection to define them on, else a new one).
+    connection from open_connection to define them on, else a new one; `memory_limit`: DuckDB's,
+    e.g. "2GB", default DuckDB's own).
 
     With read_only (the default) the connection cannot write: external access is off except
-    reading under `root`, spilling to disk is off, extensions are not installed, and the
-    configuration is locked. Use `query()` to also refuse any statement that is not a query.
+    reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are
+    not installed, and the configuration is locked. Use `query()` to also refuse any statement
+    that is not a query, and to bound its time.
     """
     root = Path(root).resolve()
     given = con
@@ -130,8 +145,14 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
                 raise
             con.close()
             time.sleep(0.05 * (attempt + 1))
+    if memory_limit:
+        try:
+            con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
+        except duckdb.Error as err:
+            raise ValueError(f"memory limit {memory_limit!r} is not a size like 2GB or 500MB") from err
     if read_only:
-        con.execute(f"SET allowed_directories = [{_sql_str(str(root) + '/')}]")
+        folders = ", ".join(_sql_str(f"{root / name}/") for name in DATA_FOLDERS)
+        con.execute(f"SET allowed_directories = [{folders}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return con
@@ -147,11 +168,35 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             raise ReadOnlyViolation(f"only queries are allowed here, not {st.type.name}: {st.query.strip()[:60]}")
 
 
-def query(root: str | Path, sql: str) -> duckdb.DuckDBPyRelation:
-    """Run a read-only query over the ledger views; returns the last statement's result."""
-    con = connect(root)
-    check_read_only(con, sql)
-    return con.sql(sql)
+def query(root: str | Path, sql: str, timeout_s: float | None = TIMEOUT_S,
+          memory_limit: str | None = MEMORY_LIMIT) -> tuple[list[str], list[tuple]]:
+    """Run a read-only query over the ledger views, bounded in time and memory; returns the last
+    statement's (column names, rows). Raises ReadOnlyViolation, QueryTimeout or duckdb.Error."""
+    con = connect(root, memory_limit=memory_limit)
+    try:
+        check_read_only(con, sql)
+        return fetch_bounded(con, sql, timeout_s)
+    finally:
+        con.close()
+
+
+def fetch_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None) -> tuple[list[str], list[tuple]]:
+    """Execute `sql` on `con` and fetch every row, interrupted after `timeout_s` (None or 0: no limit).
+    Raises QueryTimeout when interrupted."""
+    timer = None
+    if timeout_s:
+        timer = threading.Timer(timeout_s, con.interrupt)
+        timer.daemon = True
+        timer.start()
+    try:
+        cur = con.execute(sql)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        return columns, cur.fetchall() if cur.description else []
+    except duckdb.InterruptException:
+        raise QueryTimeout(f"the query ran past its time limit of {timeout_s:g} s and was stopped") from None
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def load_query(name: str) -> str:

@@ -263,7 +263,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.run not in known_runs(root):
         print(f"runledger audit: no events for run {args.run!r} under {root}", file=sys.stderr)
         return 2
-    audit = run_suite(root, args.suite, args.run)
+    try:
+        audit = run_suite(root, args.suite, args.run)
+    except duckdb.Error as err:  # a stored file that is not Parquet, say
+        print(f"runledger audit: cannot read the ledger under {root}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
     sys.stdout.write(format_audit(audit, args.format))
     if audit.failed:
         failed = sorted({d["check"] for d in audit.rows() if d["status"] == "fail"})

@@ -44,14 +44,14 @@ def runledger(*args: str, input: str | None = None, timeout: float = 120, env: d
 class LedgerProcess:
     """`runledger ledger serve` as a child process that a test can SIGKILL and restart."""
 
-    def __init__(self, root: Path, nats_url: str, log_path: Path):
-        self.root, self.nats_url, self.log_path = root, nats_url, log_path
+    def __init__(self, root: Path, nats_url: str, log_path: Path, *args: str):
+        self.root, self.nats_url, self.log_path, self.args = root, nats_url, log_path, args
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "LedgerProcess":
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats_url],
+            [sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats_url, *self.args],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )
         return self

@@ -10,10 +10,11 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
-from ledger import bus, natsserver
+from ledger import bus, natsserver, redact
 from ledger.events import InvalidEvent, check_name
 
 log = logging.getLogger("runledger")
@@ -58,9 +59,11 @@ def add_nats(p: argparse.ArgumentParser) -> None:
 
 def cmd_nats(args: argparse.Namespace) -> int:
     if args.action == "up":
+        if not 0 <= args.port <= 65535:
+            raise UsageError(f"--port {args.port} is not a TCP port (1-65535, or 0 for a free one)")
         try:
             url = natsserver.up(args.root, args.port, args.sync_interval, args.secure, tuple(args.runs), args.cluster)
-        except ValueError as err:
+        except (ValueError, RuntimeError, FileNotFoundError) as err:  # RuntimeError: the server exited (port in use)
             raise UsageError(str(err)) from None
         if args.cluster or args.secure:
             asyncio.run(_ensure_stream(url if not args.secure else natsserver.read_creds(
@@ -101,9 +104,12 @@ async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) 
 
 
 def cmd_ledger_serve(args: argparse.Namespace) -> int:
-    from ledger import service
+    from ledger import locks, service
 
-    asyncio.run(service.serve(args.root, resolve_nats(args), batch=args.batch))
+    try:
+        asyncio.run(service.serve(args.root, resolve_nats(args), batch=args.batch, durable=args.durable))
+    except (locks.Busy, bus.ConsumerTaken) as err:
+        raise UsageError(str(err)) from None
     return 0
 
 
@@ -118,22 +124,24 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
     import queries
 
-    try:
-        rel = queries.query(args.root, args.sql)
-    except queries.ReadOnlyViolation as err:
+    if not 0 <= args.timeout < float("inf"):
+        raise UsageError(f"--timeout {args.timeout:g} is not a number of seconds >= 0 (0: no limit)")
+    try:  # the rows are fetched in here too: a query fails at run time as often as at parse time
+        cols, rows = queries.query(args.root, args.sql, args.timeout, args.memory_limit)
+    except (queries.ReadOnlyViolation, queries.QueryTimeout, ValueError) as err:
         raise UsageError(str(err)) from None
-    except Exception as err:  # a DuckDB parse/binder error is bad input
+    except duckdb.Error as err:  # parse, binder, conversion, out of memory: bad input
         raise UsageError(f"SQL error: {str(err).splitlines()[0]}") from None
-    write_relation(rel, args.format)
+    write_rows(cols, rows, args.format)
     return 0
 
 
-def write_relation(rel, fmt: str) -> None:
-    """Print a DuckDB relation as a table, CSV or JSON (one object per row, in a list)."""
-    cols = rel.columns
-    rows = rel.fetchall() if rel is not None else []
+def write_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
+    """Print a query's rows as a table, CSV or JSON (one object per row, in a list)."""
     if fmt == "json":
         print(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
     elif fmt == "csv":
@@ -145,18 +153,36 @@ def write_relation(rel, fmt: str) -> None:
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        t = Table(*cols, show_lines=False)
+        # stored text is anyone's: a Text is printed as it is (never read as markup), with its
+        # control characters written as escapes (an ESC would reach the terminal)
+        t = Table(show_lines=False)
+        for c in cols:
+            t.add_column(Text(visible(c)))
         for r in rows:
-            t.add_row(*("" if v is None else str(v) for v in r))
+            t.add_row(*(Text("" if v is None else visible(str(v))) for v in r))
         Console(width=max(120, min(250, 20 * len(cols)))).print(t)
+
+
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """`text` with control characters (C0, DEL, C1) and bidirectional controls as escapes, e.g. \\x1b."""
+    return _INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from ledger.replay import replay_run, to_json_text
 
+    import pyarrow as pa
+
     check_name(args.run, "run_id")
-    state = replay_run(args.root, args.run, args.as_of_seq)
+    try:
+        state = replay_run(args.root, args.run, args.as_of_seq)
+    except (pa.ArrowException, OSError) as err:  # a file that is not Parquet, or not readable
+        raise UsageError(f"cannot read the ledger under {args.root}: {str(err).splitlines()[0]}") from None
     if state.events == 0:
         raise UsageError(f"no events for run {args.run!r} under {args.root}")
     print(to_json_text(state))
@@ -164,11 +190,40 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ledger.verify import verify
+    from ledger import locks
+    from ledger.verify import repair, verify
 
+    if args.repair:
+        try:
+            removed, left = repair(args.root)
+        except locks.Busy as err:
+            raise UsageError(f"{err}; stop it before --repair") from None
+        for eid, n in sorted(removed.items()):
+            print(f"repaired: {eid}: removed {n} identical extra cop{'y' if n == 1 else 'ies'}")
+        for eid in left:
+            print(f"not repaired: {eid}: stored more than once with different content")
+        print(f"removed {sum(removed.values())} duplicate rows of {len(removed)} events")
     report = verify(args.root)
     print(report.text())
     return 0 if report.ok else 1
+
+
+READS_LEDGER = ("sql", "replay", "verify", "audit", "report")  # commands that read a ledger that must exist
+
+
+def check_root(command: str, root: str) -> None:
+    """--root must be a folder this user can read; for a command that reads a ledger, one that exists."""
+    path = Path(root)
+    try:
+        exists = path.exists()
+        if exists and not path.is_dir():
+            raise UsageError(f"--root {root} is not a folder")
+    except OSError as err:  # e.g. a folder on the way is not readable
+        raise UsageError(f"--root {root}: {err.strerror}") from None
+    if exists and not os.access(path, os.R_OK | os.X_OK):
+        raise UsageError(f"--root {root} is not readable by this user")
+    if not exists and command in READS_LEDGER:
+        raise UsageError(f"no ledger at {root}: no such folder")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -213,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_root(s)
     add_nats(s)
     s.add_argument("--batch", type=int, default=2000, help="messages fetched per batch")
+    s.add_argument("--durable", default="ledger", help="the durable consumer's name (one per root)")
     s.set_defaults(func=cmd_ledger_serve)
 
     s = sub.add_parser("publish", help="validate JSON Lines envelopes from stdin and publish them")
@@ -220,9 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_nats(s)
     s.set_defaults(func=cmd_publish)
 
+    from queries import MEMORY_LIMIT, TIMEOUT_S
+
     s = sub.add_parser("sql", help="read-only SQL over the ledger views")
     add_root(s)
     s.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    s.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
+                   help=f"stop the query after this long (default {TIMEOUT_S:g}; 0: no limit)")
+    s.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
+                   help=f"DuckDB's memory limit for the query, e.g. 500MB (default {MEMORY_LIMIT})")
     s.add_argument("sql")
     s.set_defaults(func=cmd_sql)
 
@@ -234,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("verify", help="hash chains, gaps, duplicates, quarantine; exit 1 on any problem")
     add_root(s)
+    s.add_argument("--repair", action="store_true",
+                   help="first remove second copies of events stored twice with identical content (no ledger may serve the root)")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("schema", help="JSON Schema of every event kind")
@@ -278,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
     )
     logging.getLogger("nats").setLevel(logging.CRITICAL)  # reconnect chatter; our own logs say what matters
+    redact.install()  # every log line: a URL with a password is written as user:***@
     try:
+        if getattr(args, "root", None) is not None:
+            check_root(args.command, args.root)
         return args.func(args) or 0
     except (UsageError, InvalidEvent) as err:
         print(f"runledger {args.command}: {err}", file=sys.stderr)
@@ -287,5 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # as `tools.cli`, whose UsageError is the one the plugins raise (not __main__'s)
+    from tools.cli import main as cli_main
+
+    sys.exit(cli_main())

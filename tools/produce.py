@@ -11,6 +11,7 @@ import argparse
 import logging
 import time
 
+from ledger import redact
 from ledger.emitter import Emitter
 
 
@@ -31,6 +32,7 @@ def main() -> int:
     p.add_argument("--no-batch", action="store_true", help="one event per NATS message")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    redact.install()
     em = Emitter(args.run_id, args.producer, args.attempt, args.nats, args.spool, batch=not args.no_batch)
     start = time.monotonic()
     first = em.next_seq

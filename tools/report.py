@@ -243,10 +243,19 @@ def register(sub) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import duckdb
+
     from ledger.events import check_name
+    from ledger.store import event_files
+    from tools.cli import UsageError
 
     check_name(args.run, "run_id")
-    path = write_report(args.root, args.run, args.out)
+    if not event_files(Path(args.root), run_id=args.run):
+        raise UsageError(f"no events for run {args.run!r} under {args.root}")
+    try:
+        path = write_report(args.root, args.run, args.out)
+    except duckdb.Error as err:  # a stored file that is not Parquet, say
+        raise UsageError(f"cannot read the ledger under {args.root}: {str(err).splitlines()[0]}") from None
     log.info("wrote %s", path)
     print(path)
     return 0
