@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo test bench clean
+.PHONY: setup browser demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,12 @@ browser:
 
 test: setup browser
 	$(BIN)/python -m pytest -q
+
+# the fast tier, for your own loop (under a minute; no servers, no browser)
+FAST := tests/test_events.py tests/test_store.py tests/test_ledger_batch.py tests/test_ledger_write.py \
+	tests/test_training_schedule.py tests/test_ladder_fit.py tests/test_ladder_refusals.py
+test-fast: setup
+	$(BIN)/python -m pytest -q -x $(FAST)
 
 bench: setup
 	$(BIN)/python bench/ingest.py

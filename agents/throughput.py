@@ -1,4 +1,4 @@
-"""Throughput / MFU agent: if the run will miss its deadline (or runs below its planned tokens/s)
+"""Throughput / MFU agent: if the run will miss its deadline (or runs below its planned FLOP rate, else tokens/s)
 within the first ~25% of the token budget, shorten the token horizon to what fits, with the LR decay
 retimed to still reach 5% of peak there (Marin's written contingency). After 25%: an alert only."""
 
@@ -25,6 +25,11 @@ def decide(state, evidence: list[dict], th: dict) -> list[Action]:
     elapsed = e["elapsed_s"] or 0.0
     if e["deadline_s"]:
         time_budget = e["deadline_s"]
+    elif e["planned_tokens_per_s"] and e["planned_flops_per_token"] and e["flops_seen"] and e["flops_per_token_now"]:
+        # the plan is a FLOP rate: after a context extension a token costs more FLOPs, and a healthy run
+        # makes fewer tokens/s; the rest of the horizon is costed at the length trained now
+        planned_flops_per_s = e["planned_tokens_per_s"] * e["planned_flops_per_token"]
+        time_budget = (e["flops_seen"] + (horizon_tokens - tokens_seen) * e["flops_per_token_now"]) / planned_flops_per_s
     elif e["planned_tokens_per_s"]:
         time_budget = horizon_tokens / e["planned_tokens_per_s"]
     else:

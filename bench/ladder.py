@@ -3,7 +3,9 @@ as a child process, the ladder for a target run (rungs trained, forecasts emitte
 run itself, and `runledger audit forecast` on what the ledger stored.
 
     .venv/bin/python bench/ladder.py [--root DIR] [--preset small] [--rungs 4] [--steps-scale 1]
-                                     [--target-steps N] [--E 0.6|fit] [--stop-rung I@FRACTION]
+                                     [--target-steps N] [--E fit|0.6] [--stop-rung I@FRACTION]
+
+`--E fit` (the default) fits E with the law and sizes the band by its profile; a number fixes E.
 
 Logs the ladder's wall time (the demo ladder's budget: 3 minutes on 2 cores), the target's, and
 prints the audit table (observed vs projected loss at each 5%, residuals, inside the band or not).
@@ -59,7 +61,7 @@ def main() -> int:
     ap.add_argument("--rungs", type=int, default=4)
     ap.add_argument("--steps-scale", type=float, default=1.0)
     ap.add_argument("--target-steps", type=int, default=None, help="stop the target early (default: its horizon)")
-    ap.add_argument("--E", default="0.6")
+    ap.add_argument("--E", default="fit", help="'fit' (default) or a fixed irreducible loss, nats/byte")
     ap.add_argument("--stop-rung", default=None, metavar="I@FRACTION",
                     help="a drill: rung I dies at this fraction of its steps (kept, extrapolated, flagged)")
     args = ap.parse_args()

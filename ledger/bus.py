@@ -18,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy,
 from nats.js.errors import BadRequestError, NotFoundError
 
 from ledger.events import STREAM, SUBJECT_PREFIX
-from ledger.natsserver import LEDGER_API, MAX_PAYLOAD
+from ledger.natsserver import MAX_PAYLOAD
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +111,14 @@ def position_problem(info, seen_upto: int) -> str | None:
     (a consumer re-created by someone else with deliver_policy=new, say, or one someone else acked on);
     None if it can."""
     cfg = info.config
-    if cfg.deliver_policy not in (DeliverPolicy.ALL, DeliverPolicy.BY_START_SEQUENCE):
-        return f"delivers from {cfg.deliver_policy.value!r}, not from the start of the stream"
+    deliver, ack = (getattr(v, "value", v) for v in (cfg.deliver_policy, cfg.ack_policy))  # (enum or its text)
+    if deliver not in (DeliverPolicy.ALL.value, DeliverPolicy.BY_START_SEQUENCE.value):
+        return f"delivers from {deliver!r}, not from the start of the stream"
     if cfg.filter_subject not in (None, "", f"{SUBJECT_PREFIX}.>") or cfg.filter_subjects:
         return f"takes only {cfg.filter_subject or cfg.filter_subjects}"
-    if cfg.ack_policy != AckPolicy.EXPLICIT:
-        return f"has ack policy {cfg.ack_policy.value!r}, not explicit"
-    if cfg.deliver_policy == DeliverPolicy.BY_START_SEQUENCE and (cfg.opt_start_seq or 1) - 1 > seen_upto:
+    if ack != AckPolicy.EXPLICIT.value:
+        return f"has ack policy {ack!r}, not explicit"
+    if deliver == DeliverPolicy.BY_START_SEQUENCE.value and (cfg.opt_start_seq or 1) - 1 > seen_upto:
         return f"starts at stream seq {cfg.opt_start_seq}, but this root has taken messages only up to {seen_upto}"
     if info.ack_floor.stream_seq > seen_upto:
         return (f"has acked up to stream seq {info.ack_floor.stream_seq}, but this root has taken messages only up to "

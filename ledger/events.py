@@ -846,17 +846,72 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     return obj
 
 
-def _parse_json_stdlib(data: bytes | str, depth: int = 0) -> Any:
-    """The reference parse (see parse_json); `depth`: read nesting this deep (orjson read it)."""
+class _Refusal:
+    """What the strict parse refuses, kept in place by the lenient one so that only its entry is refused."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _refusal_in(value: Any) -> str | None:
+    stack = [value]
+    while stack:  # (a loop, not recursion: entries may be nested 1,000 deep)
+        v = stack.pop()
+        if type(v) is _Refusal:
+            return v.reason
+        if type(v) is dict:
+            stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+    return None
+
+
+def parse_batch_entries(data: bytes | str) -> list:
+    """A batch message's entries, each as parse_json would read it alone: an entry it refuses (a
+    duplicate key, a non-finite number, a lone surrogate) comes back as that InvalidEvent, its siblings
+    as parsed, so one bad entry costs only itself. Raises InvalidEvent if the message is not a JSON array."""
+    top = _parse_json_stdlib(data, depth=ORJSON_MAX_DEPTH, lenient=True)
+    if type(top) is not list:
+        raise InvalidEvent(f"a batch is a JSON array, got {type(top).__name__}")
+    out: list = []
+    for entry in top:
+        reason = _refusal_in(entry)
+        if reason is None:
+            try:
+                json.dumps(entry, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
+                reason = "a string holds a lone UTF-16 surrogate (unpaired \\ud800-\\udfff): not Unicode text"
+            except (RecursionError, ValueError):
+                reason = "not JSON this program reads: nested too deeply"
+        out.append(entry if reason is None else InvalidEvent(reason))
+    return out
+
+
+def _parse_json_stdlib(data: bytes | str, depth: int = 0, lenient: bool = False) -> Any:
+    """The reference parse (see parse_json); `depth`: read nesting this deep (orjson read it);
+    `lenient`: what is refused becomes a _Refusal in place (see parse_batch_entries)."""
 
     def refuse(name: str) -> Any:
-        raise InvalidEvent(f"{name} is not allowed in an event (send null, with skipped=true for a loss)")
+        reason = f"{name} is not allowed in an event (send null, with skipped=true for a loss)"
+        if lenient:
+            return _Refusal(reason)
+        raise InvalidEvent(reason)
 
     def finite(text: str) -> float:
         x = float(text)
         if x in (math.inf, -math.inf):
-            refuse(f"{text[:30]} (beyond a double's range, read as Infinity)")
+            return refuse(f"{text[:30]} (beyond a double's range, read as Infinity)")
         return x
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+        try:
+            return _unique_keys(pairs)
+        except InvalidEvent as err:
+            if lenient:
+                return _Refusal(str(err))
+            raise
 
     limit = sys.getrecursionlimit()
     try:
@@ -867,8 +922,8 @@ def _parse_json_stdlib(data: bytes | str, depth: int = 0) -> Any:
         else:
             text = data
             text.encode()  # a str from Python may hold lone surrogates
-        obj = json.loads(text, parse_constant=refuse, parse_float=finite, object_pairs_hook=_unique_keys)
-        if "\\u" in text:  # an escaped lone surrogate ("\\ud800") parses, but is not text: it cannot be hashed
+        obj = json.loads(text, parse_constant=refuse, parse_float=finite, object_pairs_hook=unique_keys)
+        if "\\u" in text and not lenient:  # an escaped lone surrogate ("\\ud800") parses, but is not text: it cannot be hashed
             json.dumps(obj, ensure_ascii=False).encode()
         return obj
     except InvalidEvent:

@@ -19,6 +19,7 @@ under a stored event_id (a conflict: two producers on one chain), so that neithe
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import signal
@@ -28,10 +29,10 @@ from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger import bus, locks, store
+from ledger import bus, heads, locks, store
 from ledger.events import (
-    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_batch, check_envelope, envelope_text, orjson, parse_json,
-    payloads_valid, subject_for,
+    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_batch, check_envelope, envelope_text, orjson,
+    parse_batch_entries, parse_json, payloads_valid, subject_for,
 )
 from ledger.natsserver import LEDGER_API
 from ledger.store import CONFLICT, Quarantined, StoredEvent
@@ -42,6 +43,7 @@ DURABLE = "ledger"
 FETCH_BATCH = 2_000
 FETCH_TIMEOUT_S = 0.5
 COMPACT_BUSY_FILES = 64  # while busy, a partition is compacted once this many new files are in it
+IO_RETRIES = 5  # a batch that fails this often on I/O not of the disk is taken a message at a time
 MAX_BATCH_ENTRIES = 10_000  # envelopes in one batch message (an Emitter sends at most 1,000); past it: one quarantine row
 
 
@@ -70,6 +72,7 @@ class Decoded:
     written_groups: set[tuple[str, str]] = field(default_factory=set)
     quarantine_written: bool = False
     unwritable: set[str] = field(default_factory=set)  # event_ids its columns could not hold: quarantined
+    heads_moved: set[str] = field(default_factory=set)  # runs whose chain heads moved, to record before the ack
 
 
 def _entry_bytes(entry, data: bytes) -> bytes:
@@ -97,7 +100,12 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
     try:
         obj = parse_json(data)
     except InvalidEvent as err:
-        return [], [reject(str(err))]
+        if not is_batch:
+            return [], [reject(str(err))]
+        try:  # one entry may be at fault: refuse it alone, and take its siblings
+            obj = parse_batch_entries(data)
+        except InvalidEvent:
+            return [], [reject(str(err))]
     if is_batch and not obj:
         return [], [reject("an empty batch: a JSON array with no envelopes")]
     if is_batch and isinstance(obj, list) and len(obj) > MAX_BATCH_ENTRIES:
@@ -109,6 +117,8 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
                and payloads_valid(subject_kind, [e["payload"] for e in obj]))
     for i, env in enumerate(obj if is_batch else [obj]):
         try:
+            if isinstance(env, InvalidEvent):  # (refused by the parse, see parse_batch_entries)
+                raise env
             payload_text = check_envelope(env, parsed=True, payload_checked=checked)
             if is_batch and len(payload_text) > MAX_EVENT_BYTES:
                 raise InvalidEvent(f"event payload of {len(payload_text):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
@@ -175,9 +185,31 @@ class Ledger:
         self.quarantined = store.stored_quarantine_seqs(self.root)
         self.conflicts = store.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
         self.taken_upto = store.taken_upto(self.root)  # the last stream seq this root has taken
+        self.heads = self._load_heads()
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
         log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
+
+    def _load_heads(self) -> dict[str, dict[heads.Chain, heads.Head]]:
+        """The recorded chain heads (see ledger.heads), each checked against what is stored: a head the
+        root no longer reaches is kept (verify names it) and said loudly here."""
+        if store.start_heads(self.root):
+            log.warning("root %s recorded no chain heads: recording them from what is stored (a chain cut short "
+                        "before now cannot be found)", self.root)
+        recorded, unreadable = heads.read_all(self.root)
+        if unreadable:
+            stored = store.stored_heads(self.root)
+            for line in unreadable:
+                log.error("%s; recording that run's heads anew from what is stored", line)
+            for run_id in stored.keys() - recorded.keys():
+                recorded[run_id] = stored[run_id]
+        for run_id, chains in recorded.items():
+            for (producer, attempt), (seq, _) in chains.items():
+                if (run_id, producer, attempt, seq) not in self.index:
+                    log.error("chain %s:%s:%d: the ledger stored it up to seq %d, but the root no longer holds that "
+                              "event (cut short while the ledger was down?); `runledger verify` names it",
+                              run_id, producer, attempt, seq)
+        return recorded
 
     def decode(self, messages: list[tuple[str, bytes, int]]) -> Decoded:
         """Validate and deduplicate a batch of (subject, data, stream_seq)."""
@@ -277,6 +309,10 @@ class Ledger:
             decoded.written_groups.add((kind, run_id))
             self.counters.stored += len(rows.envs)
             self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in rows.envs])
+            decoded.heads_moved |= heads.advance(self.heads, rows.envs)
+        if decoded.heads_moved:  # before the ack: every acked event is at or below a recorded head
+            heads.write(self.root, self.heads, decoded.heads_moved)
+            decoded.heads_moved = set()
         if decoded.rejected and not decoded.quarantine_written:
             store.write_quarantine(self.root, decoded.rejected, now)
             decoded.quarantine_written = True
@@ -295,14 +331,32 @@ class Ledger:
             self.taken_upto = stream_seq
             store.write_position(self.root, stream_seq)
 
-    def write_each(self, messages: list[tuple[str, bytes, int]]) -> None:
+    def write_safely(self, decoded: Decoded, messages: list[tuple[str, bytes, int]]) -> None:
+        """`write`, and if it fails for any reason but the disk's (a bug on some message), the messages
+        one at a time, quarantining the one at fault: no message can stop the ledger. Raises OSError."""
+        try:
+            self.write(decoded)
+        except OSError:
+            raise
+        except Exception:
+            log.exception("the ledger failed writing %d messages; taking them one at a time", len(messages))
+            self.write_each(messages)
+
+    def write_each(self, messages: list[tuple[str, bytes, int]], isolate_io: bool = False) -> None:
         """Decode and write each message alone; one whose handling fails is quarantined whole with the
-        reason (what a batch's failure comes down to). OSError (the disk) still raises."""
+        reason (what a batch's failure comes down to). An OSError of the disk (full, read-only, failing)
+        still raises: no valid event is ever set aside for the disk's sake. With `isolate_io`, any other
+        OSError (one message's own, after the batch failed IO_RETRIES times) quarantines that message."""
         for subject, data, sseq in messages:
             try:
                 self.write(self.decode([(subject, data, sseq)]))
-            except OSError:
-                raise
+            except OSError as err:
+                if not isolate_io or _of_the_disk(err):
+                    raise
+                log.error("message %d (%s) cannot be written (%s); quarantining it", sseq, subject, err)
+                if sseq not in self.quarantined:
+                    reason = f"the ledger cannot write this message: {_error_line(err)}"
+                    self.write(Decoded(rejected=[Quarantined(sseq, subject, reason, data)]))
             except Exception as err:
                 log.exception("the ledger failed on message %d (%s); quarantining it", sseq, subject)
                 if sseq not in self.quarantined:
@@ -343,6 +397,14 @@ class Ledger:
             self._unmerged.pop(part, None)
         except OSError as err:  # the events are durable already; compaction can wait
             log.warning("compaction of %s postponed: %s", part, err)
+        except Exception as err:  # a stored file was changed, say: never a reason to stop; verify reports it
+            log.error("compaction of %s skipped: %s", part, err)
+            self._unmerged.pop(part, None)
+
+
+def _of_the_disk(err: OSError) -> bool:
+    """An OSError of the disk as a whole (full, over quota, read-only, failing): wait for it, never blame a message."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ENOMEM)
 
 
 def _error_line(err: BaseException) -> str:
@@ -448,12 +510,21 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
             ledger.compact_idle()
             continue
         batch_in = [(m.subject, m.data, stream_seq(m)) for m in msgs]
-        decoded = ledger.decode(batch_in)
+        try:
+            decoded = ledger.decode(batch_in)
+        except Exception:  # a stored file it had to read is broken, say: the messages one at a time
+            log.exception("the ledger failed reading a batch of %d messages; taking them one at a time", len(msgs))
+            decoded = None
+        failures = 0
         while True:
             try:
-                ledger.write(decoded)
+                if decoded is None or failures >= IO_RETRIES:  # (then a message's own OSError is its alone)
+                    ledger.write_each(batch_in, isolate_io=failures >= IO_RETRIES)
+                else:
+                    ledger.write_safely(decoded, batch_in)
                 break
             except OSError as err:  # e.g. the disk is full: keep the batch, ack nothing, try again
+                failures += 1
                 ledger.counters.write_retries += 1
                 log.error("cannot write to %s (%s); not acking %d messages, retrying", root, err, len(msgs))
                 try:
@@ -463,10 +534,6 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
                 log.warning("stopping with %d messages unwritten; JetStream will redeliver them", len(msgs))
                 await nc.close()
                 return ledger.counters
-            except Exception:  # not the disk: a bug on some message. Never an exit: find it, quarantine it
-                log.exception("the ledger failed writing %d messages; taking them one at a time", len(msgs))
-                ledger.write_each(batch_in)
-                break
         ledger.note_taken(max(s for _, _, s in batch_in))
         for m in msgs:
             await m.ack()

@@ -12,6 +12,7 @@ a compaction that a crash interrupted, so no row is lost or doubled.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ledger import heads
 from ledger.events import KINDS, canonical_json, payload_columns
 
 ARROW_TYPES = {"double": pa.float64(), "bigint": pa.int64(), "boolean": pa.bool_(), "varchar": pa.string(), "json": pa.string()}
@@ -42,6 +44,7 @@ QUARANTINE_SCHEMA = pa.schema([
 # Columns whose values are (nearly) all different: dictionary-encoding them only costs time.
 UNIQUE_COLUMNS = frozenset({"event_id", "seq", "time", "ts", "step", "prev_hash", "hash", "payload", "stream_seq", "raw"})
 REPLACES_KEY = b"runledger.replaces"
+DIGEST_KEY = b"runledger.ledger_sha256"  # a file's digest of what the ledger put in its rows (see ledger_digest)
 CONFLICT = "a conflicting event"  # the quarantine reason's mark for a second, different event under one event_id
 COMPACT_MIN_FILES = 16  # a partition with this many small files is compacted
 SMALL_FILE_BYTES = 16 << 20
@@ -140,6 +143,29 @@ def events_table(kind: str, rows: list[StoredEvent] | Rows, ingested_at: datetim
     return pa.table([data[f.name] for f in schema], schema=schema)
 
 
+def ledger_digest(table: pa.Table) -> str:
+    """SHA-256 over what the ledger, not the producer, put in each row of an events file, in row order:
+    event_id, stream_seq, ts and ingested_at. Written in the file's metadata (DIGEST_KEY) and checked by
+    `verify`, so these columns cannot be changed unnoticed either (the producer's hash covers the rest)."""
+    h = hashlib.sha256()
+    h.update("\n".join(map(str, table.column("event_id").to_pylist())).encode())
+    for name in ("stream_seq", "ts", "ingested_at"):
+        col = pc.fill_null(table.column(name).cast(pa.int64()), -1)
+        h.update(b"\0" + col.to_numpy().tobytes())
+    return h.hexdigest()
+
+
+def with_digest(table: pa.Table) -> pa.Table:
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), DIGEST_KEY: ledger_digest(table).encode()})
+
+
+def digest_ok(path: Path, table: pa.Table | None = None) -> bool:
+    """Whether a stored events file's ledger columns are as the ledger wrote them."""
+    table = pq.read_table(path) if table is None else table
+    recorded = (table.schema.metadata or {}).get(DIGEST_KEY)
+    return recorded is not None and recorded.decode() == ledger_digest(table)
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -203,14 +229,37 @@ def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | R
     """Durably write one partition's events as one new file; return it."""
     rows = group if isinstance(group, Rows) else Rows.of(group)
     path = partition_dir(root, kind, run_id) / _file_name("part", rows.stream_seqs)
-    write_atomic(events_table(kind, rows, ingested_at), path, fast=True)
+    write_atomic(with_digest(events_table(kind, rows, ingested_at)), path, fast=True)
     return path
 
 
 def write_events(root: Path, rows: list[StoredEvent], ingested_at: datetime | None = None) -> list[Path]:
-    """Durably write validated events, one file per (kind, run_id); return the files written."""
+    """Durably write validated events, one file per (kind, run_id), and advance the chain heads (see
+    ledger.heads); return the files written."""
     ingested_at = ingested_at or datetime.now(timezone.utc)
-    return [write_group(root, kind, run_id, group, ingested_at) for (kind, run_id), group in group_events(rows).items()]
+    start_heads(root)
+    paths = [write_group(root, kind, run_id, group, ingested_at) for (kind, run_id), group in group_events(rows).items()]
+    heads.record(root, [r.env for r in rows])
+    return paths
+
+
+def stored_heads(root: Path) -> dict[str, dict[heads.Chain, heads.Head]]:
+    """The heads of the chains as stored: per run, (producer, attempt) -> (highest seq, its hash)."""
+    t = read_events(root, columns=["run_id", "producer", "attempt", "seq", "hash"])
+    out: dict[str, dict[heads.Chain, heads.Head]] = {}
+    if t.num_rows:
+        heads.advance(out, t.to_pylist())
+    return out
+
+
+def start_heads(root: Path) -> bool:
+    """A root that records no chain heads yet starts recording them, from what is stored; True if it did
+    (a root written before heads were recorded: truncation before this moment cannot be found)."""
+    if heads.recorded(root):
+        return False
+    found = stored_heads(root)
+    heads.write(root, found, found)
+    return bool(found)
 
 
 @dataclass
@@ -250,15 +299,33 @@ def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime
 # --------------------------------------------------------------------------------------------
 
 
+def event_glob(root: Path, kind: str | None = None, run_id: str | None = None) -> Path:
+    """The one pattern of stored event files: the SQL views, `verify`, replay and the ledger all read
+    exactly the files it matches (anything else under events/ is a stray file, and `verify` says so)."""
+    return Path(root) / "events" / f"kind={kind or '*'}" / f"run_id={run_id or '*'}" / "*.parquet"
+
+
+def quarantine_glob(root: Path) -> Path:
+    return Path(root) / "quarantine" / "*.parquet"
+
+
+def _matching(pattern: Path) -> list[Path]:
+    return sorted(Path(pattern.anchor).glob(str(pattern.relative_to(pattern.anchor))))
+
+
 def event_files(root: Path, kind: str | None = None, run_id: str | None = None) -> list[Path]:
-    base = Path(root) / "events"
-    k = f"kind={kind}" if kind else "kind=*"
-    r = f"run_id={run_id}" if run_id else "run_id=*"
-    return sorted(base.glob(f"{k}/{r}/*.parquet"))
+    return _matching(event_glob(root, kind, run_id))
 
 
 def quarantine_files(root: Path) -> list[Path]:
-    return sorted((Path(root) / "quarantine").glob("*.parquet"))
+    return _matching(quarantine_glob(root))
+
+
+def stray_files(root: Path) -> list[Path]:
+    """Parquet files under events/ or quarantine/ that the pattern does not match: read by no one."""
+    root = Path(root)
+    read = set(event_files(root)) | set(quarantine_files(root))
+    return sorted(f for d in ("events", "quarantine") for f in (root / d).rglob("*.parquet") if f not in read)
 
 
 def read_events(root: Path, kind: str | None = None, run_id: str | None = None,
@@ -470,14 +537,18 @@ def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | 
     else:
         return None
     small.sort(key=_first_seq)  # then the rows are mostly in stream order already
-    table = pa.concat_tables([pq.read_table(f) for f in small], promote_options="default")
+    tables = [pq.read_table(f) for f in small]
+    changed = [f.name for f, t in zip(small, tables) if not digest_ok(f, t)]
+    if changed:  # compaction must not give changed rows a fresh digest: leave them for `verify` to report
+        raise ValueError(f"not compacting {part}: {', '.join(changed[:3])} changed since the ledger wrote them")
+    table = pa.concat_tables(tables, promote_options="default").replace_schema_metadata(None)
     seqs = table.column("stream_seq")
     if len(seqs) > 1 and not pc.all(pc.greater_equal(seqs[1:], seqs[:-1])).as_py():
         table = table.sort_by("stream_seq")
         seqs = table.column("stream_seq")
     bounds = pc.min_max(seqs).as_py()
     out = part / _file_name("compact", (bounds["min"], bounds["max"]))
-    write_atomic(table, out, {REPLACES_KEY: json.dumps([f.name for f in small]).encode()})
+    write_atomic(with_digest(table), out, {REPLACES_KEY: json.dumps([f.name for f in small]).encode()})
     for f in small:
         f.unlink()
     fsync_dir(part)
@@ -496,7 +567,12 @@ def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
     files = sorted(part.glob("*.parquet"), key=_first_seq)
     if not files:
         return [], []
-    table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default").sort_by("stream_seq")
+    tables = [pq.read_table(f) for f in files]
+    changed = [f.name for f, t in zip(files, tables) if not digest_ok(f, t)]
+    if changed:  # a rewrite must not give changed rows a fresh digest
+        raise ValueError(f"{part}: {', '.join(changed[:3])} changed since the ledger wrote them; not repairing it")
+    table = pa.concat_tables(tables, promote_options="default").sort_by("stream_seq")
+    table = table.replace_schema_metadata(None)
     content = table.select(_CONTENT).to_pylist()
     first: dict[str, dict] = {}
     keep, removed, differing = [], [], set()
@@ -512,7 +588,7 @@ def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
     if removed:
         bounds = pc.min_max(table.column("stream_seq")).as_py()
         out = part / _file_name("compact", (bounds["min"], bounds["max"]))
-        write_atomic(table.take(keep), out, {REPLACES_KEY: json.dumps([f.name for f in files]).encode()})
+        write_atomic(with_digest(table.take(keep)), out, {REPLACES_KEY: json.dumps([f.name for f in files]).encode()})
         for f in files:
             f.unlink()
         fsync_dir(part)

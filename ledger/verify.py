@@ -15,8 +15,8 @@ Conflicts are problems too: a different event that came under a stored event_id 
 identical content (two ledgers on one root, before the root lock), keeping the first; copies that
 differ are left and reported.
 
-Limit: deleting the *last* events of a chain leaves no gap to find; a chain that ends without
-`run_finished` is listed as open, not as a problem.
+Truncation: every chain must reach the head the ledger recorded for it (`ledger.heads`), so a chain
+whose tail was removed, a chain removed whole, or a run's folder deleted is a problem too.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger import locks, store
+from ledger import heads, locks, store
 from ledger.events import KINDS, InvalidEvent, canonical_json, check_payload, event_hash, make_event_id
 
 MAX_LISTED = 50
@@ -43,10 +44,15 @@ class Report:
     problems: list[str] = field(default_factory=list)
     quarantined: int = 0
     quarantine_reasons: Counter = field(default_factory=Counter)
+    heads: dict[str, dict] = field(default_factory=dict)  # "run:producer:attempt" -> the recorded head (seq, hash)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def summary(self) -> dict:
+        return {"ok": self.ok, "events": self.events, "files": self.files, "chains": self.chains,
+                "quarantined": self.quarantined, "problems": self.problems, "heads": self.heads}
 
     def text(self) -> str:
         lines = [f"{self.events} events in {self.files} files, {self.chains} chains; "
@@ -69,6 +75,9 @@ _REQUIRED = (*_LINK, "kind", "time", "schema_version", "payload")
 
 def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list) -> None:
     table = pq.read_table(path)
+    if not store.digest_ok(path, table):
+        report.problems.append(f"{path}: the ledger's columns (event_id, stream_seq, ts, ingested_at) do not match "
+                               "the digest it recorded for this file (changed after it was written?)")
     typed = list(store.payload_columns(kind)) if kind in KINDS else []
     for row in table.to_pylist():
         eid = row.get("event_id")
@@ -86,6 +95,8 @@ def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list)
                 raise InvalidEvent("payload text is not canonical JSON")
             if event_hash(row, row["payload"]) != row["hash"]:
                 raise InvalidEvent("hash does not match the stored content (changed after it was written?)")
+            if row["ts"] is not None and row["ts"] != _ts_of(row["time"]):
+                raise InvalidEvent(f"ts {row['ts']} is not the event's time {row['time']}")
             check_payload(kind, payload)
             expected = store.typed_columns(kind, [payload])
             for col in typed:
@@ -100,10 +111,17 @@ def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list)
     report.files += 1
 
 
+def _ts_of(time_text: str):
+    """The `ts` column the ledger derives from an event's (hashed) `time`."""
+    return pa.array([time_text]).cast(pa.timestamp("ns", tz="UTC")).cast(store.TIMESTAMP, safe=False)[0].as_py()
+
+
 def verify(root: str | Path) -> Report:
     root = Path(root)
     report = Report()
     links: list[tuple] = []
+    for path in store.stray_files(root):  # the views read exactly the files verify reads (store.event_glob)
+        report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
     for path in store.event_files(root):
         kind = path.parent.parent.name.removeprefix("kind=")
         run_id = path.parent.name.removeprefix("run_id=")
@@ -136,6 +154,7 @@ def verify(root: str | Path) -> Report:
             elif ph != prev_hash:
                 report.problems.append(f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)")
             prev_seq, prev_hash = seq, h
+    _check_heads(root, links, report)
     for (run_id, producer, attempt), seqs in sorted(store.stored_conflicts(root).items()):
         for seq in sorted(seqs):
             report.problems.append(f"{make_event_id(run_id, producer, attempt, seq)}: a different event with this id is in "
@@ -150,6 +169,42 @@ def verify(root: str | Path) -> Report:
         report.quarantined += t.num_rows
         report.quarantine_reasons.update(re.sub(r"\d+", "N", r)[:90] for r in t.column(0).to_pylist())
     return report
+
+
+def _check_heads(root: Path, links: list[tuple], report: Report) -> None:
+    """Every chain reaches the head the ledger recorded for it (see ledger.heads): its tail, the whole
+    chain, or the whole run cannot be gone unnoticed."""
+    stored: dict[tuple, dict[int, str]] = {}
+    for run_id, producer, attempt, seq, _, h, _ in links:
+        stored.setdefault((run_id, producer, attempt), {})[seq] = h
+    runs = {chain[0] for chain in stored}
+    if not heads.recorded(root):
+        if runs:
+            report.problems.append(f"{root}: no chain heads recorded ({heads.HEADS_DIR}/ is missing), so a chain cut short "
+                                   "cannot be found; a root from before heads were recorded gets them when a ledger "
+                                   "next serves it")
+        return
+    recorded, unreadable = heads.read_all(root)
+    report.problems += unreadable
+    for run_id in sorted(runs - recorded.keys()):
+        if not heads.run_file(root, run_id).exists():
+            report.problems.append(f"run {run_id}: events are stored but no chain heads are recorded for it "
+                                   f"({heads.run_file(root, run_id).relative_to(root)} is missing)")
+    for run_id, chains in sorted(recorded.items()):
+        for (producer, attempt), (seq, h) in sorted(chains.items()):
+            chain = f"{run_id}:{producer}:{attempt}"
+            have = stored.get((run_id, producer, attempt))
+            if not have:
+                report.problems.append(f"chain {chain}: the ledger stored it up to seq {seq}, but none of it is here "
+                                       "(deleted?)")
+            elif seq not in have:
+                report.problems.append(f"chain {chain}: the ledger stored it up to seq {seq}, but it ends at seq "
+                                       f"{max(have)} here (cut short?)")
+            elif have[seq] != h:
+                report.problems.append(f"{make_event_id(run_id, producer, attempt, seq)}: its hash is not the one the ledger "
+                                       f"recorded as the head of {chain} (replaced?)")
+    report.heads = {f"{run}:{p}:{a}": {"seq": s, "hash": h}
+                    for run, chains in recorded.items() for (p, a), (s, h) in chains.items()}
 
 
 def repair(root: str | Path) -> tuple[dict[str, int], list[str]]:

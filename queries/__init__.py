@@ -16,7 +16,9 @@ from pathlib import Path
 import duckdb
 
 from ledger.events import KINDS
-from ledger.store import ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema, event_files, quarantine_files
+from ledger.store import (
+    ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema, event_files, event_glob, quarantine_files, quarantine_glob,
+)
 
 HERE = Path(__file__).parent
 # what each statement of views.sql defines
@@ -79,13 +81,13 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None) -> str:
         kinds_sql = {k: _scan_files(files.get(k, []), arrow_schema(k)) for k in KINDS}
     else:
         kinds_sql = {
-            k: _scan(root / "events" / f"kind={k}" / "*" / "*.parquet", bool(event_files(root, k)), arrow_schema(k))
+            k: _scan(event_glob(root, k), bool(event_files(root, k)), arrow_schema(k))
             for k in KINDS
         }
     all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
     sql = sql.replace("{{all_kinds}}", all_kinds)
-    sql = sql.replace("{{events_glob}}", _sql_str(str(root / "events" / "*" / "*" / "*.parquet")))
-    sql = sql.replace("{{quarantine}}", _scan(root / "quarantine" / "*.parquet", bool(quarantine_files(root)), QUARANTINE_SCHEMA))
+    sql = sql.replace("{{events_glob}}", _sql_str(str(event_glob(root))))  # (the files verify reads: store.event_glob)
+    sql = sql.replace("{{quarantine}}", _scan(quarantine_glob(root), bool(quarantine_files(root)), QUARANTINE_SCHEMA))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
     return sql
 

@@ -73,6 +73,43 @@ def ledger_process(tmp_path, nats_server, root):
     lp.kill()
 
 
+class _Fetched:
+    def __init__(self, rows: list[tuple]) -> None:
+        self.rows = rows
+
+    def fetchone(self) -> tuple | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple]:
+        return self.rows
+
+
+class Reader:
+    """`queries.connect(root)` for a root that a live ledger writes and compacts: a query that meets a
+    file compacted away between the listing and the read is asked again on a fresh connection. (The
+    race is real for every reader of today's plain-Parquet layout: issue 17's table snapshots end it.)"""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def execute(self, sql: str, params: list | None = None) -> _Fetched:
+        import queries
+
+        for attempt in range(50):
+            try:
+                con = queries.connect(self.root)
+                return _Fetched((con.execute(sql, params) if params is not None else con.execute(sql)).fetchall())
+            except duckdb.IOException:
+                if attempt == 49:
+                    raise
+                time.sleep(0.05)
+        raise AssertionError("unreachable")
+
+
+def reader(root: Path) -> Reader:
+    return Reader(root)
+
+
 def wait_for_count(root: Path, sql: str, expected: int, timeout: float = 120) -> int:
     """Poll a count query over the ledger until it reaches `expected` (or time runs out)."""
     import queries

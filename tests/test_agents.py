@@ -19,18 +19,18 @@ STEPS = 400
 def make_run(root, run_id="r", *, step_time=lambda k: 1.0, planned=1000.0, deadline=None, steps=60,
              drop=lambda k: 0.01, cf=(1.1, 1.15), dispatch="capacity", probe=None, grad=lambda k: 1.0,
              skipped_steps=(), checkpoints=(10, 30), forecasts=(), loss=lambda k: 3.0, finished=False,
-             last_event_age_s=0.0):
+             last_event_age_s=0.0, fpt=None):
     led = Ledger(root)
     t = T0
     led.emit(run_id, "run_started", {
         "config": {}, "config_hash": "0" * 64, "token_budget": STEPS * TPS, "tokens_per_step": TPS,
         "schedule": make_schedule(1e-3, 10, STEPS, 0.05, tokens_per_step=TPS),
-        "planned_tokens_per_s": planned, "deadline_s": deadline}, 0, t)
+        "planned_tokens_per_s": planned, "deadline_s": deadline, "flops_per_token": fpt and fpt(0)}, 0, t)
     for k in range(1, steps + 1):
         t += timedelta(seconds=step_time(k))
         sk = k in skipped_steps
         led.emit(run_id, "step", {"loss": None if sk else loss(k), "grad_norm": grad(k), "lr": 1e-3, "tokens": TPS,
-                                  "step_time_s": step_time(k), "skipped": sk}, k, t)
+                                  "step_time_s": step_time(k), "skipped": sk, "flops_per_token": fpt and fpt(k)}, k, t)
         led.emit(run_id, "drops", {"dispatch": dispatch, "assignments": 1000, "dropped": int(drop(k) * 1000),
                                    "drop_fraction": drop(k), "cf_send": cf[0], "cf_recv": cf[1], "seq_len": 64}, k, t)
         if probe is not None:
@@ -66,6 +66,17 @@ def test_throughput_is_quiet_on_plan_and_only_alerts_after_the_first_quarter(tmp
     late = make_run(tmp_path / "b", step_time=lambda k: 2.0, steps=150)  # 150/400 steps: past 25%
     [a] = actions_of(late, throughput)
     assert a.kind == "alert"
+
+
+def test_throughput_holds_an_extended_run_to_its_flop_rate_not_its_old_tokens_per_s(tmp_path):
+    """From step 20 the run trains at a length whose token costs twice the FLOPs: half the tokens/s of the
+    plan, the planned FLOP rate exactly. Healthy: quiet. At half the FLOP rate too: it acts (issue 14)."""
+    extended = lambda k: 1e6 if k < 20 else 2e6  # noqa: E731  FLOPs per token
+    healthy = make_run(tmp_path / "healthy", step_time=lambda k: 1.0 if k < 20 else 2.0, fpt=extended)
+    assert actions_of(healthy, throughput) == []
+    slow = make_run(tmp_path / "slow", step_time=lambda k: 1.0 if k < 20 else 4.0, fpt=extended)
+    [a] = actions_of(slow, throughput)
+    assert a.action == "set_token_horizon"
 
 
 def test_drops_raise_the_capacity_factor_then_go_dropless(tmp_path):

@@ -12,14 +12,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import REPO, wait_for_count
+from conftest import REPO, reader, wait_for_count
 from ledger.replay import replay_run
 from queries.audit import run_suite
-import queries
 
 TINY_TOKENS_PER_STEP = 512
 
@@ -58,7 +56,7 @@ def test_a_slow_first_quarter_shortens_the_horizon_and_the_worker_obeys(tmp_path
                "--planned-tokens-per-s", str(planned), "--threshold", "window_steps=3")
     assert rc == 0, (tmp_path / "train-slowrun.log").read_text()[-3000:]
     assert wait_for_count(root, "select count(*) from runs_finished where run_id = 'slowrun'", 1) == 1
-    con = queries.connect(root)
+    con = reader(root)
     [(did, params, evidence)] = con.execute(
         "select decision_id, params, evidence from decisions where run_id = 'slowrun' and action = 'set_token_horizon'").fetchall()
     new_horizon = json.loads(params)["horizon_steps"]
@@ -88,7 +86,7 @@ def test_planted_high_drops_get_a_capacity_decision_and_drop_less_after(tmp_path
                "--set", "moe.cf_recv=0.5", "--planned-tokens-per-s", str(planned), "--threshold", "window_steps=3")
     assert rc == 0, (tmp_path / "train-droprun.log").read_text()[-3000:]
     assert wait_for_count(root, "select count(*) from runs_finished where run_id = 'droprun'", 1) == 1
-    con = queries.connect(root)
+    con = reader(root)
     applied = con.execute("""select a.step, d.action from decisions_applied a join decisions d using (decision_id)
                              where a.run_id = 'droprun' and a.status = 'applied' order by a.step""").fetchall()
     assert applied and all(a in ("set_capacity_factor", "set_dispatch") for _, a in applied), applied

@@ -23,7 +23,7 @@ import nats
 import pytest
 
 import queries
-from conftest import REPO, LedgerProcess, runledger, wait_for_count
+from conftest import LedgerProcess, REPO, reader, runledger, wait_for_count
 from ledger import bus, natsserver
 from ledger.events import InvalidEvent, canonical_json, check_envelope, parse_json, seal, seal_many, subject_for
 from ledger.service import Ledger
@@ -96,7 +96,7 @@ def test_json_the_contract_allows_is_stored_exactly_and_json_it_forbids_is_quara
     assert wait_for_count(root, "select count(*) from quarantine", len(hostile)) == len(hostile)
     assert wait_for_count(root, "select count(*) from runs", 3) == 3
     assert ledger_process.proc.poll() is None, "the ledger stopped"
-    con = queries.connect(root)
+    con = reader(root)
     stored = con.execute("select producer, payload, config from runs order by stream_seq, seq").fetchall()
     assert [p for p, _, _ in stored] == ["worker-0", "worker-1", "worker-1"]
     for _, payload, config in stored:  # the digits as sent, in the payload text and its typed column

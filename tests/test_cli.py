@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, runledger, wait_for_count
+from conftest import REPO, reader, runledger, wait_for_count
 from ledger.events import seal
 from test_verify_replay import build_run
 from tools.cli import main
@@ -125,11 +125,10 @@ def test_publish_reports_bad_lines_and_publishes_every_valid_one(ledger_process,
     ledger_process.start()
     n = wait_for_count(root, "select count(*) from steps where run_id = 'pub-run'", len(valid_ids), timeout=60)
     assert n == len(valid_ids)
-    import queries
 
-    stored = sorted(r[0] for r in queries.connect(root).execute("select event_id from steps").fetchall())
+    stored = sorted(r[0] for r in reader(root).execute("select event_id from steps").fetchall())
     assert stored == sorted(valid_ids)
-    assert queries.connect(root).execute("select count(*) from quarantine").fetchone() == (0,)
+    assert reader(root).execute("select count(*) from quarantine").fetchone() == (0,)
     assert ledger_process.terminate() == 0
 
 

@@ -6,7 +6,6 @@ import copy
 import json
 import math
 import string
-from pathlib import Path
 
 import pytest
 import rfc8785

@@ -11,8 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-import queries
-from conftest import wait_for_count
+from conftest import reader, wait_for_count
 from ledger import service
 from ledger.emitter import Emitter
 from queries.audit import run_suite
@@ -79,7 +78,7 @@ def test_forecasts_reach_the_ledger_and_the_audit_compares_them(nats_server, roo
         loop.call_soon_threadsafe(stop.set)
         thread.join(60)
 
-    con = queries.connect(root)
+    con = reader(root)
     stored = con.execute("select producer, attempt, count(*), min(self_check_error), max(self_check_error) "
                          "from forecasts where run_id = 'target' and target_run = 'target' group by all").fetchall()
     assert stored == [("ladder", 0, 20, pytest.approx(worst), pytest.approx(worst))]
@@ -106,7 +105,7 @@ def test_rungs_are_tagged_and_read_back_from_the_ledger(nats_server, root):
     assert [c.complete for c in curves] == [True, False]
     assert [len(c.tokens) for c in curves] == [cfg.steps, 7] and curves[1].reached == pytest.approx(7 / cfg.steps)
 
-    con = queries.connect(root)
+    con = reader(root)
     tags = con.execute("select run_id, ladder ->> 'name', (ladder ->> 'rung')::int, ladder ->> 'target' "
                        "from runs order by run_id").fetchall()
     assert tags == [("lad-r0", "lad", 0, "target"), ("lad-r1", "lad", 1, "target")]

@@ -15,11 +15,10 @@ import time
 
 import nats
 
-from conftest import REPO, runledger, wait_for_count
+from conftest import REPO, reader, runledger, wait_for_count
 from ledger import bus
 from ledger.events import seal, subject_for
 from ledger.natsserver import NatsServer
-import queries
 
 
 def start_producer(nats_url, spool, run_id, producer, count, rate=0.0) -> subprocess.Popen:
@@ -32,7 +31,7 @@ def start_producer(nats_url, spool, run_id, producer, count, rate=0.0) -> subpro
 
 def counts(root, run_id=None) -> tuple[int, int]:
     where = f"where run_id = '{run_id}'" if run_id else ""
-    return queries.connect(root).execute(f"select count(*), count(distinct event_id) from steps {where}").fetchone()
+    return reader(root).execute(f"select count(*), count(distinct event_id) from steps {where}").fetchone()
 
 
 def test_ledger_sigkilled_three_times_stores_every_event_once(tmp_path, nats_server, root, ledger_process):
@@ -50,7 +49,7 @@ def test_ledger_sigkilled_three_times_stores_every_event_once(tmp_path, nats_ser
     assert wait_for_count(ledger_process.root, "select count(*) from steps", 50_000) == 50_000
     assert ledger_process.terminate() == 0  # SIGTERM: drains and exits 0
     assert counts(root) == (50_000, 50_000)
-    assert queries.connect(root).execute("select count(*) from events").fetchone()[0] == 50_000
+    assert reader(root).execute("select count(*) from events").fetchone()[0] == 50_000
     result = runledger("verify", "--root", str(root))
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -149,7 +148,7 @@ def test_malformed_messages_are_quarantined_and_valid_ones_stored(root, nats_ser
     assert wait_for_count(root, "select count(*) from quarantine", 1_000) == 1_000
     assert wait_for_count(root, "select count(*) from steps", 1_000) == 1_000
     assert ledger_process.proc.poll() is None, "the service stopped"
-    con = queries.connect(root)
+    con = reader(root)
     reasons = [r[0] for r in con.execute("select reason from quarantine order by stream_seq").fetchall()]
     for (_, data, expected), reason in zip(bad, reasons):
         assert expected in reason, (expected, reason)

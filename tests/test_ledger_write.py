@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import queries
+from conftest import reader
 from ledger import service
 from ledger.events import seal, subject_for
 
@@ -33,7 +33,7 @@ def test_a_failed_write_is_retried_without_writing_twice(root):
     assert decoded.written_groups == {("step", "run-a")}
     blocker.unlink()
     ledger.write(decoded)  # the retry writes run-b only
-    con = queries.connect(root)
+    con = reader(root)
     assert con.execute("select run_id, count(*) from steps group by 1 order by 1").fetchall() == [("run-a", 50), ("run-b", 50)]
     assert ledger.counters.stored == 100
 
@@ -47,7 +47,7 @@ def test_redelivered_events_are_recognised_after_a_restart(root):
     assert len(decoded.events) == 10 and not decoded.rejected
     again.write(decoded)
     assert again.counters.duplicates == 20
-    assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (30, 30)
+    assert reader(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (30, 30)
 
 
 def test_a_conflicting_event_with_a_stored_id_is_quarantined(root):
@@ -74,7 +74,7 @@ def test_compaction_waits_for_a_quiet_moment_unless_files_pile_up(root, monkeypa
     for i in range(20, 44):  # busy again: the 24th new file is one too many to wait for
         ledger.write(ledger.decode(msgs[i:i + 1]))
         assert ledger.counters.compactions == (2 if i == 43 else 1)
-    assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (44, 44)
+    assert reader(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (44, 44)
 
 
 def test_one_bad_payload_in_a_batch_is_named_and_the_rest_stored(root):

@@ -14,11 +14,10 @@ import time
 
 import pytest
 
-from conftest import REPO, LedgerProcess, runledger, wait_for_count
+from conftest import LedgerProcess, REPO, reader, runledger, wait_for_count
 from ledger import bus, locks, natsserver
 from ledger.emitter import Emitter, next_attempt
 from tools.produce import step_payload
-import queries
 
 
 def wait_serving(lp: LedgerProcess, timeout: float = 60) -> None:
@@ -62,7 +61,7 @@ def test_two_hosts_on_one_chain_are_both_told_and_the_clash_is_quarantined(tmp_p
     assert a.conflicts == b.conflicts == set(range(200))
 
     root = ledger_process.root
-    con = queries.connect(root)
+    con = reader(root)
     stored = con.execute("select count(*), count(distinct event_id) from steps_all where run_id = 'dup'").fetchone()
     clashed = con.execute("select count(*) from quarantine where reason like '%conflicting event%'").fetchone()[0]
     assert stored == (200, 200) and clashed == 200  # nothing silently gone: 400 = 200 stored + 200 quarantined
@@ -91,7 +90,7 @@ def test_eight_processes_with_no_producer_name_store_every_event_once(tmp_path, 
         assert p.wait(180) == 0, p.stderr.read()
     root = ledger_process.root
     assert wait_for_count(root, "select count(*) from steps_all", 2_400) == 2_400
-    con = queries.connect(root)
+    con = reader(root)
     assert con.execute("select count(distinct event_id), count(distinct producer) from steps_all").fetchone() == (2_400, 8)
     assert runledger("verify", "--root", str(root)).returncode == 0
 

@@ -14,13 +14,12 @@ import socket
 import threading
 import time
 
-from conftest import LedgerProcess, runledger, wait_for_count
+from conftest import LedgerProcess, reader, runledger, wait_for_count
 from test_ledger_integration import start_producer
 from ledger import bus, service
 from ledger.emitter import Emitter
 from ledger.events import STREAM
 from tools.produce import step_payload
-import queries
 
 
 def lock_holder(root) -> int | None:
@@ -116,7 +115,7 @@ def test_two_ledgers_on_one_root_without_the_lock_store_twice_and_verify_repair_
     t.start()
     t.join(60)
     assert not t.is_alive()
-    assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (2_000, 1_000)
+    assert reader(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (2_000, 1_000)
 
     report = runledger("verify", "--root", str(root))
     assert report.returncode == 1
@@ -125,7 +124,7 @@ def test_two_ledgers_on_one_root_without_the_lock_store_twice_and_verify_repair_
     repaired = runledger("verify", "--repair", "--root", str(root))
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "removed 1000 duplicate rows of 1000 events" in repaired.stdout
-    assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (1_000, 1_000)
+    assert reader(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (1_000, 1_000)
     assert runledger("verify", "--root", str(root)).returncode == 0
 
 
@@ -164,7 +163,7 @@ def test_two_operators_sigkilling_and_restarting_ledgers_store_each_event_once(t
             assert p.wait(180) == 0, p.stderr.read()
         assert wait_for_count(root, "select count(*) from steps_all", 16_000) == 16_000
         assert refused == 2
-        assert queries.connect(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (16_000, 16_000)
+        assert reader(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (16_000, 16_000)
         assert runledger("verify", "--root", str(root)).returncode == 0
     finally:
         a.kill()

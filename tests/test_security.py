@@ -13,11 +13,10 @@ import logging
 import nats
 import pytest
 
-from conftest import LedgerProcess, wait_for_count
+from conftest import LedgerProcess, reader, wait_for_count
 from ledger import bus, natsserver
 from ledger.emitter import Emitter
 from ledger.events import seal, subject_for
-import queries
 
 STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.1}
 DECISION = {"decision_id": "d1", "agent": "rogue", "rule": "none", "action": "checkpoint_now", "rationale": "test"}
@@ -65,7 +64,7 @@ def test_a_worker_publishes_its_own_run_and_nothing_else(secure, tmp_path, caplo
     assert "runledger.r2.step" in other.refused
 
     assert wait_for_count(root, "select count(*) from steps", 20) == 20
-    con = queries.connect(root)
+    con = reader(root)
     assert con.execute("select count(*) from decisions").fetchone()[0] == 0
     assert con.execute("select count(*) from steps where run_id = 'r2'").fetchone()[0] == 0
 
@@ -98,7 +97,7 @@ def test_the_ledger_and_readers_cannot_publish_events(secure, role):
 
     asyncio.run(try_publish())
     assert any("permissions violation for publish" in e.lower() for e in errors), errors
-    assert queries.connect(root).execute("select count(*) from events").fetchone()[0] == 0
+    assert reader(root).execute("select count(*) from events").fetchone()[0] == 0
 
 
 def test_a_wrong_password_is_refused(secure):

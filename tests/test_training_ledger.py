@@ -5,14 +5,13 @@ parent and starts after the parent's checkpoint."""
 
 from __future__ import annotations
 
-import queries
 from ledger.replay import replay_run
-from conftest import wait_for_count
+from conftest import reader, wait_for_count
 from tools.cli import main as runledger_main
 
 
 def _count(root, sql):
-    return queries.connect(root).execute(sql).fetchone()[0]
+    return reader(root).execute(sql).fetchone()[0]
 
 
 def test_a_tiny_run_and_its_resumed_attempt_land_complete_in_the_ledger(root, nats_server, ledger_process):

@@ -13,15 +13,23 @@ from training.config import MoEConfig, TrainConfig
 from training.model import attention, forward, init_params, rms_norm
 
 
-def reference_accounting(top_e: np.ndarray, E: int, S: int, W: int, cf_send: float, cf_recv: float):
+def ceil_hundredths(cf: float, a: int, parts: int) -> int:
+    """ceil(cf * a / parts) in integers, cf read as a whole number of hundredths (every factor here is)."""
+    hundredths = round(cf * 100)
+    assert hundredths == cf * 100 or abs(hundredths - cf * 100) < 1e-9
+    return -(-hundredths * a // (100 * parts))
+
+
+def reference_accounting(top_e: np.ndarray, E: int, S: int, W: int, cf_send: float, cf_recv: float,
+                         wave_order: str = "in_order"):
     """Pooled-wave accounting written as plain loops over shards, assignments and arrivals.
 
     Returns (kept [T, k] bool, sender drops, receiver drops)."""
     T, k = top_e.shape
     n, e_local = T // S, E // S
     A = n * k
-    pool = math.ceil(cf_send * A / (S * W))
-    cap = math.ceil(cf_recv * A / (e_local * W))
+    pool = ceil_hundredths(cf_send, A, S * W)
+    cap = ceil_hundredths(cf_recv, A, e_local * W)
     kept = np.zeros((T, k), bool)
     arrivals = {}  # (receiver expert, wave) -> list of (sender, sender rank, token, slot)
     sender_dropped = 0
@@ -36,7 +44,8 @@ def reference_accounting(top_e: np.ndarray, E: int, S: int, W: int, cf_send: flo
                 if rank >= W * pool:
                     sender_dropped += 1
                     continue
-                arrivals.setdefault((e, rank // pool), []).append((s, rank, t, j))
+                wave = rank // pool if wave_order == "in_order" else rank % W
+                arrivals.setdefault((e, wave), []).append((s, rank, t, j))
     receiver_dropped = 0
     for items in arrivals.values():
         for i, (_, _, t, j) in enumerate(sorted(items)):  # by sender, then sender rank
@@ -78,23 +87,37 @@ def _experts(key, E, d, f):
             "w2": jax.random.normal(k3, (E, f, d)) / math.sqrt(f)}
 
 
-@pytest.mark.parametrize("S,W,cf_send,cf_recv,skew", [
-    (2, 3, 1.10, 1.15, 0.5), (4, 3, 1.10, 1.15, 1.0), (4, 2, 1.0, 1.0, 0.3), (1, 3, 1.10, 1.15, 0.5), (2, 1, 1.25, 1.0, 2.0),
+@pytest.mark.parametrize("S,W,cf_send,cf_recv,skew,order", [
+    (2, 3, 1.10, 1.15, 0.5, "in_order"), (4, 3, 1.10, 1.15, 1.0, "in_order"), (4, 2, 1.0, 1.0, 0.3, "in_order"),
+    (1, 3, 1.10, 1.15, 0.5, "in_order"), (2, 1, 1.25, 1.0, 2.0, "in_order"), (4, 3, 1.10, 1.15, 1.0, "round_robin"),
+    (2, 3, 1.0, 1.0, 0.3, "round_robin"),
 ])
-def test_capacity_accounting_and_output_match_the_numpy_reference(S, W, cf_send, cf_recv, skew):
+def test_capacity_accounting_and_output_match_the_numpy_reference(S, W, cf_send, cf_recv, skew, order):
     rng = np.random.default_rng(S * 100 + W)
     T, E, k, d = 96, 8, 2, 8
-    cfg = MoEConfig(n_experts=E, top_k=k, shards=S, waves=W, cf_send=cf_send, cf_recv=cf_recv)
+    cfg = MoEConfig(n_experts=E, top_k=k, shards=S, waves=W, cf_send=cf_send, cf_recv=cf_recv, wave_order=order)
     experts = _experts(jax.random.key(S), E, d, 16)
     for _ in range(3):  # several random routings
         top_e = random_routing(rng, T, E, k, skew)
         gates = rng.dirichlet(np.ones(k), size=T).astype(np.float32)
         x_lat = rng.normal(size=(T, d)).astype(np.float32)
-        kept, s_ref, r_ref = reference_accounting(top_e, E, S, W, cf_send, cf_recv)
+        kept, s_ref, r_ref = reference_accounting(top_e, E, S, W, cf_send, cf_recv, order)
         out, s_drop, r_drop = capacity_dispatch(jnp.asarray(x_lat), jnp.asarray(top_e), jnp.asarray(gates), experts, cfg=cfg)
         assert (int(s_drop), int(r_drop)) == (s_ref, r_ref)
         assert s_ref + r_ref == (~kept).sum()
         np.testing.assert_allclose(np.asarray(out), dense_reference(x_lat, top_e, gates, experts, kept), atol=2e-4)
+
+
+def test_capacities_are_integer_exact():
+    """ceil(1.1 * 50) is 55; the float product 55.00000000000001 gave 56 (and ~4% of shapes were off by one)."""
+    assert moe.capacities(25, 2, 8, 1, 1, 1.10, 1.15)[0] == 55  # pool = ceil(1.1 * 50 / 1)
+    off = 0
+    for n_local in range(1, 400):
+        for S, W, E in ((1, 1, 8), (2, 3, 8), (4, 3, 8), (2, 1, 4), (8, 2, 64)):
+            got = moe.capacities(n_local, 2, E, S, W, 1.10, 1.15)
+            want = (ceil_hundredths(1.10, 2 * n_local, S * W), ceil_hundredths(1.15, 2 * n_local, (E // S) * W))
+            off += got != want
+    assert off == 0
 
 
 def test_some_reference_routings_drop_at_both_stages():

@@ -41,3 +41,31 @@ def test_a_longer_horizon_and_a_decision_during_warmup():
     assert lr_at(20, **early) == pytest.approx(2e-3) and lr_at(300, **early) == pytest.approx(1e-4)
     with pytest.raises(ValueError):
         retime(s, 50, 50)
+
+
+def test_a_horizon_inside_warmup_or_not_ahead_is_refused():
+    """Applied, a horizon at step 3 of a 20-step warmup would climb to 0.15x peak, then drop to the floor."""
+    from training.config import PRESETS
+    from training.decisions import apply_decision
+
+    s = make_schedule(peak_lr=2e-3, warmup_steps=20, horizon_steps=100)
+    with pytest.raises(ValueError, match="inside warmup"):
+        retime(s, 5, 12)
+    for at, horizon in ((5, 12), (5, 20), (30, 30), (30, 10)):
+        decision = {"decision_id": "d", "action": "set_token_horizon", "params": {"horizon_steps": horizon}}
+        cfg, new, applied, _ = apply_decision(decision, at, PRESETS["tiny"], s)
+        assert applied["status"] == "refused" and new is s, (at, horizon)
+        assert str(horizon) in applied["reason"]
+    ok = apply_decision({"decision_id": "d", "action": "set_token_horizon", "params": {"horizon_steps": 21}},
+                        5, PRESETS["tiny"], s)[2]
+    assert ok["status"] == "applied"
+
+
+def test_the_train_cli_refuses_a_horizon_inside_warmup(tmp_path, caplog):
+    """`runledger train --horizon-steps 3` on `tiny` (5 warmup steps): one line and exit 2, no training."""
+    from tools.cli import main as runledger_main
+
+    rc = runledger_main(["train", "--preset", "tiny", "--run-id", "warm", "--root", str(tmp_path), "--no-emit",
+                         "--no-decisions", "--steps", "1", "--horizon-steps", "3"])
+    assert rc == 2
+    assert "--horizon-steps 3: new horizon 3 is inside warmup" in caplog.text

@@ -10,6 +10,10 @@ times while the producer streams N events —
   worker-sigkill   SIGKILL of the producer, restarted (it resumes from its spool)
   disk-full        the ledger root (a tmpfs) filled up; the ledger stops acking, says so, goes on
                    when space returns (needs root for the tmpfs; skipped with a note otherwise)
+  poison           hostile messages mixed into the stream (`poison_messages`: each once stopped the
+                   ledger or was silently changed), every other time with a SIGKILL of the ledger right
+                   after, so that a fresh ledger meets them again on redelivery; the ledger must
+                   quarantine each and stay up
 Then, per fault: events emitted, stored, lost (emitted, not stored) and duplicated (stored twice),
 and `runledger verify` over the whole ledger. Exit 0 only if nothing was lost or duplicated.
 """
@@ -17,6 +21,7 @@ and `runledger verify` over the whole ledger. Exit 0 only if nothing was lost or
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import random
@@ -31,6 +36,8 @@ from pathlib import Path
 import duckdb
 
 import queries
+from ledger import bus
+from ledger.events import canonical_json, event_hash, make_event_id
 from ledger.natsserver import NatsServer
 from ledger.verify import verify
 
@@ -114,6 +121,15 @@ class Rig:
                 time.sleep(0.1)
         raise RuntimeError("could not read the ledger")
 
+    def quarantined(self, subject: str) -> int:
+        for _ in range(50):
+            try:
+                return queries.connect(self.root).execute(
+                    "select count(*) from quarantine where subject = ?", [subject]).fetchone()[0]
+            except duckdb.IOException:  # a file compacted away while listing: ask again
+                time.sleep(0.1)
+        raise RuntimeError("could not read the ledger")
+
     def close(self) -> None:
         if self.ledger and self.ledger.poll() is None:
             self.ledger.terminate()
@@ -133,6 +149,40 @@ def _mount_tmpfs(path: Path, size_mb: int) -> bool:
     return r.returncode == 0
 
 
+def poison_messages(run_id: str, round_: int) -> list[bytes]:
+    """The poison phase's hostile messages for one round, for `runledger.{run_id}.step` (issue 13)."""
+    payload = {"loss": 2**53 + 1, "grad_norm": 1.0, "lr": 3e-4, "tokens": 8192, "step_time_s": 0.05}
+    env = {"event_id": make_event_id(run_id, "poison", 0, round_), "run_id": run_id, "producer": "poison",
+           "attempt": 0, "seq": round_, "kind": "step", "time": "2026-12-01T00:00:00.000000Z", "step": round_,
+           "schema_version": 1, "prev_hash": "", "payload": payload}
+    env["hash"] = event_hash(env, canonical_json(payload))  # hashed correctly: only the number is wrong
+    deep = b"[" * 1000 + b"]" * 1000
+    return [
+        b"[" + deep + b"]",  # a batch entry nested 1,000 deep (orjson reads it; writing it back raised)
+        canonical_json(env).encode(),  # a float field holding an integer no double equals (Arrow refused it)
+        b"[" + b",".join([b"{}"] * 20_000) + b"]",  # past the entries a batch may hold
+        b'{"run_id": "a", "run_id": "b", "payload": {}}',  # duplicate keys
+        b'{"payload": {"loss": 1e400}}',  # Infinity in disguise
+        b'{"event_id": "\\ud800", "kind": "step"}',  # a lone surrogate
+        b'{"payload": {"config": {"seed": 1000000000000000000000000000000}}}',  # an integer past 64 bits
+        b"\xff\xfe not UTF-8",
+    ]
+
+
+def publish_poison(url: str, run_id: str, round_: int) -> int:
+    async def go() -> int:
+        nc = await bus.connect(url)
+        js = nc.jetstream()
+        await bus.ensure_stream(js)
+        bodies = poison_messages(run_id, round_)
+        for body in bodies:
+            await js.publish(f"runledger.{run_id}.step", body)
+        await nc.close()
+        return len(bodies)
+
+    return asyncio.run(go())
+
+
 def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: random.Random) -> PhaseResult:
     run_id = f"chaos-{fault}"
     t0 = time.monotonic()
@@ -142,7 +192,7 @@ def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: 
     gap = duration / (faults + 1)
     prod = rig.producer(run_id, events, rate)
     note = ""
-    injected = 0
+    injected = poisoned = 0
     for _ in range(faults):
         time.sleep(gap * rng.uniform(0.6, 1.0))
         if fault == "ledger-sigkill":
@@ -156,6 +206,11 @@ def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: 
             prod.kill()
             prod.wait()
             prod = rig.producer(run_id, events, rate)
+        elif fault == "poison":
+            poisoned += publish_poison(rig.nats.url, run_id, injected)
+            if injected % 2 == 0:  # a fresh ledger meets the poison again, unacked
+                rig.kill_ledger()
+                rig.start_ledger()
         elif fault == "disk-full":
             before = rig.write_failures()
             filler = rig.fill_disk()
@@ -176,6 +231,12 @@ def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: 
     stored, distinct = rig.counts(run_id)
     if fault == "disk-full":
         note = f"ledger said 'cannot write … not acking' {rig.write_failures()} times"
+    if fault == "poison":
+        quarantined = rig.quarantined(f"runledger.{run_id}.step")
+        alive = rig.ledger.poll() is None
+        note = f"{poisoned} poison messages, {quarantined} quarantine rows, ledger {'up' if alive else 'DOWN'}"
+        if not alive or quarantined < poisoned:
+            note += " (FAILED)"
     return PhaseResult(fault, injected, events, stored, distinct, time.monotonic() - t0, note)
 
 
@@ -195,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="runledger-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
-    kinds = args.only or ["ledger-sigkill", "nats-restart", "worker-sigkill", "disk-full"]
+    kinds = args.only or ["ledger-sigkill", "nats-restart", "worker-sigkill", "disk-full", "poison"]
     rig = Rig(base, tmpfs_mb=1024)
     results = []
     try:
@@ -221,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"verify: {'ok' if report.ok else 'FAILED'} ({report.events} events, {len(report.problems)} problems)")
     for problem in report.problems[:10]:
         print(f"  - {problem}")
-    return 0 if report.ok and total.lost == 0 and total.duplicated == 0 else 1
+    failed = any("FAILED" in r.note for r in results)
+    return 0 if report.ok and total.lost == 0 and total.duplicated == 0 and not failed else 1
 
 
 if __name__ == "__main__":

@@ -198,13 +198,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
             removed, left = repair(args.root)
         except locks.Busy as err:
             raise UsageError(f"{err}; stop it before --repair") from None
+        except ValueError as err:  # a file changed since the ledger wrote it: verify says which, repair won't launder it
+            raise UsageError(str(err)) from None
         for eid, n in sorted(removed.items()):
             print(f"repaired: {eid}: removed {n} identical extra cop{'y' if n == 1 else 'ies'}")
         for eid in left:
             print(f"not repaired: {eid}: stored more than once with different content")
         print(f"removed {sum(removed.values())} duplicate rows of {len(removed)} events")
     report = verify(args.root)
-    print(report.text())
+    if args.format == "json":  # one line: the summary, the problems and the chain heads (for publishing)
+        print(json.dumps(report.summary()))
+    else:
+        print(report.text())
     return 0 if report.ok else 1
 
 
@@ -298,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_root(s)
     s.add_argument("--repair", action="store_true",
                    help="first remove second copies of events stored twice with identical content (no ledger may serve the root)")
+    s.add_argument("--format", choices=["text", "json"], default="text",
+                   help="json: one line with the counts, the problems and every chain's recorded head")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("schema", help="JSON Schema of every event kind")

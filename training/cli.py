@@ -182,7 +182,11 @@ def run(args) -> int:
         return 2
     if args.horizon_steps is not None:
         sched = start.schedule or _default_schedule(cfg)
-        start = dataclasses.replace(start, schedule=retime(sched, start.step + 1, args.horizon_steps))
+        try:  # a horizon inside warmup, or not after the next step, is refused (training.schedule.retime)
+            start = dataclasses.replace(start, schedule=retime(sched, start.step + 1, args.horizon_steps))
+        except ValueError as err:
+            log.error("--horizon-steps %d: %s", args.horizon_steps, err)
+            return 2
 
     emitter = None
     if args.emit:

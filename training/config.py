@@ -38,12 +38,15 @@ class MoEConfig:
     waves: int = 3  # W, Marin's pooled-wave transport
     cf_send: float = 1.10  # Marin defaults
     cf_recv: float = 1.15
+    wave_order: str = "in_order"  # "in_order" (Marin's: rank // pool) | "round_robin" (rank % W); see training.moe
     lb_coef: float | None = 0.01  # load-balancing loss E * sum f_e * p_e
     router_z_coef: float | None = 1e-3  # mean(logsumexp(router logits)^2)
 
     def __post_init__(self) -> None:
         if self.dispatch not in ("capacity", "dropless"):
             raise ValueError(f"dispatch must be 'capacity' or 'dropless', not {self.dispatch!r}")
+        if self.wave_order not in ("in_order", "round_robin"):
+            raise ValueError(f"wave_order must be 'in_order' or 'round_robin', not {self.wave_order!r}")
         if self.n_experts % self.shards:
             raise ValueError(f"n_experts {self.n_experts} must divide into {self.shards} shards")
 

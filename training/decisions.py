@@ -48,6 +48,9 @@ def apply_decision(decision: dict, step: int, cfg: TrainConfig, schedule: dict) 
                 horizon = horizon_steps_for_tokens(int(params["horizon_tokens"]), int(schedule["tokens_per_step"]))
             if horizon <= step:
                 return refuse(f"horizon step {horizon} is not after the next step {step}")
+            if horizon <= int(schedule["warmup_steps"]):
+                return refuse(f"horizon step {horizon} is inside warmup (it ends at step {schedule['warmup_steps']}): "
+                              "the lr would climb and then fall to the floor in one step")
             new = retime(schedule, step, horizon)
             before = {k: schedule.get(k) for k in new}
             return cfg, new, {**base, "status": "applied", "before": before, "after": new}, False

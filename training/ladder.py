@@ -8,14 +8,15 @@ optimizer, data), each trained for the tokens that keep the tokens per active pa
 the ladder (the target's ratio by default: the target is the ladder's next rung, as in Marin's
 ladders), so compute grows with the square of the active parameters. Each rung's
 loss curve is recorded as its worker emits it (a rung that dies keeps what it reached); the fit
-itself is `training.ladder_fit`. Forecasts are emitted by producer `ladder` on the target run's
-subjects, one per fraction; a re-run forecasts as the next attempt, and the audits read the latest.
+itself is `training.ladder_fit` (E fitted by default, a fixed E the option). Forecasts are emitted
+by producer `ladder` on the target run's subjects, one per fraction; a re-run forecasts as the next attempt, and the audits read the latest.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from training.config import TrainConfig, preset
 from training.flops import active_params, flops_per_token
-from training.ladder_fit import DEFAULT_E, FRACTIONS, Curve, Forecast, forecast, self_check
+from training.ladder_fit import FRACTIONS, Curve, Forecast, forecast, self_check
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class LadderResult:
     forecasts: list[Forecast]
     self_check_error: float | None
     self_check_errors: dict[str, float] = field(default_factory=dict)
+    refusals: dict[float, str] = field(default_factory=dict)  # fraction -> why no forecast there
 
 
 def tokens_per_param(cfg: TrainConfig) -> float:
@@ -111,8 +113,22 @@ class RungEmitter:
                      complete=complete)
 
 
-def next_attempt(spool_dir: str | Path, run_id: str, producer: str) -> int:
-    """The next attempt number of (run, producer): one past the spooled attempts on this machine."""
+def next_attempt(spool_dir: str | Path, run_id: str, producer: str, nats_url: str | None = None,
+                 wait_s: float = 15.0) -> int:
+    """The next attempt number of (run, producer). With NATS, the ledger's answer: one past every attempt
+    it has stored and every one spooled here (`ledger.emitter.next_attempt`), waiting up to `wait_s` for
+    a ledger to answer, then RuntimeError. Without NATS (nothing is emitted), one past the spooled ones."""
+    if nats_url is not None:
+        from ledger.emitter import next_attempt as ask_ledger
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return ask_ledger(run_id, producer, nats_url, spool_dir)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
     d = Path(spool_dir) / run_id / producer
     done = [int(p.name) for p in d.glob("*") if p.name.isdigit()] if d.exists() else []
     return max(done) + 1 if done else 0
@@ -132,7 +148,7 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
     peak = peak_flops if peak_flops is not None else measure_peak_flops()
     curves = []
     for r in rungs:
-        attempt = next_attempt(spool, r.run_id, "worker-0")
+        attempt = next_attempt(spool, r.run_id, "worker-0", nats_url)
         inner = Emitter(r.run_id, "worker-0", attempt, nats_url, spool) if nats_url else None
         tag = {"name": ladder, "rung": r.index, "target": target_run, "preset": r.preset,
                "tokens_per_active_param": tpp}
@@ -173,9 +189,13 @@ def curves_from_ledger(root: str | Path, run_ids: list[str]) -> list[Curve]:
     return curves
 
 
-def fit_ladder(curves: list[Curve], target_flops: float, E: float | None = DEFAULT_E,
-               fractions=FRACTIONS, extra_flags: list[str] | None = None) -> tuple[list[Forecast], float | None, dict]:
-    """A forecast per fraction, and the self-check (worst error, error per rung)."""
+def fit_ladder(curves: list[Curve], target_flops: float, E: float | None = None,
+               fractions=FRACTIONS, extra_flags: list[str] | None = None,
+               refusals: dict[float, str] | None = None) -> tuple[list[Forecast], float | None, dict]:
+    """A forecast per fraction, and the self-check (worst error, error per rung).
+
+    A fraction the rungs cannot forecast is logged (one line, naming the rung) and, when `refusals` is
+    given, recorded there as {fraction: reason}; it is never emitted as a forecast."""
     usable = [c for c in curves if len(c.tokens) >= 2]
     flags = list(extra_flags or [])
     flags += [f"{c.name}: dropped (fewer than 2 finite losses)" for c in curves if len(c.tokens) < 2]
@@ -186,6 +206,8 @@ def fit_ladder(curves: list[Curve], target_flops: float, E: float | None = DEFAU
             f = forecast(usable, target_flops, g, E)
         except ValueError as err:
             log.warning("no forecast at %.0f%%: %s", 100 * g, err)
+            if refusals is not None:
+                refusals[g] = str(err)
             continue
         out.append(dataclasses.replace(f, flags=flags + f.flags))
     return out, worst, errors
@@ -203,7 +225,7 @@ def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> 
     from ledger.emitter import Emitter
 
     spool = Path(root) / "spool"
-    em = Emitter(result.target_run, "ladder", next_attempt(spool, result.target_run, "ladder"), nats_url, spool)
+    em = Emitter(result.target_run, "ladder", next_attempt(spool, result.target_run, "ladder", nats_url), nats_url, spool)
     try:
         for f in result.forecasts:
             em.emit("forecast", forecast_payload(f, result.target_run, result.target_tokens, result.self_check_error))
@@ -214,7 +236,7 @@ def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> 
 
 def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, target_preset: str = "small",
                n_rungs: int = 4, ladder: str | None = None, steps_scale: float = 1.0, tpp: float | None = None,
-               E: float | None = DEFAULT_E, peak_flops: float | None = None,
+               E: float | None = None, peak_flops: float | None = None,
                from_ledger: bool = False, stop_after: dict[int, int] | None = None) -> LadderResult:
     """Train the ladder for `target_run` (or read its rungs back from the ledger), fit it at every 5% of
     training, and emit the forecasts when `nats_url` is given."""
@@ -229,8 +251,10 @@ def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, targe
         curves = train_rungs(rungs, ladder=ladder, target_run=target_run, root=root, nats_url=nats_url, tpp=tpp,
                              peak_flops=peak_flops, stop_after=stop_after)
     target_flops = flops_per_token(target) * target.token_budget
-    forecasts, worst, errors = fit_ladder(curves, target_flops, E)
-    result = LadderResult(ladder, target_run, target_flops, target.token_budget, curves, forecasts, worst, errors)
+    refusals: dict[float, str] = {}
+    forecasts, worst, errors = fit_ladder(curves, target_flops, E, refusals=refusals)
+    result = LadderResult(ladder, target_run, target_flops, target.token_budget, curves, forecasts, worst, errors,
+                          refusals)
     for c in curves:
         log.info("rung %s: %.3g FLOPs planned, reached %.0f%%, self-check error %s", c.name, c.planned_flops,
                  100 * c.reached, f"{errors[c.name]:+.3f}" if c.name in errors else "n/a")

@@ -37,8 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--steps-scale", type=float, default=1.0, help="scale every rung's steps (quick ladders)")
     p.add_argument("--tpp", type=float, default=None,
                    help="tokens per active parameter of every rung (default: the target's)")
-    p.add_argument("--E", type=_e_arg, default=DEFAULT_E,
-                   help=f"irreducible loss, nats/byte, or 'fit' (bounded); default {DEFAULT_E}")
+    p.add_argument("--E", type=_e_arg, default=None,
+                   help=f"irreducible loss in nats/byte (e.g. {DEFAULT_E}: fixed, the band leave-one-rung-out), "
+                        "or 'fit' (the default: fitted, the band carries its uncertainty)")
     p.add_argument("--from-ledger", action="store_true", help="fit the rungs already in the ledger, train nothing")
     p.add_argument("--emit", action=argparse.BooleanOptionalAction, default=True, help="emit events (default on)")
     add_root(p)
@@ -62,7 +63,8 @@ def run(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     if not result.forecasts:
-        log.error("ladder %s: no forecast could be fitted", result.ladder)
+        why = next(iter(result.refusals.values()), "no rung reached any fraction")
+        log.error("ladder %s: no forecast could be fitted: %s", result.ladder, why)
         return 1
     log.info("ladder %s: %d forecasts for %s; self-check error %s", result.ladder, len(result.forecasts),
              result.target_run, "n/a" if result.self_check_error is None else f"{result.self_check_error:.3f}")

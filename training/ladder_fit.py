@@ -1,16 +1,29 @@
 """The ladder's loss forecast, pure numpy: fit L = E + A * C^(-alpha) over the rungs at one fraction g
-of training (C = model FLOPs so far), project the target at g of its compute, and bound it with
-leave-one-rung-out fits.
+of training (C = model FLOPs so far), project the target at g of its compute, and bound it.
 
 Marin's recipe (DESIGN.md, "Forecast"): every rung is read at the same fraction g of its own schedule,
-so that rungs and target are compared at the same point of their learning-rate schedules; E is fixed
-by config (Marin fixes 1.5) or fitted within bounds; A and alpha come from a straight line through
-log(L - E) against log C (polyfit). The band is the min/max of the leave-one-rung-out projections,
-widened to include the full fit's and +-2 jackknife standard errors around it. A rung that died
-partway is kept: its loss past the point it reached is extrapolated from the last 20% of what it did
-(a line of loss against log compute) and flagged. The self-check extrapolates each finished rung's
-60-80% window to its own end with that same tail method; the worst error is part of every
-forecast's record.
+so that rungs and target are compared at the same point of their learning-rate schedules.
+
+E is fitted by default, with the rest of the law: for each E below the lowest loss, A and alpha of
+least squared error in the loss itself (a line through log(L - E) against log C weighted by
+(L - E)^2, refined by Gauss-Newton); the E leaving the least squared error wins. The band is the profile
+likelihood interval of the projection at BAND_LEVEL: every (E, A, alpha) whose squared error is within
+the F-test's reach of the best, projected to the target, so it carries E's uncertainty with A's and
+alpha's. Fewer rungs than that needs are said, never papered over: 2 rungs cannot fit E (refused), 3
+fit it exactly and leave no residual to size a band (the band then spans every E, and says so).
+
+A fixed E (`E=0.6`; Marin fixes 1.5) is the option: A and alpha by polyfit of log(L - E) on log C
+(Marin's fit), and the band is the min/max of the leave-one-rung-out projections, widened to include
+the full fit's and +-2 jackknife standard errors around it. That band knows nothing of E.
+
+What the fitter cannot know it refuses in one line naming the rung (a non-finite loss, compute that
+is not positive, the same loss on every rung, too few rungs for the unknowns) or flags on the forecast
+(E at a bound of its range, alpha <= 0, a rung extrapolated); it never returns NaN.
+
+A rung that died partway is kept: its loss past the point it reached is extrapolated from the last
+20% of what it did (a line of loss against log compute) and flagged. The self-check extrapolates
+each finished rung's 60-80% window to its own end with that same tail method; the worst error is
+part of every forecast's record.
 """
 
 from __future__ import annotations
@@ -19,12 +32,13 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import stats
 
 # Default irreducible loss for our byte-level models, in nats per byte. Marin fixes E = 1.5 nats per
 # *token* of a ~128k-token vocabulary; a byte carries far less. Shannon (1951) puts printed English at
 # about 1 bit per character (0.69 nats); Python source and the generated arithmetic lines of
 # `training.data` are more predictable than prose, so the floor of the mixture sits a little below.
-DEFAULT_E = 0.6
+DEFAULT_E = 0.6  # the fixed-E option's value (the default is to fit E)
 
 FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 21))  # every 5% of training (Marin's checklist)
 TAIL = 0.2  # a crashed rung is extrapolated from the last 20% of what it reached
@@ -34,6 +48,12 @@ SELF_CHECK_WINDOW = (0.6, 0.8)  # ...and the method is checked by extrapolating 
 # jackknife's variance is (n-1)/n * sum of squared deviations): on curves drawn from a known law with
 # 1% noise it held the truth ~50% of the time, the widened band ~85% (tests/test_ladder_fit.py).
 BAND_SE = 2.0
+# The band when E is fitted: a 90% profile-likelihood interval. Issue 14's yardstick: on ladders drawn
+# from Chinchilla's law (5 rungs over 2 decades, 0.5% noise) it should hold the truth at 10x beyond the
+# last rung in about 90% of draws (bench/ladder_law.py measures it).
+BAND_LEVEL = 0.90
+E_GRID = 2001  # E's profile is read on this many points of [e_min, min loss)
+FLAT_REL = 1e-9  # losses closer than this (relative) on every rung are "the same loss"
 SMOOTH = 0.05  # a rung's loss at g: a line through its steps within +-5% of training of g, read at g
 MIN_POINTS = 5  # ...and through at least this many steps (a 12-step rung has 1 within +-5%)
 
@@ -91,41 +111,29 @@ class Forecast:
     points: list[tuple[float, float]] = field(default_factory=list)  # (C, L) of each rung at this g
 
 
-def fit_law(compute, loss, E: float | None = DEFAULT_E, e_min: float = 0.0) -> Law:
-    """Fit L = E + A * C^(-alpha): A, alpha by polyfit of log(L - E) on log C (Marin's fit).
+def check_points(C, L, names: list[str] | None = None, where: str = "") -> None:
+    """Refuse, in one line naming the rung, points no law can be fitted to."""
+    names = names or [f"point {i}" for i in range(len(C))]
+    for name, c, y in zip(names, C, L):
+        if not math.isfinite(y):
+            raise ValueError(f"{name}: loss{where} is {y} (not finite): no law through it")
+        if not (math.isfinite(c) and c > 0):
+            raise ValueError(f"{name}: compute{where} is {c:g} FLOPs (not positive): no law through it")
+    if len(L) >= 2 and np.ptp(L) <= FLAT_REL * np.max(np.abs(L)):
+        raise ValueError(f"{', '.join(names)}: the same loss {L[0]:.6g} on every rung{where}: compute does not "
+                         "move it, so no law can be fitted")
 
-    With `E` None, E is fitted too, bounded to [e_min, min(L)): the E whose log-space line leaves the
-    smallest squared error in loss, found on a grid and refined by golden-section search.
-    """
+
+def fit_law(compute, loss, E: float | None = None, e_min: float = 0.0) -> Law:
+    """Fit L = E + A * C^(-alpha): with `E` None (the default) E too, bounded to [e_min, min(L)), by
+    profile (`profile_E`); with E fixed, A and alpha by polyfit of log(L - E) on log C (Marin's fit)."""
     C, L = np.asarray(compute, dtype=float), np.asarray(loss, dtype=float)
     if len(C) < 2:
         raise ValueError(f"a law needs at least 2 points, got {len(C)}")
+    check_points(C, L)
     if E is not None:
         return _fit_fixed(C, L, E)
-    hi = float(L.min())
-    if not hi > e_min:
-        raise ValueError(f"min loss {hi} is not above the lower bound of E {e_min}")
-    margin = 1e-3 * (hi - e_min)
-
-    def sse(e: float) -> float:
-        law = _fit_fixed(C, L, e)
-        return float(np.sum((law.loss(C) - L) ** 2))
-
-    grid = np.linspace(e_min, hi - margin, 64)
-    errs = [sse(e) for e in grid]
-    i = int(np.argmin(errs))
-    a, b = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    invphi = (math.sqrt(5) - 1) / 2
-    c, d = b - invphi * (b - a), a + invphi * (b - a)
-    for _ in range(40):
-        if sse(c) < sse(d):
-            b, d = d, c
-            c = b - invphi * (b - a)
-        else:
-            a, c = c, d
-            d = a + invphi * (b - a)
-    best = min((grid[i], (a + b) / 2), key=sse)
-    return _fit_fixed(C, L, float(best))
+    return profile_E(C, L, e_min).law
 
 
 def _fit_fixed(C: np.ndarray, L: np.ndarray, E: float) -> Law:
@@ -134,6 +142,97 @@ def _fit_fixed(C: np.ndarray, L: np.ndarray, E: float) -> Law:
         raise ValueError(f"every loss must be above E={E} (min loss {L.min():.4f})")
     slope, intercept = np.polyfit(np.log(C), np.log(gap), 1)
     return Law(E=float(E), A=float(math.exp(intercept)), alpha=float(-slope))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """E's profile: for each E on a grid, the best log(L - E) = a + b (log C - x0) and its squared error."""
+
+    E: np.ndarray  # [m] the grid
+    a: np.ndarray  # [m] intercept at log C = x0
+    b: np.ndarray  # [m] slope (= -alpha)
+    sse: np.ndarray  # [m] squared error in L
+    inv: np.ndarray  # [m, 2, 2] (J'J)^-1, J the Jacobian of the fit in (a, b): the error's curvature
+    x0: float
+    best: int  # index of the least error
+    n: int
+
+    @property
+    def law(self) -> Law:
+        i = self.best
+        return Law(E=float(self.E[i]), A=float(math.exp(self.a[i] - self.b[i] * self.x0)), alpha=float(-self.b[i]))
+
+    @property
+    def at_bound(self) -> bool:
+        return self.best in (0, len(self.E) - 1)
+
+    def band(self, compute: float, level: float = BAND_LEVEL) -> tuple[float, float, bool]:
+        """(low, high, sized): the projection's profile-likelihood interval at `level`. With no residual
+        degree of freedom (3 points) nothing sizes it: every E's projection, and sized False."""
+        x = math.log(compute) - self.x0
+        z = self.a + self.b * x
+        dof = self.n - 3
+        if dof <= 0:
+            proj = self.E + np.exp(z)
+            return float(proj.min()), float(proj.max()), False
+        f = stats.t.ppf((1 + level) / 2, dof) ** 2  # F(1, dof) at `level`: one function of the parameters
+        thr = self.sse[self.best] * (1 + f / dof)
+        inside = self.sse <= thr
+        q = self.inv[:, 0, 0] + 2 * x * self.inv[:, 0, 1] + x * x * self.inv[:, 1, 1]
+        half = np.sqrt(np.clip(thr - self.sse, 0, None) * q)
+        low = self.E + np.exp(z - half)
+        high = self.E + np.exp(z + half)
+        return float(low[inside].min()), float(high[inside].max()), True
+
+
+def profile_E(C, L, e_min: float = 0.0, points: int = E_GRID) -> Profile:
+    """E on `points` values of [e_min, min L); at each, A and alpha of least squared error in L: from the
+    line through log(L - E) on log C weighted by (L - E)^2, refined by Gauss-Newton. Needs 3 points."""
+    C, L = np.asarray(C, dtype=float), np.asarray(L, dtype=float)
+    if len(C) < 3:
+        raise ValueError(f"E cannot be fitted from {len(C)} points (E, A and alpha are 3 unknowns): fix E or add rungs")
+    hi = float(L.min())
+    if not hi > e_min:
+        raise ValueError(f"min loss {hi} is not above the lower bound of E {e_min}")
+    E = np.linspace(e_min, hi - 1e-6 * (hi - e_min), points)
+    x0 = float(np.mean(np.log(C)))
+    x = np.log(C) - x0
+    gap = L[None, :] - E[:, None]
+    z, w = np.log(gap), gap**2
+    sw, sx, sxx = w.sum(1), (w * x).sum(1), (w * x * x).sum(1)
+    sz, sxz = (w * z).sum(1), (w * x * z).sum(1)
+    det = sw * sxx - sx**2
+    b = (sw * sxz - sx * sz) / det
+    a = (sz - b * sx) / sw
+    # ...then Gauss-Newton on the squared error in L itself (the weighting is only first-order: near
+    # E = min L it would let the lowest rung's error vanish and make a false minimum there)
+    sse, inv = _loss_sse(E, a, b, x, L)
+    for _ in range(GN_STEPS):
+        f = np.exp(a[:, None] + b[:, None] * x)
+        r = E[:, None] + f - L[None, :]
+        g0, g1 = (f * r).sum(1), (f * x * r).sum(1)  # J'r with J = [f, f x]
+        step_a = -(inv[:, 0, 0] * g0 + inv[:, 0, 1] * g1)
+        step_b = -(inv[:, 1, 0] * g0 + inv[:, 1, 1] * g1)
+        a2, b2 = a + step_a, b + step_b
+        sse2, inv2 = _loss_sse(E, a2, b2, x, L)
+        better = np.isfinite(sse2) & (sse2 < sse)
+        a, b = np.where(better, a2, a), np.where(better, b2, b)
+        sse, inv = np.where(better, sse2, sse), np.where(better[:, None, None], inv2, inv)
+    return Profile(E, a, b, sse, inv, x0, int(np.argmin(sse)), len(C))
+
+
+GN_STEPS = 8  # Gauss-Newton steps from the weighted line (it starts close: a few suffice)
+
+
+def _loss_sse(E, a, b, x, L) -> tuple[np.ndarray, np.ndarray]:
+    """Per E: the squared error in L of E + exp(a + b x), and (J'J)^-1 of its Jacobian in (a, b)."""
+    f = np.exp(a[:, None] + b[:, None] * x)
+    sse = ((E[:, None] + f - L[None, :]) ** 2).sum(1)
+    j00, j01, j11 = (f * f).sum(1), (f * f * x).sum(1), (f * f * x * x).sum(1)
+    det = j00 * j11 - j01**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.stack([np.stack([j11, -j01], 1), np.stack([-j01, j00], 1)], 1) / det[:, None, None]
+    return sse, inv
 
 
 def tail_line(x, y) -> tuple[float, float]:
@@ -195,35 +294,70 @@ def self_check(curves: list[Curve]) -> tuple[float | None, dict[str, float]]:
     return worst, errors
 
 
-def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None = DEFAULT_E) -> Forecast:
-    """The target's projected loss at fraction g of its compute `target_flops`, from the rungs at g."""
+def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None = None) -> Forecast:
+    """The target's projected loss at fraction g of its compute `target_flops`, from the rungs at g.
+
+    `E` None (the default): fitted, the band its profile interval. A number: fixed, the band leave-one-out.
+    Raises ValueError (one line, naming the rung) where the rungs cannot say."""
+    if not (math.isfinite(target_flops) and target_flops > 0):
+        raise ValueError(f"target compute {target_flops:g} FLOPs is not positive")
     points, flags = [], []
     for c in curves:
+        if not (math.isfinite(c.planned_flops) and c.planned_flops > 0):
+            raise ValueError(f"{c.name}: planned compute {c.planned_flops:g} FLOPs is not positive: no law through it")
+        bad = np.flatnonzero(~np.isfinite(c.loss) | ~np.isfinite(c.tokens))
+        if len(bad):
+            i = int(bad[0])
+            raise ValueError(f"{c.name}: loss {c.loss[i]} at {c.tokens[i]:g} tokens (not finite): a curve holds "
+                             "finite losses only (a skipped step is left out)")
         y, flag = loss_at(c, g)
         points.append((g * c.planned_flops, y))
         if flag:
             flags.append(flag)
+    names = [c.name for c in curves]
     C = np.array([p[0] for p in points])
     L = np.array([p[1] for p in points])
+    if len(C) < 2:
+        raise ValueError(f"{', '.join(names) or 'no rung'}: a law needs at least 2 rungs, got {len(C)}")
+    check_points(C, L, names, where=f" at {g:.0%}")
     at = g * target_flops
-    law = fit_law(C, L, E)
-    projected = float(law.loss(at))
-    loo = []
-    if len(curves) >= 3:
-        for i in range(len(curves)):
-            keep = np.arange(len(curves)) != i
-            try:
-                loo.append(float(fit_law(C[keep], L[keep], E).loss(at)))
-            except ValueError as err:
-                flags.append(f"leave-out {curves[i].name}: {err}")
+    if E is None:
+        if len(C) < 3:
+            raise ValueError(f"{', '.join(names)}: E cannot be fitted from {len(C)} rungs (E, A and alpha are 3 "
+                             "unknowns): fix E or add rungs")
+        prof = profile_E(C, L)
+        law = prof.law
+        projected = float(law.loss(at))
+        low, high, sized = prof.band(at)
+        low, high = min(low, projected), max(high, projected)
+        if not sized:
+            flags.append(f"E fitted from {len(C)} rungs: no residual left to size the band; it spans every E "
+                         f"in [0, {L.min():.3g})")
+        if prof.at_bound:
+            flags.append(f"E fitted at the {'top' if prof.best else 'bottom'} of its range ({law.E:.3g}): "
+                         "the rungs do not pin it")
     else:
-        flags.append(f"only {len(curves)} rungs: no leave-one-rung-out band")
-    low, high = min([projected, *loo]), max([projected, *loo])
-    if len(loo) >= 2:  # the jackknife: n leave-one-out fits spread ~1/sqrt(n-1) of the estimate's error
-        n = len(loo)
-        se = math.sqrt((n - 1) / n * float(np.sum((np.array(loo) - np.mean(loo)) ** 2)))
-        low, high = min(low, projected - BAND_SE * se), max(high, projected + BAND_SE * se)
+        law = fit_law(C, L, E)
+        projected = float(law.loss(at))
+        loo = []
+        if len(curves) >= 3:
+            for i in range(len(curves)):
+                keep = np.arange(len(curves)) != i
+                try:
+                    loo.append(float(fit_law(C[keep], L[keep], E).loss(at)))
+                except ValueError as err:
+                    flags.append(f"leave-out {curves[i].name}: {err}")
+        else:
+            flags.append(f"only {len(curves)} rungs: no leave-one-rung-out band")
+        low, high = min([projected, *loo]), max([projected, *loo])
+        if len(loo) >= 2:  # the jackknife: n leave-one-out fits spread ~1/sqrt(n-1) of the estimate's error
+            n = len(loo)
+            se = math.sqrt((n - 1) / n * float(np.sum((np.array(loo) - np.mean(loo)) ** 2)))
+            low, high = min(low, projected - BAND_SE * se), max(high, projected + BAND_SE * se)
     if law.alpha <= 0:
         flags.append(f"alpha {law.alpha:.3g} <= 0: loss does not fall with compute at {g:.0%}")
-    return Forecast(fraction=g, target_flops=at, projected_loss=projected, band_low=low, band_high=high, law=law, rungs=[c.name for c in curves], flags=flags,
-                    points=points)
+    if not all(math.isfinite(v) for v in (projected, low, high, law.A, law.alpha)):
+        raise ValueError(f"{', '.join(names)}: the fit at {g:.0%} is not finite (projected {projected}, "
+                         f"band [{low}, {high}])")
+    return Forecast(fraction=g, target_flops=at, projected_loss=projected, band_low=low, band_high=high, law=law,
+                    rungs=names, flags=flags, points=points)

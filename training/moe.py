@@ -9,9 +9,22 @@ Two dispatch modes:
   Each shard holds n local tokens, so A = n * k assignments. Assignments are ranked slot-major
   (every token's first choice before any second choice), then by token. A sender keeps, per
   destination shard, the first W * pool of them, pool = ceil(cf_send * A / (S * W)); the rank
-  decides the wave (rank // pool). A receiver keeps, per local expert and wave, the first
+  decides the wave. A receiver keeps, per local expert and wave, the first
   capacity = ceil(cf_recv * A / (E_local * W)) arrivals, ordered by sender then by sender rank.
-  The rest are sender drops and receiver drops, counted separately. The same per-shard code runs
+  The rest are sender drops and receiver drops, counted separately. Capacities are computed in
+  exact arithmetic (`capacities`): a factor is the decimal it was written as.
+
+  Wave filling (`MoEConfig.wave_order`). The model uses `in_order`, Marin's pooled-wave transport
+  as DESIGN.md anchors it: wave = rank // pool, so every wave but the last is packed full to
+  cf_send's pool and sent as soon as it is full. A packed wave carries cf_send times its share
+  of a destination's assignments, so the receiver's headroom in it is cf_recv / cf_send
+  (1.15 / 1.10), not cf_recv. `round_robin` (wave = rank % W) spreads each destination's ranks
+  evenly over the waves, giving each wave the full cf_recv headroom at the same sender drops;
+  it needs a destination's whole list ranked before the first wave leaves, where in-order can
+  send a wave once its pool is full. The model keeps in-order because it is the transport whose
+  drop counts the anchors (and the audits' thresholds) describe; round-robin is the option that
+  lowers receiver drops (`bench/drops.py`, over 60 updates of `small`: 0.80x the mean drop
+  fraction at the trained length, 0.90x at 8x the length). The same per-shard code runs
   truly expert-parallel (`shard_map` + `all_to_all` over N devices) or simulated on one device
   (`vmap` over the same named axis), so both give the same losses and drop counts.
 - `dropless`: every assignment kept (sort by expert, `jax.lax.ragged_dot`).
@@ -20,6 +33,7 @@ Two dispatch modes:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from functools import partial
 
 import jax
@@ -74,13 +88,23 @@ def router_stats(logits: jax.Array, probs: jax.Array, top_e: jax.Array, n_expert
     return {"loads": loads, "entropy": entropy, "lb_loss": lb, "z_loss": z}
 
 
+def exact_factor(cf: float) -> Fraction:
+    """A capacity factor as the decimal it was written as: 1.1 is 11/10, not the double 1.1000000000000000888.
+
+    `repr` of a float is the shortest decimal that reads back as the same double, so a factor written
+    (or stored in JSON) as 1.1 is exactly 11/10 here, and `ceil(11/10 * 50)` is 55, where the float
+    product 55.00000000000001 would give 56.
+    """
+    return Fraction(repr(float(cf)))
+
+
 def capacities(n_local: int, k: int, n_experts: int, shards: int, waves: int,
                cf_send: float, cf_recv: float) -> tuple[int, int]:
-    """(sender pool per destination and wave, receiver capacity per expert and wave)."""
+    """(sender pool per destination and wave, receiver capacity per expert and wave), in exact arithmetic."""
     a = n_local * k
-    pool = math.ceil(cf_send * a / (shards * waves))
-    cap = math.ceil(cf_recv * a / ((n_experts // shards) * waves))
-    return pool, cap
+    pool = math.ceil(exact_factor(cf_send) * a / (shards * waves))
+    cap = math.ceil(exact_factor(cf_recv) * a / ((n_experts // shards) * waves))
+    return int(pool), int(cap)
 
 
 def _rank_in_group(groups: jax.Array, valid: jax.Array, n_groups: int) -> jax.Array:
@@ -95,7 +119,8 @@ def _rank_in_group(groups: jax.Array, valid: jax.Array, n_groups: int) -> jax.Ar
     return jnp.zeros_like(rank_sorted).at[order].set(rank_sorted)
 
 
-def dispatch_capacity_local(x_lat, top_e, gates, w1, w3, w2, *, n_experts, shards, waves, pool, cap):
+def dispatch_capacity_local(x_lat, top_e, gates, w1, w3, w2, *, n_experts, shards, waves, pool, cap,
+                            wave_order="in_order"):
     """One shard's part of the pooled-wave transport, inside `vmap` or `shard_map` over AXIS.
 
     x_lat [n, d] local tokens (latent), top_e/gates [n, k], w* [E_local, ...] local experts.
@@ -112,7 +137,9 @@ def dispatch_capacity_local(x_lat, top_e, gates, w1, w3, w2, *, n_experts, shard
     dest = expert // e_local
     r_send = _rank_in_group(dest, jnp.ones_like(dest, bool), shards)
     keep_send = r_send < send_slots
-    pos = jnp.where(keep_send, r_send, send_slots)  # out of range: dropped by the scatter
+    # the slot in the send buffer, wave-major (wave * pool + place in the wave's pool)
+    slot_of = r_send if wave_order == "in_order" else (r_send % waves) * pool + r_send // waves
+    pos = jnp.where(keep_send, slot_of, send_slots)  # out of range: dropped by the scatter
     send_x = jnp.zeros((shards, send_slots, d), x_lat.dtype).at[dest, pos].set(x_lat[token], mode="drop")
     send_e = jnp.full((shards, send_slots), -1, jnp.int32).at[dest, pos].set(expert % e_local, mode="drop")
 
@@ -149,7 +176,8 @@ def dispatch_capacity(x_lat, top_e, gates, experts: dict, cfg: MoEConfig, mesh=N
     if T % S:
         raise ValueError(f"{T} tokens do not split into {S} expert shards")
     pool, cap = capacities(T // S, k, cfg.n_experts, S, cfg.waves, cfg.cf_send, cfg.cf_recv)
-    local = partial(dispatch_capacity_local, n_experts=cfg.n_experts, shards=S, waves=cfg.waves, pool=pool, cap=cap)
+    local = partial(dispatch_capacity_local, n_experts=cfg.n_experts, shards=S, waves=cfg.waves, pool=pool, cap=cap,
+                    wave_order=cfg.wave_order)
     w = (experts["w1"], experts["w3"], experts["w2"])
     if mesh is None:
         split = lambda a: a.reshape(S, a.shape[0] // S, *a.shape[1:])  # noqa: E731

@@ -38,13 +38,14 @@ def _num(x) -> float | None:
 
 
 def step_payload(m: dict, tokens: int, seq_len: int, dt: float, fpt: float, peak: float) -> dict:
+    """The `step` event: `fpt` is the FLOPs per token at `seq_len`, the length this step trained at."""
     skipped = bool(m["skipped"])
     return {
         "loss": None if skipped else _num(m["loss"]), "grad_norm": _num(m["grad_norm"]), "lr": float(m["lr"]),
         "tokens": tokens, "step_time_s": dt, "param_norm": _num(m["param_norm"]), "z_loss": _num(m["z_loss"]),
         "lb_loss": _num(m["lb_loss"]), "router_entropy": _num(m["router_entropy"]),
         "mfu": fpt * tokens / dt / peak if peak else None, "tokens_per_s": tokens / dt, "seq_len": seq_len,
-        "skipped": skipped,
+        "flops_per_token": fpt, "skipped": skipped,
     }
 
 

@@ -47,11 +47,15 @@ def retime(schedule: dict, step: int, horizon_steps: int) -> dict:
 
     The lr in force at `step` is kept, and the decay from `step` is re-timed so that it still
     reaches min_lr_ratio * peak exactly at the new horizon. Before the end of warmup only the
-    horizon moves (warmup itself is unchanged). The new schedule answers for steps from `step` on;
-    earlier steps were governed by the schedule in force then (the ledger keeps each one).
+    horizon moves (warmup itself is unchanged); a horizon inside warmup, or at or before `step`, is
+    refused (the lr would climb, then fall to the floor in one step). The new schedule answers for
+    steps from `step` on; earlier steps were governed by the schedule in force then (the ledger
+    keeps each one).
     """
     if horizon_steps <= step:
         raise ValueError(f"new horizon {horizon_steps} must be after the current step {step}")
+    if horizon_steps <= schedule["warmup_steps"]:
+        raise ValueError(f"new horizon {horizon_steps} is inside warmup (it ends at step {schedule['warmup_steps']})")
     new = dict(schedule, horizon_steps=int(horizon_steps))
     if "tokens_per_step" in schedule:
         new["horizon_tokens"] = int(horizon_steps) * int(schedule["tokens_per_step"])

@@ -7,7 +7,9 @@ every `eval_every` steps, `checkpoint` every `ckpt_every` steps and at the end, 
 Steps are 1-based: step k is the k-th update; it trains on `batch_at(seed, k)`, so a run resumed
 from the checkpoint of step k continues exactly as if it had never stopped.
 A non-finite loss or gradient never crashes the run: that update is skipped (params and optimizer
-state unchanged) and the step is recorded with loss None and skipped True.
+state unchanged) and the step is recorded with loss None and skipped True. Each `step` carries the
+sequence length it trained at and the FLOPs per token at that length (its MFU's numerator), so MFU
+follows a context extension and the audit can recompute it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ledger.emitter import origin
 from training import checkpoint, data
 from training.config import TrainConfig, config_hash
 from training.decisions import apply_decision, dispatch_fields, with_dispatch
@@ -204,18 +207,20 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
     first = int(state["step"]) + 1
     last = steps if steps is not None else int(schedule["horizon_steps"])  # the horizon in force
     peak = peak_flops if peak_flops is not None else measure_peak_flops()
-    fpt = flops_per_token(cfg)
+    fpt = flops_per_token(cfg)  # at the length trained now; a context extension recomputes it
     chash = config_hash(cfg)
     if extend is not None:
         schedule = {**schedule, "context_extension": {"at_step": int(extend[0]), "seq_len": int(extend[1])}}
     if emit:
+        producer = getattr(emitter, "producer", None)  # who emits: name, host and pid (issue 22: names may clash)
+        who = {"origin": origin(producer)} if isinstance(producer, str) else {}
         emit("run_started", {
             "config": cfg.to_dict(), "config_hash": chash, "code_commit": code_commit(), "preset": preset,
             "token_budget": int(schedule["horizon_steps"]) * T, "tokens_per_step": T, "schedule": schedule,
             "data_mixture": mixture,
             "planned_tokens_per_s": planned_tokens_per_s or cfg.planned_mfu * peak / fpt,
             "thresholds": {k: float(v) for k, v in (thresholds or {}).items()},
-            "hardware": hardware(mesh), "peak_flops": peak, "flops_per_token": fpt,
+            "hardware": {**hardware(mesh), **who}, "peak_flops": peak, "flops_per_token": fpt,
             "resumed_from": None if start.parent else resumed_from, "parent": start.parent,
         }, step=first - 1)
         emit("data", data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, max(last - first + 1, 0)),
@@ -309,13 +314,14 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
 
     def maybe_extend(k: int) -> None:
         """Before update k: probe ahead of a scheduled extension, or make it (unless it is held)."""
-        nonlocal cfg, L, train_step
+        nonlocal cfg, L, fpt, train_step
         ext = schedule.get("context_extension")
         if ext is None or cfg.model.seq_len == ext["seq_len"]:
             return  # none scheduled, or extended already (in this attempt or the one resumed from)
         if ext.get("done") or (k >= ext["at_step"] and not held["now"]):
             cfg = long_cfg(cfg)
             L = cfg.model.seq_len
+            fpt = flops_per_token(cfg)  # attention's term grows with the length: MFU follows it
             schedule["context_extension"] = {**ext, "done": True, "at": k}
             train_step = compiled(cfg)
             log.info("%s: context extended to %d before step %d", run_id, L, k)

@@ -1,16 +1,32 @@
--- Is throughput up to plan: is any block's mean tokens/s (or MFU) below the plan in run_started (Marin: MFU below plan)?
+-- Is throughput up to plan: is any block's FLOP rate (else tokens/s, else MFU) below the plan in run_started (Marin: MFU below plan)?
+--
+-- The plan is a FLOP rate, planned_tokens_per_s x flops_per_token of the attempt's run_started (both at
+-- the length it started at). A block's FLOP rate is its mean mfu x the attempt's measured peak_flops, where
+-- each step's mfu counts the FLOPs per token at the length it trained at: after a context extension a
+-- token costs more attention FLOPs, so tokens/s falls on a healthy run while the FLOP rate holds.
+-- Without those fields (a run logged by hand): tokens/s against planned tokens/s, else mfu against config.planned_mfu.
 with tolerance as (
     select run_id, value from run_thresholds where name = 'mfu_below_plan_tol'
+), attempt_plan as (
+    select run_id, attempt, arg_max(peak_flops, seq) as peak_flops, arg_max(flops_per_token, seq) as flops_per_token,
+           arg_max(planned_tokens_per_s, seq) as planned_tokens_per_s
+    from runs
+    group by run_id, attempt
 ), measured as (
     -- each attempt's first block is left out: it holds compilation and warm-up
     select
         b.run_id, b.block, b.step_lo,
-        case when p.planned_tokens_per_s > 0 and b.tps_n > 0 then b.tps_mean / p.planned_tokens_per_s
+        case when a.peak_flops > 0 and a.flops_per_token > 0 and a.planned_tokens_per_s > 0 and b.mfu_n > 0
+                  then b.mfu_mean * a.peak_flops / (a.planned_tokens_per_s * a.flops_per_token)
+             when p.planned_tokens_per_s > 0 and b.tps_n > 0 then b.tps_mean / p.planned_tokens_per_s
              when p.planned_mfu > 0 and b.mfu_n > 0 then b.mfu_mean / p.planned_mfu end as of_plan,
-        case when p.planned_tokens_per_s > 0 and b.tps_n > 0 then 'tokens_per_s / planned_tokens_per_s'
+        case when a.peak_flops > 0 and a.flops_per_token > 0 and a.planned_tokens_per_s > 0 and b.mfu_n > 0
+                  then 'mfu x peak_flops / (planned_tokens_per_s x flops_per_token)'
+             when p.planned_tokens_per_s > 0 and b.tps_n > 0 then 'tokens_per_s / planned_tokens_per_s'
              when p.planned_mfu > 0 and b.mfu_n > 0 then 'mfu / config.planned_mfu' end as measure
     from step_blocks b
     join run_plan p using (run_id)
+    left join attempt_plan a on a.run_id = b.run_id and a.attempt = b.attempt
     where b.block > (select min(c.block) from step_blocks c where c.run_id = b.run_id and c.attempt = b.attempt)
 ), summary as (
     select

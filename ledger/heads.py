@@ -1,0 +1,106 @@
+"""Chain heads: the last event the ledger stored of every chain, kept apart from the events, so that
+`verify` finds a chain cut short — its tail removed, the whole chain removed, or a run's folder deleted.
+
+A hash chain alone cannot show that its end is missing: a chain cut after seq 90 is a valid chain of
+91 events. So for every run the ledger records, per (producer, attempt), the highest seq it has stored
+and that event's hash, in `{root}/heads/run_id={run_id}.json`. It rewrites a run's file (atomically:
+temp file, fsync, rename, fsync dir) after writing the run's events and before acking them, so every
+acked event lies at or below a recorded head. Heads only move forward: a head the ledger finds
+missing from the events at start is kept, and `verify` names it.
+
+What this proves, and what not: someone who edits or deletes event files leaves heads they do not
+match. Someone who also rewrites `heads/` consistently (or recomputes every hash) is beyond any file
+in the root: the heads `verify` prints are for publishing elsewhere (a run's page, a signed note),
+and a copy kept outside the root is what holds such a writer to account.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+HEADS_DIR = "heads"
+
+Chain = tuple[str, int]  # (producer, attempt) within a run
+Head = tuple[int, str]  # (seq, hash) of the highest seq stored
+
+
+def run_file(root: Path, run_id: str) -> Path:
+    return Path(root) / HEADS_DIR / f"run_id={run_id}.json"
+
+
+def recorded(root: Path) -> bool:
+    """Whether this root records heads at all (a root written before heads were recorded does not)."""
+    return (Path(root) / HEADS_DIR).is_dir()
+
+
+def read_run(path: Path) -> dict[Chain, Head]:
+    """One run's recorded heads. Raises ValueError if the file is not what the ledger writes."""
+    doc = json.loads(path.read_text())
+    out: dict[Chain, Head] = {}
+    for c in doc["chains"]:
+        producer, attempt, seq, hash_ = c["producer"], c["attempt"], c["seq"], c["hash"]
+        if not (isinstance(producer, str) and type(attempt) is int and type(seq) is int and isinstance(hash_, str)):
+            raise ValueError(f"a chain entry of the wrong shape: {c!r}"[:200])
+        out[(producer, attempt)] = (seq, hash_)
+    return out
+
+
+def read_all(root: Path) -> tuple[dict[str, dict[Chain, Head]], list[str]]:
+    """Every run's recorded heads, and a line for each heads file that cannot be read."""
+    runs: dict[str, dict[Chain, Head]] = {}
+    problems: list[str] = []
+    for path in sorted((Path(root) / HEADS_DIR).glob("run_id=*.json")):
+        try:
+            runs[path.stem.removeprefix("run_id=")] = read_run(path)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            problems.append(f"{path}: the chain heads cannot be read ({type(err).__name__}: {str(err)[:120]})")
+    return runs, problems
+
+
+def advance(heads: dict[str, dict[Chain, Head]], envs: Iterable[dict]) -> set[str]:
+    """Move `heads` forward past `envs` (stored events); return the runs whose heads moved."""
+    moved: set[str] = set()
+    for env in envs:
+        run = heads.setdefault(env["run_id"], {})
+        chain = (env["producer"], env["attempt"])
+        head = run.get(chain)
+        if head is None or env["seq"] > head[0]:
+            run[chain] = (env["seq"], env["hash"])
+            moved.add(env["run_id"])
+    return moved
+
+
+def write(root: Path, heads: dict[str, dict[Chain, Head]], runs: Iterable[str]) -> None:
+    """Durably rewrite the heads files of `runs`."""
+    folder = Path(root) / HEADS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = sorted(runs)
+    for run_id in runs:
+        chains = [{"producer": p, "attempt": a, "seq": s, "hash": h} for (p, a), (s, h) in sorted(heads[run_id].items())]
+        path = run_file(root, run_id)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"run_id": run_id, "chains": chains}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    if runs:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def record(root: Path, envs: list[dict]) -> None:
+    """Advance the recorded heads of `root` past `envs`, just written (for writers other than the
+    ledger service, which keeps its heads in memory: `store.write_events`)."""
+    runs = {e["run_id"] for e in envs}
+    heads = {}
+    for run_id in runs:
+        path = run_file(root, run_id)
+        heads[run_id] = read_run(path) if path.exists() else {}
+    write(root, heads, advance(heads, envs))

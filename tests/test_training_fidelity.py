@@ -1,0 +1,109 @@
+"""Training fidelity: after a context extension each step's MFU counts the FLOPs per token of the
+length it trained at (and the step says which), the throughput audit holds a healthy run to its
+planned FLOP rate rather than its tokens/s, and a retimed horizon inside warmup is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from audit_ledger import T0, Ledger  # noqa: E402
+
+from queries import audit  # noqa: E402
+from training.config import PRESETS  # noqa: E402
+from training.flops import flops_per_token  # noqa: E402
+from training.worker import train  # noqa: E402
+
+CFG = dataclasses.replace(PRESETS["tiny"], steps=8, eval_every=100, ckpt_every=100, log_every=100)
+PEAK = 1e11  # a fixed peak keeps the tests from measuring the machine
+EXTEND = (4, 4 * CFG.model.seq_len)  # before update 4, sequences 4x as long (same tokens per step)
+INSIDE_WARMUP = 3  # a horizon step before the end of CFG's warmup (5 steps)
+
+
+class Recorder:
+    """A list sink: keeps every event the worker emits."""
+
+    def __init__(self):
+        self.events = []
+
+    def emit(self, kind, payload, step=None):
+        self.events.append((kind, step, payload))
+
+    def of(self, kind):
+        return [(s, p) for k, s, p in self.events if k == kind]
+
+
+@pytest.fixture(scope="module")
+def extended(tmp_path_factory):
+    """6 updates of tiny, extended 4x before update 4, and a horizon decision inside warmup after update 1."""
+    rec = Recorder()
+
+    def decisions(step):
+        if step == 1:
+            return [{"decision_id": "d-warmup", "action": "set_token_horizon",
+                     "params": {"horizon_steps": INSIDE_WARMUP}}]
+        return []
+
+    res = train(CFG, run_id="ext", ckpt_dir=tmp_path_factory.mktemp("ext"), emitter=rec, peak_flops=PEAK,
+                steps=6, extend=EXTEND, decisions=decisions)
+    return res, rec
+
+
+def test_mfu_counts_the_flops_per_token_of_the_length_trained(extended):
+    _, rec = extended
+    steps = rec.of("step")
+    assert [s for s, _ in steps] == list(range(1, 7))
+    long_cfg = dataclasses.replace(CFG, model=dataclasses.replace(CFG.model, seq_len=EXTEND[1]))
+    for k, p in steps:
+        L = EXTEND[1] if k >= EXTEND[0] else CFG.model.seq_len
+        want = flops_per_token(long_cfg if k >= EXTEND[0] else CFG)
+        assert p["seq_len"] == L
+        assert p["flops_per_token"] == pytest.approx(want, rel=1e-12)
+        assert p["mfu"] * p["step_time_s"] * PEAK / p["tokens"] == pytest.approx(want, rel=1e-9)  # the audit's recompute
+    assert flops_per_token(long_cfg) > 1.1 * flops_per_token(CFG)  # the attention term is not negligible here
+
+
+def test_a_horizon_inside_warmup_is_refused_and_the_schedule_kept(extended):
+    res, rec = extended
+    [(at, applied)] = rec.of("decision_applied")
+    assert at == 1 and applied["decision_id"] == "d-warmup" and applied["status"] == "refused"
+    assert "inside warmup" in applied["reason"]
+    assert res.final_step == 6  # the run went on under its own schedule
+    lrs = [p["lr"] for _, p in rec.of("step")]
+    assert lrs[:5] == sorted(lrs[:5])  # still climbing through warmup: no fall to the floor
+
+
+def _run_with_extension(led: Ledger, run_id: str, slow_after: int | None) -> None:
+    """400 steps at 1 s; from step 200 the length grows 4x: FLOPs per token x1.85, tokens/s / 1.85, MFU held.
+
+    `slow_after`: from that step a slow node halves the FLOP rate (a real miss, for the audit to catch)."""
+    peak, fpt0, mfu_plan = 1e12, 6.5e6, 0.3
+    planned_tps = mfu_plan * peak / fpt0
+    led.emit(run_id, "run_started", {
+        "config": {"moe": {"n_experts": 8}, "steps": 400, "planned_mfu": mfu_plan}, "config_hash": "0" * 64,
+        "token_budget": 400 * 1024, "tokens_per_step": 1024, "schedule": {}, "planned_tokens_per_s": planned_tps,
+        "peak_flops": peak, "flops_per_token": fpt0}, 0, T0)
+    for k in range(1, 401):
+        fpt = fpt0 * (1.85 if k >= 200 else 1.0)
+        mfu = mfu_plan * (0.5 if slow_after is not None and k >= slow_after else 1.0)
+        tps = mfu * peak / fpt
+        led.emit(run_id, "step", {"loss": 2.0, "grad_norm": 0.3, "lr": 1e-3, "tokens": 1024,
+                                  "step_time_s": 1024 / tps, "mfu": mfu, "tokens_per_s": tps,
+                                  "seq_len": 512 if k >= 200 else 128, "flops_per_token": fpt}, k,
+                 T0 + timedelta(seconds=k))
+
+
+def test_throughput_audit_holds_an_extended_run_to_its_flop_rate(tmp_path):
+    led = Ledger(tmp_path / "ledger")
+    _run_with_extension(led, "healthy", slow_after=None)
+    _run_with_extension(led, "slow", slow_after=300)
+    led.write()
+    rows = {r["run_id"]: r for r in audit.run_suite(led.root, "health").rows() if r["check"] == "mfu_below_plan"}
+    assert rows["healthy"]["status"] == "ok", rows["healthy"]
+    assert rows["slow"]["status"] == "fail" and rows["slow"]["at_step"] > 250, rows["slow"]
