@@ -26,14 +26,14 @@ browser:
 test: setup browser
 	$(BIN)/python -m pytest -q
 
-# the fast tier, for your own loop (under a minute; no servers, no browser)
-FAST := tests/test_events.py tests/test_store.py tests/test_ledger_batch.py tests/test_ledger_write.py \
-	tests/test_training_schedule.py tests/test_ladder_fit.py tests/test_ladder_refusals.py
+# the fast tier, for your own loop (the unit tests, about a minute on 2 cores): tests/conftest.py marks
+# `slow` every test that starts a server, a process or a browser, trains or compiles JAX, itself or
+# through its fixtures; `make test` runs them all
 test-fast: setup
-	$(BIN)/python -m pytest -q -x $(FAST)
+	$(BIN)/python -m pytest -q -x -m "not slow"
 
 bench: setup
-	$(BIN)/python bench/ingest.py
+	$(BIN)/python -m bench.ingest
 
 clean:
 	rm -rf $(VENV) runledger-data

@@ -1,4 +1,4 @@
-"""Grad-norm agent: above the threshold, or rising steadily over the window → alert."""
+"""Grad-norm agent: above the threshold near the latest step, or rising (the audit's rule) → alert."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def decide(state, evidence: list[dict], th: dict) -> list[Action]:
     if e["max_grad_norm"] > th["grad_norm_max"]:
         out.append(alert(NAME, state.run_id, "grad_norm_high", e["step"] // 50,
                          f"grad norm {e['max_grad_norm']:.2f} above {th['grad_norm_max']} near step {e['step']}", ev))
-    if e["n"] >= th["window_steps"] and (e["slope"] or 0) > th["grad_norm_slope_max"] and (e["rising_frac"] or 0) >= 0.7:
-        out.append(alert(NAME, state.run_id, "grad_norm_rising", e["step"] // 50,
-                         f"grad norm rising by {e['slope']:.3f} per step over the last {e['n']} steps", ev))
+    if e["rise"] is not None and e["rise"] > th["grad_norm_rise_max"]:  # the audit's rule, on the latest window
+        out.append(alert(NAME, state.run_id, "grad_norm_rising", e["rise_step"] // 50,
+                         f"grad norm rose {e['rise']:.0%} of its mean over steps {e['rise_from_step']}-"
+                         f"{e['rise_step']} (limit {th['grad_norm_rise_max']:.0%})", ev))
     return out

@@ -1,9 +1,10 @@
 """What an agent is: a pure policy `decide(state, evidence, thresholds) -> list[Action]`.
 
 An Action is a decision (becomes a `decision` event) or an alert (an `alert` event); either carries
-the evidence that caused it. Thresholds default to the anchors in DESIGN.md and are overridden by the
-run's `run_started.thresholds`. Ids are derived from the situation, not from the clock, so an agent
-that restarts and sees the same evidence proposes the same id, and the runner does not repeat it.
+the evidence that caused it. Thresholds come from the rule book (queries/thresholds.py: the anchors in
+DESIGN.md) as the run's `run_started.thresholds` override them (views.sql run_thresholds, which the
+audit reads too). Ids are derived from the situation, not from the clock, so an agent that restarts
+and sees the same evidence proposes the same id, and the runner does not repeat it.
 """
 
 from __future__ import annotations
@@ -11,25 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# DESIGN.md, "Numbers from the anchors"
-THRESHOLDS: dict[str, float] = {
-    "grad_norm_max": 2.0,  # Marin alert: grad norm > 2.0
-    "grad_norm_slope_max": 0.01,  # rising trend per step over the window (alert)
-    "skipped_steps_max": 3,  # >= 3 skipped steps ...
-    "skipped_window_s": 900.0,  # ... in 15 min
-    "drop_fraction_max": 0.07,  # drop fraction > 7%
-    "silence_max_s": 600.0,  # telemetry silent > 10 min
-    "contingency_fraction": 0.25,  # the first ~25% of the token budget
-    "throughput_tolerance": 0.10,  # a shortfall under 10% is noise, not a contingency
-    "max_capacity_factor": 2.0,  # the memory budget for capacity buffers (cf_recv)
-    "capacity_factor_step": 1.5,  # how much a set_capacity_factor raises the factors
-    "window_steps": 10,  # the trailing window the agents look at
-}
+from ledger import decision_state
+from ledger.events import AlertRaised, DecisionMade
 
 
 @dataclass(frozen=True)
 class Action:
-    """A decision or an alert an agent wants recorded (the payload of a decision/alert event)."""
+    """A decision or an alert an agent wants recorded (`event()`: the decision/alert event it becomes)."""
 
     kind: str  # "decision" | "alert"
     id: str
@@ -41,12 +30,13 @@ class Action:
     mode: str = "auto"
     severity: str = "warn"
 
-    def payload(self, agent: str) -> dict:
+    def event(self, agent: str) -> DecisionMade | AlertRaised:
+        """The typed event to record (a policy's malformed action raises pydantic's ValidationError)."""
         if self.kind == "decision":
-            return {"decision_id": self.id, "agent": agent, "rule": self.rule, "action": self.action,
-                    "params": self.params, "rationale": self.rationale, "evidence": self.evidence, "mode": self.mode}
-        return {"alert_id": self.id, "agent": agent, "rule": self.rule, "severity": self.severity,
-                "message": self.rationale, "evidence": self.evidence}
+            return DecisionMade(decision_id=self.id, agent=agent, rule=self.rule, action=self.action,
+                                params=self.params, rationale=self.rationale, evidence=self.evidence, mode=self.mode)
+        return AlertRaised(alert_id=self.id, agent=agent, rule=self.rule, severity=self.severity,
+                           message=self.rationale, evidence=self.evidence)
 
 
 def decision(agent: str, run_id: str, rule: str, key: Any, action: str, params: dict, rationale: str,
@@ -59,10 +49,6 @@ def alert(agent: str, run_id: str, rule: str, key: Any, message: str, evidence: 
                   severity=severity)
 
 
-def thresholds_for(run_thresholds: dict | None) -> dict[str, float]:
-    return {**THRESHOLDS, **(run_thresholds or {})}
-
-
 def in_force(state, action: str) -> list[dict]:
-    """The run's decisions of `action` that were made and not rejected (from the replayed state)."""
-    return [d for d in state.decisions.values() if d.get("action") == action and d.get("status") not in ("rejected", "refused")]
+    """The run's decisions of `action` that are in force (ledger.decision_state), from the replayed state."""
+    return decision_state.in_force(state.decisions, action)

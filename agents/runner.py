@@ -10,7 +10,6 @@ twice on the same evidence. The consumer's position advances whether or not anyt
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import re
@@ -20,12 +19,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import duckdb
+from pydantic import ValidationError
 
 import queries
 from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
-from agents.policy import Action, thresholds_for
-from ledger import bus, store
+from agents.policy import Action
+from ledger import bus
 from ledger.natsserver import AGENTS_DURABLE
+from ledger.chains import next_attempt
 from ledger.emitter import Emitter
 from ledger.events import STREAM, InvalidEvent
 from ledger.replay import replay_run
@@ -57,9 +58,9 @@ def _json_value(v):
     return v
 
 
-def run_thresholds(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
-    row = con.execute("select thresholds from runs where run_id = $r order by stream_seq desc limit 1", {"r": run_id}).fetchone()
-    return thresholds_for(json.loads(row[0]) if row and row[0] else None)
+def run_thresholds(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, float]:
+    """The thresholds in force for the run, as the audit reads them (views.sql run_thresholds)."""
+    return dict(con.execute("select name, value from run_thresholds where run_id = $r", {"r": run_id}).fetchall())
 
 
 def evaluate(root: str | Path, run_id: str, agents=AGENTS) -> tuple[object, list[tuple[str, Action]]]:
@@ -69,7 +70,7 @@ def evaluate(root: str | Path, run_id: str, agents=AGENTS) -> tuple[object, list
         return state, []
     con = queries.connect(root)
     th = run_thresholds(con, run_id)
-    params = {"run_id": run_id, "window": int(th["window_steps"]), "window_s": float(th["skipped_window_s"])}
+    params = {"run_id": run_id, "window": int(th["agent_window_steps"]), "window_s": float(th["skipped_window_s"])}
     out = []
     for agent in agents:
         evidence = run_query(con, agent.EVIDENCE, params)
@@ -85,19 +86,6 @@ def recorded_ids(root: str | Path, run_id: str) -> set[str]:
     return ids
 
 
-def next_attempt(root: str | Path, run_id: str, producer: str) -> int:
-    """The attempt a (re)started producer should use: its spooled chain if it still has it (the spool
-    continues the chain), else one past whatever the ledger has of it."""
-    root = Path(root)
-    spooled = [int(p.name) for p in (root / "spool" / run_id / producer).glob("*") if p.name.isdigit()]
-    t = store.read_events(root, run_id=run_id, columns=["producer", "attempt"])
-    stored = [a for p, a in zip(t.column("producer").to_pylist(), t.column("attempt").to_pylist()) if p == producer]
-    ledger_max = max(stored, default=-1)
-    if spooled and max(spooled) >= ledger_max:
-        return max(spooled)
-    return ledger_max + 1
-
-
 class Runner:
     """The agents process: its emitters (one per run and agent) and what it has sent."""
 
@@ -109,8 +97,9 @@ class Runner:
     def emitter(self, run_id: str, producer: str) -> Emitter:
         key = (run_id, producer)
         if key not in self.emitters:
-            attempt = next_attempt(self.root, run_id, producer)
-            self.emitters[key] = Emitter(run_id, producer, attempt, self.nats_url, self.root / "spool")
+            spool = self.root / "spool"
+            attempt = next_attempt(run_id, producer, spool, root=self.root, continue_spooled=True)
+            self.emitters[key] = Emitter(run_id, producer, attempt, self.nats_url, spool)
         return self.emitters[key]
 
     def step(self, run_id: str) -> list[Action]:
@@ -128,11 +117,11 @@ class Runner:
             if action.id in known:
                 continue
             try:
-                self.emitter(run_id, agent).emit(action.kind, action.payload(agent), step=state.step)
+                self.emitter(run_id, agent).emit(action.event(agent), step=state.step)
             except OSError as err:  # the ledger's files moved under next_attempt: next round
                 log.debug("recording for %s: %s; trying again next round", run_id, err)
                 return done
-            except InvalidEvent as err:  # a policy bug must not stop the other agents
+            except (InvalidEvent, ValidationError) as err:  # a policy bug must not stop the other agents
                 log.error("%s: %s %s not recorded: %s", agent, action.kind, action.id, err)
                 continue
             self.sent.add(action.id)

@@ -17,7 +17,7 @@ def decide(state, evidence: list[dict], th: dict) -> list[Action]:
         return []
     e = evidence[0]
     rate, step, tps = e["recent_tokens_per_s"], e["step"], e["tokens_per_step"]
-    if not rate or not tps or (e["window_steps"] or 0) < th["window_steps"]:
+    if not rate or not tps or (e["recent_steps"] or 0) < th["agent_window_steps"]:
         return []
     horizon_steps = int(state.schedule.get("horizon_steps") or math.ceil(e["token_budget"] / tps))
     horizon_tokens = horizon_steps * tps

@@ -1,10 +1,10 @@
 """Benchmark of the health audit: 10M synthetic step events over 100 runs, the suite over all runs,
 one 400,000-step run, and the ratio to a bare count(*) scan of the same Parquet files.
 
-    python bench/audit.py [--small] [--root DIR] [--threads 2]
+    python -m bench.audit [--small] [--root DIR] [--threads 2]
 
 How the ledger is made: `run_started`, `eval`, `drops`, `checkpoint` and `run_finished` events are
-sealed with `ledger.events.seal` and written by `ledger.store.write_events` (the real writer). The
+sealed and written by a `ledger.sink.ParquetSink` (the real sealing and the real writer). The
 10M step events are too many to seal one by one in a benchmark's setup, so they are built as Arrow
 tables with the writer's own schema (`ledger.store.arrow_schema('step')`) and written through
 `ledger.store.write_atomic`, one file per 200,000 steps; their hashes are random 64-hex strings
@@ -20,6 +20,7 @@ process's user+sys): on a machine busy with other work, wall time grows and CPU 
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import math
 import os
@@ -34,10 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ledger.events import canonical_json, seal  # noqa: E402
-from ledger.store import StoredEvent, arrow_schema, event_files, partition_dir, write_atomic, write_events  # noqa: E402
+from ledger.canonical import canonical_json
+from ledger.sink import ParquetSink
+from ledger.store import arrow_schema, event_files, partition_dir, write_atomic
 
 log = logging.getLogger("bench.audit")
 
@@ -46,32 +46,6 @@ TOKENS_PER_STEP = 4096
 STEP_TIME_S = 0.5
 FILE_ROWS = 200_000
 N_EXPERTS = 64
-
-
-def _time(dt: datetime) -> str:
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def schedule_lr(step: np.ndarray, peak: float, warmup: int, horizon: int, min_ratio: float) -> np.ndarray:
-    """training.schedule.lr_at, vectorised (no retime)."""
-    floor = min_ratio * peak
-    warm = peak * np.maximum(step, 1) / warmup
-    decay = peak + (floor - peak) * (step - warmup) / max(horizon - warmup, 1)
-    return np.where(step >= horizon, floor, np.where(step < warmup, warm, decay))
-
-
-class Chain:
-    """One producer's hash chain, sealed event by event (the real path)."""
-
-    def __init__(self, run_id: str, producer: str, attempt: int = 0):
-        self.run_id, self.producer, self.attempt = run_id, producer, attempt
-        self.seq, self.prev, self.rows = 0, "", []
-
-    def emit(self, kind: str, payload: dict, step: int | None, at: datetime) -> None:
-        env, _ = seal(self.run_id, self.producer, self.attempt, self.seq, kind, payload, step, self.prev, time=_time(at))
-        self.rows.append(StoredEvent(env, canonical_json(payload), 0))
-        self.seq += 1
-        self.prev = env["hash"]
 
 
 def step_files(root: Path, run_id: str, n_steps: int, seq0: int, prev0: str, sched: dict, rng) -> tuple[int, str]:
@@ -133,25 +107,23 @@ def make_run(root: Path, run_id: str, n_steps: int, rng) -> None:
     import hashlib
 
     chash = hashlib.sha256(canonical_json(config).encode()).hexdigest()
-    meta = Chain(run_id, "bench-meta")
-    meta.emit("run_started", {
+    meta = ParquetSink(root, run_id, "bench-meta", stream_seqs=itertools.count(0), flush_every=None)
+    meta.emit_dict("run_started", {
         "config": config, "config_hash": chash, "code_commit": "bench", "token_budget": n_steps * TOKENS_PER_STEP,
         "tokens_per_step": TOKENS_PER_STEP, "schedule": sched, "planned_tokens_per_s": TOKENS_PER_STEP / STEP_TIME_S * 0.95,
     }, 0, T0)
     step_files(root, run_id, n_steps, 0, "", sched, rng)
     for s in range(100, n_steps + 1, 100):
         at = T0 + timedelta(seconds=s * STEP_TIME_S)
-        meta.emit("drops", {"dispatch": "capacity", "assignments": 8192, "dropped": 80, "drop_fraction": 80 / 8192}, s, at)
+        meta.emit_dict("drops", {"dispatch": "capacity", "assignments": 8192, "dropped": 80, "drop_fraction": 80 / 8192}, s, at)
         if s % 1000 == 0:
-            meta.emit("eval", {"loss": 2.0 + 8.0 / math.sqrt(s)}, s, at)
+            meta.emit_dict("eval", {"loss": 2.0 + 8.0 / math.sqrt(s)}, s, at)
         if s % 10_000 == 0:
-            meta.emit("checkpoint", {"path": f"ckpt/{s}", "bytes": 1, "seconds": 1.0, "content_hash": f"{s:064x}",
+            meta.emit_dict("checkpoint", {"path": f"ckpt/{s}", "bytes": 1, "seconds": 1.0, "content_hash": f"{s:064x}",
                                      "config_hash": chash, "tokens_seen": s * TOKENS_PER_STEP}, s, at)
-    meta.emit("run_finished", {"status": "completed", "final_step": n_steps}, n_steps,
-              T0 + timedelta(seconds=n_steps * STEP_TIME_S + 1))
-    for i, r in enumerate(meta.rows):
-        r.stream_seq = i
-    write_events(root, meta.rows)
+    meta.emit_dict("run_finished", {"status": "completed", "final_step": n_steps}, n_steps,
+                   T0 + timedelta(seconds=n_steps * STEP_TIME_S + 1))
+    meta.close()
 
 
 def make_ledger(root: Path, n_runs: int, total_steps: int, big_steps: int) -> str:
@@ -195,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import queries
     from queries import audit
+    from queries.columns import kind_columns
 
     n_runs, total, big_steps = (10, 1_000_000, 40_000) if args.small else (100, 10_000_000, 400_000)
     tmp = None
@@ -220,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         # one run as `runledger audit health RUN` does it: its own connection over the run's files
         one_s = best_of(args.repeat, lambda: audit.run_suite(root, "health", big, threads=args.threads))
         one_count_s = best_of(args.repeat, lambda: con.execute(
-            f"select count(*) from {queries._scan_files(event_files(root, 'step', big), arrow_schema('step'))}").fetchall())
+            f"select count(*) from {queries._scan_files(event_files(root, 'step', big), kind_columns('step'))}").fetchall())
         rows = all_runs["a"].rows()
         statuses = {s: sum(1 for r in rows if r["status"] == s) for s in audit.STATUSES}
         slowest = sorted(all_runs["a"].results, key=lambda r: -r.seconds)[:3]

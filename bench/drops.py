@@ -9,7 +9,7 @@ batch, as the worker's probes do), with waves filled in order (the model's: wave
 round-robin (wave = rank % W). It prints the distribution over training per (length, order): min,
 median, max, mean, and the means over steps 1-12 (the demo's probe window) and over the last 12.
 
-    .venv/bin/python bench/drops.py [--steps 60]   # a few minutes on 2 CPU cores
+    .venv/bin/python -m bench.drops [--steps 60]   # a few minutes on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -19,17 +19,14 @@ import dataclasses
 import logging
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from training import data  # noqa: E402
-from training.config import PRESETS, TrainConfig  # noqa: E402
-from training.schedule import lr_at, make_schedule  # noqa: E402
-from training.worker import init_state, make_probe, make_train_step, with_lr  # noqa: E402
+from training import data
+from training.config import PRESETS, TrainConfig
+from training.schedule import lr_at, make_schedule
+from training.worker import init_state, make_probe, make_train_step, with_lr
 
 log = logging.getLogger("bench.drops")
 

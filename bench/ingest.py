@@ -1,15 +1,17 @@
 """Ingest throughput, end to end, against raw nats-py and pyarrow alone, in one command.
 
-    python bench/ingest.py [--events N]
+    python -m bench.ingest [--events N]
 
 Each path runs as two processes (producer, consumer) on this machine, with a fresh nats-server:
-  e2e      Emitter.emit → spool → NATS → ledger service (validate, dedupe, Parquet, fsync) → ack
+  e2e      Emitter.emit(StepCompleted(...)) → spool → NATS → ledger (validate, dedupe, Parquet, fsync) → ack
   raw      nats-py publish_async + pull fetch + ack of the same bytes, no validation, no writing
   pyarrow  the ledger's Parquet writer alone on the same rows (one process)
 both with one event per NATS message and with the Emitter's batching (many events per message);
-the emit_many row hands the Emitter --many events per call (Emitter.emit_many), as a high-rate
-producer can. The drain row: --backlog events already in the stream when the ledger starts (a
-ledger catching up after a restart).
+the emit_many row hands the Emitter --many typed events per call (Emitter.emit_many), as a high-rate
+producer can, and the emit_dicts row --many payload dicts of one kind (Emitter.emit_dicts: input
+that arrives as JSON; the CPU per event of batch sealing alone, without building models). The
+drain row: --backlog events already in the stream when the ledger starts (a ledger catching up
+after a restart).
 Ratios are against the raw path in the same mode, run in the same command; the last line compares
 runledger as it runs (batching when a backlog forms) with raw nats-py as one would use it without
 runledger (one message per event). The CPU columns are each process's user + system seconds per
@@ -23,18 +25,18 @@ import asyncio
 import multiprocessing as mp
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ledger import bus, service, store  # noqa: E402
-from ledger.emitter import MAX_BATCH_EVENTS, Emitter  # noqa: E402
-from ledger.events import STREAM, canonical_json, seal, subject_for  # noqa: E402
-from ledger.natsserver import NatsServer  # noqa: E402
-from tools.produce import step_payload  # noqa: E402
+from ledger import bus, service, store
+from ledger.canonical import canonical_json
+from ledger.emitter import Emitter
+from ledger.events import STREAM, StepCompleted, subject_for
+from ledger.natsserver import NatsServer
+from ledger.publisher import MAX_BATCH_EVENTS
+from ledger.sealing import seal
+from tools.produce import step_payload
 
 
 def make_events(n: int, run_id: str = "bench") -> list[tuple[dict, str]]:
@@ -49,16 +51,20 @@ def make_events(n: int, run_id: str = "bench") -> list[tuple[dict, str]]:
 # ------------------------------------------------------------------------------ e2e
 
 
-def _e2e_producer(url: str, spool: str, n: int, batch: bool, many: int, q) -> None:
+def _e2e_producer(url: str, spool: str, n: int, batch: bool, many: int, typed: bool, q) -> None:
     em = Emitter("bench", "worker-0", 0, url, spool, batch=batch)
     t0, cpu0 = time.time(), _cpu_s()
-    if many > 1:  # a high-rate producer handing over `many` events at a time
+    if many > 1 and typed:  # a high-rate producer handing over `many` typed events at a time
         for i in range(0, n, many):
             k = min(many, n - i)
-            em.emit_many("step", [step_payload(j) for j in range(i, i + k)], steps=list(range(i, i + k)))
-    else:
+            em.emit_many([StepCompleted(**step_payload(j)) for j in range(i, i + k)], steps=list(range(i, i + k)))
+    elif many > 1:  # ... or `many` payload dicts of one kind (input that arrives as JSON)
+        for i in range(0, n, many):
+            k = min(many, n - i)
+            em.emit_dicts("step", [step_payload(j) for j in range(i, i + k)], steps=list(range(i, i + k)))
+    else:  # a producer's typed events, one at a time
         for i in range(n):
-            em.emit("step", step_payload(i), step=i)
+            em.emit(StepCompleted(**step_payload(i)), step=i)
     emitted = time.time()
     em.close(600)
     q.put(("producer", t0, emitted, time.time(), _cpu_s() - cpu0))
@@ -89,12 +95,12 @@ def _collect(q, *procs: mp.Process) -> dict:
     return results
 
 
-def run_e2e(url: str, tmp: Path, n: int, batch: bool, many: int = 1) -> dict:
+def run_e2e(url: str, tmp: Path, n: int, batch: bool, many: int = 1, typed: bool = True) -> dict:
     q = mp.Queue()
     ledger = mp.Process(target=_e2e_ledger, args=(url, str(tmp / "root"), n, q))
     ledger.start()
     time.sleep(1.0)  # the ledger is connected and waiting
-    producer = mp.Process(target=_e2e_producer, args=(url, str(tmp / "spool"), n, batch, many, q))
+    producer = mp.Process(target=_e2e_producer, args=(url, str(tmp / "spool"), n, batch, many, typed, q))
     producer.start()
     results = _collect(q, producer, ledger)
     _, t0, emitted, _, producer_cpu = results["producer"]
@@ -112,11 +118,11 @@ def _drain_ledger(url: str, root: str, n: int, q) -> None:
 
 
 def run_drain(url: str, tmp: Path, n: int, many: int) -> dict:
-    """A backlog: `n` events emitted (emit_many) with no ledger running, then the ledger started."""
+    """A backlog: `n` events emitted (emit_dicts) with no ledger running, then the ledger started."""
     em = Emitter("bench", "worker-0", 0, url, tmp / "spool")
     for i in range(0, n, many):
         k = min(many, n - i)
-        em.emit_many("step", [step_payload(j) for j in range(i, i + k)], steps=list(range(i, i + k)))
+        em.emit_dicts("step", [step_payload(j) for j in range(i, i + k)], steps=list(range(i, i + k)))
     assert em.close(600)
     q = mp.Queue()
     ledger = mp.Process(target=_drain_ledger, args=(url, str(tmp / "root"), n, q))
@@ -211,22 +217,24 @@ def main() -> int:
     p = argparse.ArgumentParser(description="ingest throughput: e2e vs raw nats-py vs pyarrow alone")
     p.add_argument("--events", type=int, default=100_000, help="events per batched run")
     p.add_argument("--unbatched-events", type=int, default=30_000, help="events per one-event-per-message run")
-    p.add_argument("--many", type=int, default=100, help="events per Emitter.emit_many call (the emit_many row)")
+    p.add_argument("--many", type=int, default=100, help="events per emit_many / emit_dicts call")
     p.add_argument("--backlog", type=int, default=200_000, help="events waiting when the ledger starts (the drain row)")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-ingest-"))
     rows = []
     try:
         raw_of = {}
-        for mode, n, per_msg, batch, many in (("batched", args.events, MAX_BATCH_EVENTS, True, 1),
-                                              ("emit_many", args.events, MAX_BATCH_EVENTS, True, args.many),
-                                              ("1 event/msg", args.unbatched_events, 1, False, 1)):
-            if per_msg not in raw_of:  # emit_many's raw baseline is the batched one
+        for mode, n, per_msg, batch, many, typed in (
+                ("batched", args.events, MAX_BATCH_EVENTS, True, 1, True),
+                ("emit_dicts", args.events, MAX_BATCH_EVENTS, True, args.many, False),
+                ("emit_many", args.events, MAX_BATCH_EVENTS, True, args.many, True),
+                ("1 event/msg", args.unbatched_events, 1, False, 1, True)):
+            if per_msg not in raw_of:  # emit_many's and emit_dicts' raw baseline is the batched one
                 srv = fresh_server(tmp, f"nats-raw-{per_msg}")
                 raw_of[per_msg] = run_raw(srv.url, n, per_msg)
                 srv.stop()
             srv = fresh_server(tmp, f"nats-e2e-{mode.replace(' ', '-').replace('/', '-')}")
-            e2e = run_e2e(srv.url, tmp / f"e2e-{mode.replace(' ', '-').replace('/', '-')}", n, batch, many)
+            e2e = run_e2e(srv.url, tmp / f"e2e-{mode.replace(' ', '-').replace('/', '-')}", n, batch, many, typed)
             srv.stop()
             rows.append((mode, n, e2e, raw_of[per_msg]))
         srv = fresh_server(tmp, "nats-drain")
@@ -244,7 +252,7 @@ def main() -> int:
     for mode, n, e2e, _ in rows:
         print(f"{mode}: then compacting what was written took {e2e['compact_s']:.2f} s (the ledger does it when "
               f"idle); counting it, {e2e['with_compaction_per_s']:.0f} events/s")
-    batched, many, single = rows[0][2]["events_per_s"], rows[1][2]["events_per_s"], rows[2][3]["events_per_s"]
+    batched, many, single = rows[0][2]["events_per_s"], rows[2][2]["events_per_s"], rows[3][3]["events_per_s"]
     print(f"e2e batched / raw nats-py at one event per message = {batched / single:.2f} "
           f"(emit_many: {many / single:.2f})")
     print(f"drain: {args.backlog} events waiting when the ledger starts: {drain['events_per_s']:.0f} events/s, "

@@ -2,7 +2,7 @@
 as a child process, the ladder for a target run (rungs trained, forecasts emitted), then the target
 run itself, and `runledger audit forecast` on what the ledger stored.
 
-    .venv/bin/python bench/ladder.py [--root DIR] [--preset small] [--rungs 4] [--steps-scale 1]
+    .venv/bin/python -m bench.ladder [--root DIR] [--preset small] [--rungs 4] [--steps-scale 1]
                                      [--target-steps N] [--E fit|0.6] [--stop-rung I@FRACTION]
 
 `--E fit` (the default) fits E with the law and sizes the band by its profile; a number fixes E.
@@ -22,12 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ledger.emitter import Emitter
+from ledger.natsserver import NatsServer
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from ledger.emitter import Emitter  # noqa: E402
-from ledger.natsserver import NatsServer  # noqa: E402
-
 log = logging.getLogger("bench.ladder")
 
 
@@ -69,7 +67,7 @@ def main() -> int:
     for noisy in ("absl", "jax._src.xla_bridge", "nats"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from training.cli import ckpt_dir
+    from training.resume import ckpt_dir
     from training.config import preset
     from training.flops import measure_peak_flops
     from training.ladder import run_ladder
@@ -102,7 +100,7 @@ def main() -> int:
         t0 = time.perf_counter()
         em = Emitter(args.target, "worker-0", 0, server.url, root / "spool")
         try:
-            train(preset(args.preset), run_id=args.target, ckpt_dir=ckpt_dir(root, args.target), emitter=em,
+            train(preset(args.preset), run_id=args.target, ckpt_dir=ckpt_dir(root, args.target), sink=em,
                   preset=args.preset, peak_flops=peak, steps=args.target_steps)
         finally:
             em.close()

@@ -8,7 +8,7 @@ normal, one offset per rung: a seed's worth), read through `training.ladder_fit.
 target is TARGET_X times the last rung's compute. Draws use numpy seeds seed0..seed0+draws-1 (0..999
 by default; `--seed0 1000` is a second, disjoint set).
 
-    .venv/bin/python bench/ladder_law.py [--draws 1000] [--seed0 0] [--rungs 5] [--noise 0.005]
+    .venv/bin/python -m bench.ladder_law [--draws 1000] [--seed0 0] [--rungs 5] [--noise 0.005]
 
 Prints, per way of fitting (E fitted, the default; E fixed at the old default 0.6; E fixed at the
 law's own E), the coverage of the band, its median width, the median fitted exponent, and refusals.
@@ -20,13 +20,10 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from training.ladder_fit import BAND_LEVEL, DEFAULT_E, Curve, forecast  # noqa: E402
+from training.ladder_fit import BAND_LEVEL, DEFAULT_E, Curve, forecast
 
 log = logging.getLogger("bench.ladder_law")
 

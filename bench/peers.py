@@ -1,11 +1,11 @@
 """The same training metrics logged through runledger, MLflow, W&B (offline) and TensorBoard, side by side.
 
     pip install -e '.[peers]'
-    python bench/peers.py [--steps N | --large] [--step-ms MS] [--only runledger,mlflow,...]
+    python -m bench.peers [--steps N | --large] [--step-ms MS] [--only runledger,mlflow,...]
 
 Every peer logs, for N steps, the same 13 numbers (loss, grad_norm, lr, mfu, drop_fraction and the
 drop fraction of each of 8 MoE layers), each in its own fresh process, one after the other:
-  runledger    Emitter.emit of a `step` and a `drops` event per step → spool → a real nats-server →
+  runledger    Emitter.emit_dict of a `step` and a `drops` event per step → spool → a real nats-server →
                the ledger service (a second process) → fsync'd Parquet, queried with queries.connect
   mlflow       mlflow.log_metrics(dict, step) into a sqlite backend, asynchronously (the fastest
                per-step API: synchronous=False) and, with --only ...,mlflow-sync, the synchronous default
@@ -36,14 +36,12 @@ import shutil
 import sqlite3
 import statistics
 import struct
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 log = logging.getLogger("bench.peers")
 
@@ -185,8 +183,8 @@ def log_runledger(url: str, spool: str, n: int, step_s: float, q) -> None:
     setup = time.time() - t
 
     def log_one(st: Step) -> None:
-        em.emit("step", st.step_payload, step=st.step)
-        em.emit("drops", st.drops_payload, step=st.step)
+        em.emit_dict("step", st.step_payload, step=st.step)  # (every peer is handed the same dicts)
+        em.emit_dict("drops", st.drops_payload, step=st.step)
 
     start, end, inside = _loop(steps, step_s, log_one)
     ok = em.close(600)

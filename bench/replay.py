@@ -1,6 +1,6 @@
 """Replay speed: events per second folded into a RunState, for a 1M-event run, in one command.
 
-    python bench/replay.py [--events N] [--no-parquet]    (about 6 minutes here; --no-parquet: 1)
+    python -m bench.replay [--events N] [--no-parquet]    (about 6 minutes here; --no-parquet: 1)
 
   fold            ledger.replay.replay() over envelopes already in memory (dicts with parsed payloads,
                   as run_events returns them); target >= 200,000 events/s
@@ -22,15 +22,12 @@ import gc
 import json
 import logging
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ledger import replay as rp  # noqa: E402
-from ledger import store  # noqa: E402
+from ledger import replay as rp
+from ledger import store
 
 log = logging.getLogger("bench.replay")
 

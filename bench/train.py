@@ -4,7 +4,7 @@ in the same process, interleaved so that drift hits both alike. On a shared mach
 differences of a few percent are noise; the time inside `emit` and the process CPU time per step
 are the steadier measures of the overhead.
 
-    .venv/bin/python bench/train.py [--preset small] [--steps 10] [--rounds 3]
+    .venv/bin/python -m bench.train [--preset small] [--steps 10] [--rounds 3]
 
 Each timed step is the worker's loop body: batch, lr into the optimizer, jitted update, metrics to
 the host, and (when on) the `step` and `drops` payloads built and emitted.
@@ -15,21 +15,18 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jax
 
-import jax  # noqa: E402
-
-from training import data  # noqa: E402
-from training.config import preset  # noqa: E402
-from training.flops import flops_per_token, measure_peak_flops  # noqa: E402
-from training.schedule import lr_at, make_schedule  # noqa: E402
-from training.record import drops_payload, step_payload  # noqa: E402
-from training.worker import init_state, make_train_step, with_lr  # noqa: E402
+from training import data
+from training.config import preset
+from training.flops import flops_per_token, measure_peak_flops
+from training.schedule import lr_at, make_schedule
+from training.record import step_completed, tokens_dropped
+from training.worker import init_state, make_train_step, with_lr
 
 
 def main() -> None:
@@ -81,8 +78,8 @@ def main() -> None:
             dt = time.perf_counter() - t_step
             if emit:
                 t_emit = time.perf_counter()
-                emitter.emit("step", step_payload(m, T, L, dt, fpt, peak), step=k)
-                emitter.emit("drops", drops_payload(m["layers"], cfg, L), step=k)
+                emitter.emit(step_completed(m, T, L, dt, fpt, peak), step=k)
+                emitter.emit(tokens_dropped(m["layers"], cfg, L), step=k)
                 emit_s[0] += time.perf_counter() - t_emit
             times.append(time.perf_counter() - t)
         cpu[emit] += time.process_time() - c0

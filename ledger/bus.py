@@ -10,19 +10,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 
 import nats
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
+from ledger import settings
 from ledger.events import STREAM, SUBJECT_PREFIX
 from ledger.natsserver import MAX_PAYLOAD
 
 log = logging.getLogger(__name__)
 
-DEFAULT_URL = os.environ.get("RUNLEDGER_NATS", "nats://127.0.0.1:4222")
+DEFAULT_URL = settings.env_nats_url()
 DUPLICATE_WINDOW_S = 120.0  # DESIGN.md: duplicate window >= 2 min
 ACK_WAIT_S = 30.0  # a consumer that has not acked in this time gets the message again
 MAX_ACK_PENDING = 50_000

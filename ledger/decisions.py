@@ -2,10 +2,11 @@
 
 `DecisionFeed(run_id, nats_url)` follows `runledger.{run_id}.decision` on JetStream from the start
 of the stream (an ordered consumer in a background thread), so a resumed worker sees every decision
-ever made for its run. `ready()` returns, in order, the decisions that are in force and not yet
-applied: an `auto` decision at once, a `proposed` one once a person approved it (`approve`), never
-one that was rejected. The worker applies them, emits `decision_applied`, and calls `mark_applied`;
-decisions already applied in an earlier attempt are passed in `applied` (from replay).
+ever made for its run. `ready()` returns, in order, the decisions that are ready as
+`ledger.decision_state` says (as replay would: an `auto` decision at once, a `proposed` one once a
+person approved it, never one that was rejected) and not handed out yet. The worker applies them,
+emits `decision_applied`, and calls `mark_applied`; decisions already answered in an earlier attempt
+are passed in `applied` (from replay).
 """
 
 from __future__ import annotations
@@ -17,23 +18,10 @@ import threading
 
 from nats.js.api import DeliverPolicy
 
-from ledger import bus
+from ledger import bus, decision_state
 from ledger.events import subject_for
 
 log = logging.getLogger(__name__)
-
-
-def pending_decisions(decisions: list[dict], reviews: dict[str, str], applied: set[str]) -> list[dict]:
-    """The decisions (payloads, in arrival order) ready to apply: auto, or proposed and approved;
-    not rejected, not applied yet. `reviews` maps decision_id -> 'approve' | 'reject'."""
-    out = []
-    for d in decisions:
-        did = d["decision_id"]
-        if did in applied or reviews.get(did) == "reject":
-            continue
-        if d.get("mode", "auto") == "auto" or reviews.get(did) == "approve":
-            out.append(d)
-    return out
 
 
 class DecisionFeed:
@@ -42,9 +30,7 @@ class DecisionFeed:
     def __init__(self, run_id: str, nats_url: str, applied: set[str] | None = None):
         self.run_id, self.nats_url = run_id, nats_url
         self.applied: set[str] = set(applied or ())
-        self._decisions: list[dict] = []
-        self._seen: set[str] = set()
-        self._reviews: dict[str, str] = {}
+        self._decisions: dict[str, dict] = {}  # decision_id -> its record (ledger.decision_state)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.connected = threading.Event()
@@ -53,7 +39,7 @@ class DecisionFeed:
 
     def ready(self) -> list[dict]:
         with self._lock:
-            return pending_decisions(self._decisions, self._reviews, self.applied)
+            return decision_state.ready(self._decisions, self.applied)
 
     def mark_applied(self, decision_id: str) -> None:
         with self._lock:
@@ -66,15 +52,11 @@ class DecisionFeed:
     def _take(self, env: dict) -> None:
         if not isinstance(env, dict) or env.get("kind") != "decision" or env.get("run_id") != self.run_id:
             return
-        p = env.get("payload") or {}
         with self._lock:
-            if p.get("action") in ("approve", "reject"):
-                target = (p.get("params") or {}).get("decision_id")
-                if target and target not in self._reviews:
-                    self._reviews[target] = p["action"]
-            elif p.get("decision_id") and p["decision_id"] not in self._seen:
-                self._seen.add(p["decision_id"])
-                self._decisions.append(p)
+            try:
+                decision_state.fold_decision(self._decisions, env["payload"], env.get("step"))
+            except (KeyError, TypeError, AttributeError):
+                return  # not a decision payload; the ledger quarantines it
 
     def _main(self) -> None:
         asyncio.run(self._follow())

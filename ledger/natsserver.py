@@ -23,11 +23,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.events import STREAM, SUBJECT_PREFIX, check_name
+from ledger.events import STREAM, SUBJECT_PREFIX, kinds_of
+from ledger.settings import creds_dir, creds_file, nats_dir, read_creds
+from ledger.validation import check_name
 
 MAX_PAYLOAD = 8 << 20  # so that oversized events reach the ledger and are quarantined, not refused unseen
-WORKER_KINDS = ("run_started", "step", "drops", "eval", "checkpoint", "data", "decision_applied", "run_finished")
-AGENT_KINDS = ("decision", "alert")
+WORKER_KINDS = kinds_of("worker")  # the registry's (ledger.events.REGISTRY)
+AGENT_KINDS = kinds_of("agent")
 LEDGER_API = "runledger-ledger"  # requests the ledger answers: {LEDGER_API}.chains.{run_id}.{producer}
 
 
@@ -134,10 +136,10 @@ class Users:
         ]
         return "authorization {\n  users = " + json.dumps(entries, indent=2) + "\n}\n"
 
-    def write_creds(self, creds_dir: Path, port: int) -> None:
-        creds_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    def write_creds(self, folder: Path, port: int) -> None:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         for name, u in self.users.items():
-            write_private(creds_dir / f"{name}.creds", f"nats://{name}:{u['password']}@127.0.0.1:{port}\n")
+            write_private(folder / f"{name}.creds", f"nats://{name}:{u['password']}@127.0.0.1:{port}\n")
 
 
 def write_private(path: Path, text: str) -> None:
@@ -149,11 +151,6 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
-
-
-def read_creds(path: str | Path) -> str:
-    """The server URL (with user and password) in a credentials file."""
-    return Path(path).read_text().strip()
 
 
 # ------------------------------------------------------------------------------------ servers
@@ -264,10 +261,6 @@ def cluster_url(servers: list[NatsServer]) -> str:
 # ------------------------------------------------------------------------------------ up / down
 
 
-def nats_dir(root: str | Path) -> Path:
-    return Path(root).resolve() / "nats"
-
-
 def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure: bool = False,
        runs: tuple[str, ...] = (), cluster: int = 0) -> str:
     """Start detached server(s) for `root` unless they already answer; return the URL (or URLs)."""
@@ -291,7 +284,7 @@ def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure
         server = NatsServer(d, port, sync_interval, users=users).start()
         url = server.url
         if users:
-            users.write_creds(d / "creds", server.port)
+            users.write_creds(creds_dir(root), server.port)
     d.mkdir(parents=True, exist_ok=True)
     url_file.write_text(url + "\n")
     return url
@@ -304,11 +297,11 @@ def add_worker(root: str | Path, run_id: str) -> Path:
     if not users.users:
         raise ValueError(f"no secure server under {d} (start one with `runledger nats up --secure`)")
     name = users.add("worker", run_id)
-    port = int(read_creds(d / "creds" / "ledger.creds").rsplit(":", 1)[1])
+    port = int(read_creds(creds_file(root, "ledger")).rsplit(":", 1)[1])
     server = NatsServer(d, port, users=users)
     server.reload()
-    users.write_creds(d / "creds", port)
-    return d / "creds" / f"{name}.creds"
+    users.write_creds(creds_dir(root), port)
+    return creds_file(root, name)
 
 
 def _pid_files(d: Path) -> list[Path]:

@@ -2,7 +2,7 @@
 
 A bad line is reported with its line number and reason and skipped; every valid line is published
 with Nats-Msg-Id = event_id:hash (`bus.msg_id`) and waited on until JetStream acknowledged it (resent on failure), so no
-valid line is lost. For building new events in a program, use `ledger.emitter.Emitter` instead.
+valid line is lost. For building new events in a program, emit typed events into a sink (`ledger.sink`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import logging
 from typing import Iterable
 
 from ledger import bus
-from ledger.events import InvalidEvent, check_envelope, parse_json, subject_for
+from ledger.events import InvalidEvent, subject_for
+from ledger.parsing import parse_json
+from ledger.validation import check_envelope
 
 log = logging.getLogger(__name__)
 

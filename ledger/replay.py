@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import pyarrow.compute as pc
 
-from ledger import store
+from ledger import decision_state, store
 
 
 @dataclass
@@ -97,24 +97,12 @@ def _alert(s: RunState, e: dict, p: dict) -> None:
 
 
 def _decision(s: RunState, e: dict, p: dict) -> None:
-    if p["action"] in ("approve", "reject"):
-        target = s.decisions.get(p["params"].get("decision_id", ""))
-        if target is not None and target["status"] == "proposed":
-            target["status"] = "approved" if p["action"] == "approve" else "rejected"
-            target["reviewed_by"] = p["agent"]
-        return
-    s.decisions[p["decision_id"]] = {
-        "action": p["action"], "params": p.get("params", {}), "agent": p["agent"], "rule": p["rule"],
-        "mode": p.get("mode", "auto"), "status": "proposed" if p.get("mode") == "proposed" else "decided",
-        "decided_at_step": e["step"], "applied_at_step": None,
-    }
+    decision_state.fold_decision(s.decisions, p, e["step"])
 
 
 def _decision_applied(s: RunState, e: dict, p: dict) -> None:
-    d = s.decisions.setdefault(p["decision_id"], {"action": p["action"], "params": {}, "status": "unknown"})
-    d["status"] = p.get("status", "applied")
-    d["applied_at_step"] = e["step"]
-    if d["status"] != "applied":
+    d = decision_state.fold_applied(s.decisions, p, e["step"])
+    if d["status"] != decision_state.APPLIED:
         return
     after = p.get("after") or {}
     if p["action"] == "set_token_horizon":

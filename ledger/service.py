@@ -1,7 +1,7 @@
 """The ledger service: JetStream → validated, deduplicated, durable Parquet, exactly once.
 
 One loop (`runledger ledger serve`): fetch a batch from the durable pull consumer `ledger`, validate
-every event (`ledger.events.check_envelope`), drop the ones already stored (by event_id: the stored
+every event (`ledger.validation.check_envelope`), drop the ones already stored (by event_id: the stored
 set is rebuilt from Parquet at start, so a crash between write and ack stores nothing twice), write
 the rest and the rejected input (to quarantine, with raw bytes, subject and reason) atomically, and
 only then ack. A write that fails (a full disk) is retried without acking; the service keeps running
@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import bus, heads, locks, store
-from ledger.events import (
-    MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, check_batch, check_envelope, envelope_text, orjson,
-    parse_batch_entries, parse_json, payloads_valid, subject_for,
-)
+from ledger.batch import check_batch
+from ledger.canonical import envelope_text, orjson
+from ledger.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
 from ledger.natsserver import LEDGER_API
+from ledger.parsing import parse_batch_entries, parse_json
 from ledger.store import CONFLICT, Quarantined, StoredEvent
+from ledger.validation import check_envelope, payloads_valid
 
 log = logging.getLogger(__name__)
 

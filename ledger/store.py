@@ -27,7 +27,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ledger import heads
-from ledger.events import KINDS, canonical_json, payload_columns
+from ledger.canonical import canonical_json
+from ledger.columns import payload_columns
+from ledger.events import KINDS
+from ledger.paths import event_files, quarantine_files
 
 ARROW_TYPES = {"double": pa.float64(), "bigint": pa.int64(), "boolean": pa.bool_(), "varchar": pa.string(), "json": pa.string()}
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -297,28 +300,6 @@ def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime
 # --------------------------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------------------------
-
-
-def event_glob(root: Path, kind: str | None = None, run_id: str | None = None) -> Path:
-    """The one pattern of stored event files: the SQL views, `verify`, replay and the ledger all read
-    exactly the files it matches (anything else under events/ is a stray file, and `verify` says so)."""
-    return Path(root) / "events" / f"kind={kind or '*'}" / f"run_id={run_id or '*'}" / "*.parquet"
-
-
-def quarantine_glob(root: Path) -> Path:
-    return Path(root) / "quarantine" / "*.parquet"
-
-
-def _matching(pattern: Path) -> list[Path]:
-    return sorted(Path(pattern.anchor).glob(str(pattern.relative_to(pattern.anchor))))
-
-
-def event_files(root: Path, kind: str | None = None, run_id: str | None = None) -> list[Path]:
-    return _matching(event_glob(root, kind, run_id))
-
-
-def quarantine_files(root: Path) -> list[Path]:
-    return _matching(quarantine_glob(root))
 
 
 def stray_files(root: Path) -> list[Path]:

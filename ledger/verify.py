@@ -31,7 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ledger import heads, locks, store
-from ledger.events import KINDS, InvalidEvent, canonical_json, check_payload, event_hash, make_event_id
+from ledger.canonical import canonical_json, event_hash
+from ledger.events import KINDS, InvalidEvent, make_event_id
+from ledger.validation import check_payload
 
 MAX_LISTED = 50
 
@@ -120,7 +122,7 @@ def verify(root: str | Path) -> Report:
     root = Path(root)
     report = Report()
     links: list[tuple] = []
-    for path in store.stray_files(root):  # the views read exactly the files verify reads (store.event_glob)
+    for path in store.stray_files(root):  # the views read exactly the files verify reads (paths.event_glob)
         report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
     for path in store.event_files(root):
         kind = path.parent.parent.name.removeprefix("kind=")

@@ -1,8 +1,9 @@
 """SQL over the ledger: `connect(root)` gives a read-only DuckDB connection with the views of views.sql.
 
 The views scan the Parquet files under `{root}/events` and `{root}/quarantine` directly; their
-columns come from `ledger.events` (through `ledger.store.arrow_schema`), so a kind with no files yet
-still has a view with the right columns. Audits live as `.sql` files beside this one.
+columns come from `ledger.events` (through `queries.columns`), so a kind with no files yet still has
+a view with the right columns. Audits live as `.sql` files beside this one. Neither pydantic nor
+pyarrow is imported on the way: a query starts in the time DuckDB takes to load.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from pathlib import Path
 
 import duckdb
 
-from ledger.events import KINDS
-from ledger.store import (
-    ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema, event_files, event_glob, quarantine_files, quarantine_glob,
-)
+from ledger.paths import event_files, event_glob, quarantine_files, quarantine_glob
+from queries import thresholds
+from queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
 
 HERE = Path(__file__).parent
 # what each statement of views.sql defines
 _DEFINED = re.compile(r"^create or replace (?:view|macro) (\w+)", re.MULTILINE)
-ENVELOPE_COLUMNS = [n for n, _ in ENVELOPE_SCHEMA]
+_WORD = re.compile(r"\w+")
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_COMMENT = re.compile(r"--[^\n]*")
 
 
 # Bounds of a query a person or a console runs (`runledger sql`, the UI): a mistake such as a cross
@@ -45,13 +47,7 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-_ARROW_TO_DUCK = {
-    "string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN", "binary": "BLOB",
-    "timestamp[us, tz=UTC]": "TIMESTAMPTZ",
-}
-
-
-def _scan(pattern: Path, has_files: bool, schema) -> str:
+def _scan(pattern: Path, has_files: bool, columns: Columns) -> str:
     """A scan of the Parquet files matching `pattern`, or an empty relation of the same columns.
 
     The glob is resolved at query time, so files written after connect() are seen too, but only for a
@@ -59,14 +55,14 @@ def _scan(pattern: Path, has_files: bool, schema) -> str:
     """
     if has_files:
         return f"read_parquet({_sql_str(str(pattern))}, union_by_name=true, hive_partitioning=false)"
-    cols = ", ".join(f"NULL::{_ARROW_TO_DUCK[str(f.type)]} AS {f.name}" for f in schema)
+    cols = ", ".join(f"NULL::{duck_type} AS {name}" for name, duck_type in columns)
     return f"(select {cols} where false)"
 
 
-def _scan_files(files: list[Path], schema) -> str:
+def _scan_files(files: list[Path], columns: Columns) -> str:
     """A scan of exactly these Parquet files, or an empty relation of the same columns."""
     if not files:
-        return _scan(Path("none"), False, schema)
+        return _scan(Path("none"), False, columns)
     listing = ", ".join(_sql_str(str(Path(f).resolve())) for f in files)
     return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
 
@@ -76,18 +72,19 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None) -> str:
     (kind -> Parquet files), for exactly those files (a scope: one run and what its audit needs)."""
     root = Path(root).resolve()
     sql = (HERE / "views.sql").read_text()
-    env_cols = ", ".join(ENVELOPE_COLUMNS)
+    env_cols = ", ".join(envelope_columns())
     if files is not None:
-        kinds_sql = {k: _scan_files(files.get(k, []), arrow_schema(k)) for k in KINDS}
+        kinds_sql = {k: _scan_files(files.get(k, []), kind_columns(k)) for k in kinds()}
     else:
         kinds_sql = {
-            k: _scan(event_glob(root, k), bool(event_files(root, k)), arrow_schema(k))
-            for k in KINDS
+            k: _scan(event_glob(root, k), bool(event_files(root, k)), kind_columns(k))
+            for k in kinds()
         }
     all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
     sql = sql.replace("{{all_kinds}}", all_kinds)
-    sql = sql.replace("{{events_glob}}", _sql_str(str(event_glob(root))))  # (the files verify reads: store.event_glob)
-    sql = sql.replace("{{quarantine}}", _scan(quarantine_glob(root), bool(quarantine_files(root)), QUARANTINE_SCHEMA))
+    sql = sql.replace("{{events_glob}}", _sql_str(str(event_glob(root))))  # (the files verify reads: paths.event_glob)
+    sql = sql.replace("{{threshold_defaults}}", thresholds.values_sql())
+    sql = sql.replace("{{quarantine}}", _scan(quarantine_glob(root), bool(quarantine_files(root)), quarantine_columns()))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
     return sql
 
@@ -114,12 +111,13 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
             files: dict[str, list[Path]] | None = None,
             on_view: Callable[[duckdb.DuckDBPyConnection, str], None] | None = None,
             con: duckdb.DuckDBPyConnection | None = None,
-            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+            memory_limit: str | None = None, uses: str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the ledger's views over `root` (`threads`: DuckDB's
     worker threads, default all cores; `files`: views over just these files, see render_views;
     `on_view(con, name)`: called as soon as each view or macro of views.sql is defined; `con`: a
     connection from open_connection to define them on, else a new one; `memory_limit`: DuckDB's,
-    e.g. "2GB", default DuckDB's own).
+    e.g. "2GB", default DuckDB's own; `uses`: the text of the queries the connection is for, and
+    then only the views and macros they can reach are defined, see `reachable`).
 
     With read_only (the default) the connection cannot write: external access is off except
     reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are
@@ -132,6 +130,8 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
         con = given if given is not None else open_connection(threads, read_only)
         sql = render_views(root, files)
         try:
+            if uses is not None:
+                sql = ";\n".join(reachable([st.query for st in con.extract_statements(sql)], uses))
             if on_view is None:
                 con.execute(sql)
             else:
@@ -160,6 +160,22 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     return con
 
 
+def reachable(statements: list[str], uses: str) -> list[str]:
+    """The statements of views.sql that the text `uses` can reach, in their order: those defining a
+    view or macro it names, then those that these name, and so on. Every word of `uses` counts as a
+    name (in a string too), so nothing a query could use is left out; in the definitions, strings
+    are file paths and comments are prose, and neither names a view. The audit helpers, the slowest views to define, are left
+    out of a query that does not name them."""
+    defining = {_DEFINED.search(st).group(1).lower(): st for st in statements}
+    names = {name: set(_WORD.findall(_STRING.sub("", _COMMENT.sub("", st)).lower())) for name, st in defining.items()}
+    todo, reached = set(_WORD.findall(uses.lower())) & set(defining), set()
+    while todo:
+        name = todo.pop()
+        reached.add(name)
+        todo |= (names[name] & set(defining)) - reached
+    return [st for st in statements if _DEFINED.search(st).group(1).lower() in reached]
+
+
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Raise ReadOnlyViolation unless every statement in `sql` is a plain query."""
     statements = con.extract_statements(sql)
@@ -174,7 +190,7 @@ def query(root: str | Path, sql: str, timeout_s: float | None = TIMEOUT_S,
           memory_limit: str | None = MEMORY_LIMIT) -> tuple[list[str], list[tuple]]:
     """Run a read-only query over the ledger views, bounded in time and memory; returns the last
     statement's (column names, rows). Raises ReadOnlyViolation, QueryTimeout or duckdb.Error."""
-    con = connect(root, memory_limit=memory_limit)
+    con = connect(root, memory_limit=memory_limit, uses=sql)
     try:
         check_read_only(con, sql)
         return fetch_bounded(con, sql, timeout_s)

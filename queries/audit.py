@@ -2,9 +2,8 @@
 
 `run_suite(root, 'health', run_id)` returns the rows of every `queries/health/*.sql` check, each
 (run_id, check, status, value, threshold, at_step, evidence); provenance and forecast queries return
-their own columns, one table per file. `register(subparsers)` adds
-`runledger audit {health,provenance,forecast} RUN --root DIR [--format table|json|csv]`; health exits
-1 when any check fails.
+their own columns, one table per file; `format_audit` writes them as a table, JSON or CSV (the
+command is `runledger audit`, in tools/audit.py).
 
 The `.sql` files are plain queries over the views of views.sql and return every run; for one run
 the views are opened over just the files its audit needs (`scope_files`: the run's own, its ladder
@@ -18,13 +17,10 @@ its small table rather than over everything below it.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import logging
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +28,8 @@ from pathlib import Path
 import duckdb
 
 import queries
-from ledger.events import KINDS
-from ledger.store import arrow_schema, event_files
+from ledger.paths import event_files
+from queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +81,6 @@ def known_runs(root: Path) -> list[str]:
 # their target); every other kind only for the run itself
 _PEER_KINDS = ("run_started", "drops")
 _PARENT_KINDS = ("run_started", "checkpoint")
-_KIND_VIEWS = {"run_started": "runs", "step": "steps_all", "drops": "drops", "eval": "evals", "checkpoint": "checkpoints",
-               "data": "data", "forecast": "forecasts", "alert": "alerts", "decision": "decisions",
-               "decision_applied": "decisions_applied", "run_finished": "runs_finished"}
 
 
 def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, list[Path]]:
@@ -101,23 +94,23 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
     own_starts = event_files(root, "run_started", run_id)
     if own_starts:
         ladder, parents = look.execute(
-            "select max(coalesce(ladder ->> 'name', ladder ->> 'ladder')), list(distinct parent ->> 'run_id') "
-            f"from {queries._scan_files(own_starts, arrow_schema('run_started'))}").fetchone()
+            "select max(ladder ->> 'name'), list(distinct parent ->> 'run_id') "
+            f"from {queries._scan_files(own_starts, kind_columns('run_started'))}").fetchone()
     if ladder is not None:  # only then read every run's run_started, for the same ladder name
         peers |= {r[0] for r in look.execute(
-            f"select distinct run_id from {queries._scan_files(event_files(root, 'run_started'), arrow_schema('run_started'))} "
-            "where coalesce(ladder ->> 'name', ladder ->> 'ladder') = ?", [ladder]).fetchall()}
+            f"select distinct run_id from {queries._scan_files(event_files(root, 'run_started'), kind_columns('run_started'))} "
+            "where ladder ->> 'name' = ?", [ladder]).fetchall()}
     forecasts = event_files(root, "forecast")
     if forecasts:
         peers |= {r[0] for r in look.execute(
-            f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries._scan_files(forecasts, arrow_schema('forecast'))} "
+            f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries._scan_files(forecasts, kind_columns('forecast'))} "
             "where target_run = ?", [run_id]).fetchall()}
     if con is None:
         look.close()
     peers.discard(run_id)
     parents = {p for p in parents or [] if p and p != run_id}
     files = {}
-    for kind in KINDS:
+    for kind in kinds():
         if kind == "forecast":
             files[kind] = forecasts
             continue
@@ -131,11 +124,11 @@ def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> Non
     """On a connection over the whole ledger, shadow the kind views (and `events`) with temp views over
     the files of `scope_files`, so that a one-run audit opens no unrelated run's files."""
     files = scope_files(root, run_id, con)
-    cols = ", ".join(queries.ENVELOPE_COLUMNS)
-    for kind, view in _KIND_VIEWS.items():
-        con.execute(f"create or replace temp view {view} as select * from {queries._scan_files(files[kind], arrow_schema(kind))}")
-    union = " union all ".join(f"select {cols} from {queries._scan_files(f, arrow_schema(k))}" for k, f in files.items() if f)
-    empty = queries._scan_files([], arrow_schema("step"))
+    cols = ", ".join(envelope_columns())
+    for kind, view in kind_views().items():
+        con.execute(f"create or replace temp view {view} as select * from {queries._scan_files(files[kind], kind_columns(kind))}")
+    union = " union all ".join(f"select {cols} from {queries._scan_files(f, kind_columns(k))}" for k, f in files.items() if f)
+    empty = queries._scan_files([], kind_columns("step"))
     con.execute(f"create or replace temp view events as {union or f'select {cols} from {empty}'}")
 
 
@@ -158,7 +151,7 @@ def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scop
     """Materialise the audit helpers as temp tables, for `run_id` or for every run. A connection over
     the whole ledger is first scoped to the run; `scoped` says it was opened over the run's files."""
     # a connection reused for another scope starts afresh: `main.x` would find a temp x first
-    for view in ("events", *_KIND_VIEWS.values()):
+    for view in ("events", *kind_views().values()):
         con.execute(f"drop view if exists temp.{view}")
     for table in ("audit_runs", *_HELPERS):
         con.execute(f"drop table if exists temp.{table}")
@@ -255,33 +248,3 @@ def format_audit(audit: Audit, fmt: str) -> str:
             out.write("  ".join(c[:w].ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
         out.write("\n")
     return out.getvalue()
-
-
-# ---------------------------------------------------------------------------------------- CLI
-def cmd_audit(args: argparse.Namespace) -> int:
-    root = Path(args.root)
-    if args.run not in known_runs(root):
-        print(f"runledger audit: no events for run {args.run!r} under {root}", file=sys.stderr)
-        return 2
-    try:
-        audit = run_suite(root, args.suite, args.run)
-    except duckdb.Error as err:  # a stored file that is not Parquet, say
-        print(f"runledger audit: cannot read the ledger under {root}: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 2
-    sys.stdout.write(format_audit(audit, args.format))
-    if audit.failed:
-        failed = sorted({d["check"] for d in audit.rows() if d["status"] == "fail"})
-        log.warning("run %s failed: %s", args.run, ", ".join(failed))
-        return 1
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add `audit {health,provenance,forecast} RUN --root DIR [--format ...]` to the runledger CLI."""
-    p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
-    p.add_argument("suite", choices=SUITES)
-    p.add_argument("run", help="run_id")
-    p.add_argument("--root", default=os.environ.get("RUNLEDGER_ROOT", "./runledger-data"),
-                   help="ledger root directory (env RUNLEDGER_ROOT)")
-    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
-    p.set_defaults(func=cmd_audit)

@@ -19,13 +19,17 @@ create or replace view steps as
 select * from steps_all
 qualify row_number() over (partition by run_id, step order by attempt desc, seq desc) = 1;
 
+-- every drops event: at the trained length and probed ahead of a context extension
+create or replace view drops_all as
+select * from {{kind:drops}};
+
 -- token drops at the length the run trains at, one row per step and attempt
 create or replace view drops as
-select * from {{kind:drops}} where not coalesce(probe, false);
+select * from drops_all where not coalesce(probe, false);
 
 -- drops measured at a longer length ahead of a context extension (no update was made)
 create or replace view drop_probes as
-select * from {{kind:drops}} where coalesce(probe, false);
+select * from drops_all where coalesce(probe, false);
 
 create or replace view evals as
 select * from {{kind:eval}};
@@ -96,7 +100,7 @@ with starts as (
         (f.schedule ->> 'horizon_tokens')::bigint as horizon_tokens,
         (f.schedule ->> 'anchor_step')::bigint as anchor_step,
         (f.schedule ->> 'anchor_lr')::double as anchor_lr,
-        coalesce((f.config -> 'moe' ->> 'n_experts')::bigint, (f.config ->> 'n_experts')::bigint) as n_experts,
+        (f.config -> 'moe' ->> 'n_experts')::bigint as n_experts,
         (f.config ->> 'planned_mfu')::double as planned_mfu
     from first_start f join latest_start l using (run_id)
 )
@@ -106,59 +110,50 @@ select
              ceil(token_budget / tokens_per_step)::bigint) as horizon_steps
 from parsed;
 
--- the default thresholds, with the anchor each comes from; a run overrides any of them by name in
--- its run_started.thresholds
+-- the default thresholds, with the unit and the anchor each comes from (rendered from
+-- queries/thresholds.py, the one place they are defined); a run overrides any of them by name in its
+-- run_started.thresholds, or by its former name (`formerly`) where it does not set the new one
 create or replace view threshold_defaults as
 select * from (values
-    ('grad_norm_max', 2.0, 'Marin alert: grad norm > 2.0'),
-    ('grad_norm_rise_max', 0.5, 'runledger: grad norm rising > 50% across the trailing window (regr_slope)'),
-    ('drop_fraction_max', 0.07, 'Marin alert: drop fraction > 7%'),
-    ('drops_vs_ladder_ratio', 2.0, 'runledger: drop fraction > 2x the ladder rungs at the same fraction of training'),
-    ('drops_vs_ladder_min_diff', 0.01, 'runledger: ...and above them by more than 1 percentage point'),
-    ('loss_floor_rise_max', 1.0, 'Marin checklist: loss floor more than 1.0 above the trailing floor'),
-    ('loss_rise_max', 0.05, 'runledger: mean loss of a window above the previous window by > 0.05'),
-    ('eval_rise_last_max', 0.02, 'Marin alert: eval > 2% worse than the last'),
-    ('eval_rise_two_ago_max', 0.0, 'Marin alert: eval worse than two evals ago'),
-    ('router_entropy_min_ratio', 0.9, 'runledger: router entropy below 90% of ln E ("near max")'),
-    ('param_norm_growth_max', 0.25, 'runledger: parameter norm growing > 25% across the trailing window'),
-    ('mfu_below_plan_tol', 0.05, 'Marin alert: MFU below plan (5% slack for timing noise)'),
-    ('mfu_variation_max', 0.2, 'runledger: a window''s MFU > 20% off the run median ("MFU constant")'),
-    ('lr_rel_tol', 0.001, 'runledger: lr off the recomputed schedule by > 0.1% of peak'),
-    ('silence_max_s', 600.0, 'Marin alert: telemetry silent > 10 min'),
-    ('skipped_steps_max', 3.0, 'Marin alert: >= 3 skipped steps in 15 min'),
-    ('skipped_window_s', 900.0, 'Marin alert: the 15 min window for skipped steps'),
-    ('window_steps', 0.0, 'runledger: steps per block; 0 = 1% of the horizon'),
-    ('window_blocks', 5.0, 'runledger: blocks in a trailing window (5% of training by default)')
-) as t(name, value, anchor);
+    {{threshold_defaults}}
+) as t(name, value, unit, anchor, formerly);
 
--- the thresholds in force for each run: the defaults, overridden by run_started.thresholds
+-- the thresholds in force for each run: the defaults, overridden by run_started.thresholds (what the
+-- audit and the agents read)
 create or replace view run_thresholds as
+with given as (
+    select
+        r.run_id, d.name, d.value, d.anchor,
+        coalesce(json_extract(p.thresholds, '$.' || d.name),
+                 json_extract(p.thresholds, '$.' || d.formerly))::double as given
+    from audit_runs r
+    cross join threshold_defaults d
+    left join run_plan p using (run_id)
+)
 select
-    r.run_id, d.name,
-    coalesce(json_extract(p.thresholds, '$.' || d.name)::double, d.value) as value,
-    case when json_extract(p.thresholds, '$.' || d.name) is null then d.anchor else 'run_started.thresholds' end as source
-from audit_runs r
-cross join threshold_defaults d
-left join run_plan p using (run_id);
+    run_id, name,
+    coalesce(given, value) as value,
+    case when given is null then anchor else 'run_started.thresholds' end as source
+from given;
 
 -- the other runs of each run's ladder: the same run_started.ladder name, or the rungs a forecast for it used
 create or replace view ladder_peers as
 select distinct a.run_id, b.run_id as peer
 from runs a
-join runs b on coalesce(b.ladder ->> 'name', b.ladder ->> 'ladder') = coalesce(a.ladder ->> 'name', a.ladder ->> 'ladder')
+join runs b on b.ladder ->> 'name' = a.ladder ->> 'name'
 where b.run_id <> a.run_id
 union
 select distinct target_run as run_id, unnest(from_json(rungs, '["VARCHAR"]')) as peer
 from forecasts;
 
--- steps per block for each run: window_steps if set, else 1% of the horizon, else 100
+-- steps per block for each run: the block_steps threshold if set, else 1% of the horizon, else 100
 create or replace view run_blocks as
 select
     a.run_id,
     greatest(1, coalesce(nullif(w.value, 0)::bigint, p.horizon_steps // 100, 100)) as block_steps
 from audit_runs a
 left join run_plan p using (run_id)
-left join run_thresholds w on w.run_id = a.run_id and w.name = 'window_steps';
+left join run_thresholds w on w.run_id = a.run_id and w.name = 'block_steps';
 
 -- the width of the time buckets health/telemetry_silence counts gaps between (and step_cells groups
 -- steps by), in microseconds: half the smallest silence_max_s of the audited runs, so that a gap
@@ -167,6 +162,14 @@ create or replace view silence_bucket as
 select greatest((min(value) * 1e6 / 2)::bigint, 1) as us
 from run_thresholds
 where name = 'silence_max_s';
+
+-- The rule "grad norm rising" (Marin checklist: grad-norm rate of change): across a trailing window
+-- of window_blocks blocks (of run_blocks' block_steps steps) with a grad norm, the least-squares
+-- slope of grad_norm over step, times the window's span in steps, over its mean grad norm, is above
+-- grad_norm_rise_max. health/grad_norm_trend judges every window of a run, evidence/grad_norm the
+-- latest one (for the grad-norm agent).
+create or replace macro grad_norm_rise(slope, step_lo, step_hi, mean_grad_norm) as
+    slope * (step_hi - step_lo) / nullif(mean_grad_norm, 0);
 
 -- training/schedule.lr_at in SQL, the same three cases (steps are 1-based): warmup linear to peak at
 -- `warmup`; then linear from peak (or from anchor_lr at anchor_step, after a retime) to ratio*peak at
@@ -187,10 +190,9 @@ create or replace macro scheduled_lr(step, peak, warmup, horizon, ratio, anchor_
 -- Recomputed from run_started.schedule and the applied set_token_horizon decisions. A step of attempt
 -- a is held to the latest run_started (with a peak_lr) of an attempt <= a and to the decisions applied
 -- in attempts <= a, so the schedule only changes at the attempt of such an event (a key): the rows
--- of a key hold for every attempt up to the next key. A decision applied from step s
--- (`after.from_step`, else `after.step`, else `after.anchor_step` as training/decisions.py writes the
--- retimed schedule, else the step after the decision_applied event's, which is emitted between
--- updates k-1 and k with step k-1) with a new horizon (`after.horizon_steps`, else
+-- of a key hold for every attempt up to the next key. A decision_applied of step s - 1 (emitted
+-- between updates s - 1 and s: it governs from update s) whose `after` (the schedule in force, as
+-- ledger.events.ACTIONS types it) has a new horizon (`after.horizon_steps`, else
 -- `after.horizon_tokens` / tokens_per_step) retimes the decay: from s the lr goes linearly from lr(s)
 -- to min_lr_ratio * peak at the new horizon (before the end of warmup only the horizon moves).
 -- Re-applying a retime already in a resumed schedule changes nothing (the line through the same
@@ -219,8 +221,7 @@ with recursive starts as (
 ), applied as (
     select
         run_id, attempt as decided_in, ts, seq,
-        coalesce((after ->> 'from_step')::bigint, (after ->> 'step')::bigint, (after ->> 'anchor_step')::bigint,
-                 step + 1) as from_step,
+        step + 1 as from_step,
         (after ->> 'horizon_steps')::bigint as horizon_steps,
         (after ->> 'horizon_tokens')::double as horizon_tokens
     from decisions_applied
@@ -325,9 +326,10 @@ group by run_id, attempt, block, bucket;
 
 -- per (run, attempt, block of `block_steps` steps): the sufficient statistics the health checks
 -- need (counts, sums for regr_slope, extremes, first/last, the lr against its schedule), so that a
--- check over a 400k-step run reads a few hundred rows; block_steps is window_steps, or 1% of the
--- horizon, or 100. Summed from step_cells, the floating-point sums in bucket order (their rounding
--- would otherwise depend on the order the cells come in, which differs from one plan to another).
+-- check over a 400k-step run reads a few hundred rows; block_steps is run_blocks' (the block_steps
+-- threshold, or 1% of the horizon, or 100). Summed from step_cells, the floating-point sums in
+-- bucket order (their rounding would otherwise depend on the order the cells come in, which differs
+-- from one plan to another).
 create or replace view step_blocks as
 select
     run_id, attempt, block, any_value(block_steps) as block_steps,

@@ -9,6 +9,7 @@ run_finished around them; its lr follows training/schedule.py.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import zlib
 from datetime import datetime, timedelta, timezone
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ledger.events import canonical_json, seal
+from ledger.canonical import canonical_json
+from ledger.sink import ParquetSink
 from ledger.store import StoredEvent, write_events
 from training.decisions import apply_decision
 from training.schedule import lr_at, make_schedule, retime
@@ -34,32 +36,30 @@ def clean_loss(k: int) -> float:
     return 2.0 + 8.0 / math.sqrt(k)
 
 
-def iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class Ledger:
-    """Seals events chain by chain (one chain per run, producer, attempt) and writes them."""
+    """Parquet sinks (ledger.sink), one per chain (run, producer, attempt), sharing one stream order and
+    one list of sealed rows (`rows`, which a test may edit before `write()`)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
         self.rows: list[StoredEvent] = []
-        self.chains: dict[tuple, tuple[int, str]] = {}
-        self.stream_seq = 0
+        self.sinks: dict[tuple, ParquetSink] = {}
+        self.stream_seqs = itertools.count(1)
+
+    def sink(self, run_id: str, producer: str = "worker-0", attempt: int = 0) -> ParquetSink:
+        key = (run_id, producer, attempt)
+        if key not in self.sinks:
+            self.sinks[key] = ParquetSink(self.root, run_id, producer, attempt, stream_seqs=self.stream_seqs,
+                                          rows=self.rows, flush_every=None)
+        return self.sinks[key]
 
     def emit(self, run_id: str, kind: str, payload: dict, step: int | None, at: datetime,
-             producer: str = "worker-0", attempt: int = 0) -> dict:
-        key = (run_id, producer, attempt)
-        seq, prev = self.chains.get(key, (0, ""))
-        env, _ = seal(run_id, producer, attempt, seq, kind, payload, step, prev, time=iso(at))
-        self.chains[key] = (seq + 1, env["hash"])
-        self.stream_seq += 1
-        self.rows.append(StoredEvent(env, canonical_json(payload), self.stream_seq))
-        return env
+             producer: str = "worker-0", attempt: int = 0) -> str:
+        return self.sink(run_id, producer, attempt).emit_dict(kind, payload, step, time=at)
 
     def write(self) -> None:
         write_events(self.root, self.rows)
-        self.rows = []
+        self.rows.clear()
 
 
 def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str | None = None,
@@ -81,7 +81,7 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
     if thresholds:
         start["thresholds"] = thresholds
     if ladder:
-        start["ladder"] = {"name": ladder, "rung": run_id}
+        start["ladder"] = {"name": ladder}
     t_start = T0 + timedelta(seconds=t_offset)
     at = t_start + timedelta(seconds=first - 1)
 
@@ -102,15 +102,15 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
             at += timedelta(minutes=11)
         if retime_at is not None and k == retime_at + 1 and with_start:
             # an agent shortens the horizon after update `retime_at`; the worker carries it out before
-            # update k, as training/decisions.py does (or, `explicit`, says the step in `after`)
+            # update k, as training/decisions.py does (or, `horizon_only`, says only the new horizon in `after`)
             decision = {"decision_id": f"{run_id}-d1", "agent": "agent-horizon", "rule": "contingency",
                         "action": "set_token_horizon", "params": {"horizon_steps": new_horizon},
                         "rationale": "loss above forecast", "evidence": {"query": "forecast/vs_actual"}}
             emit("decision", decision, retime_at, at, producer="agent-horizon")
-            if decision_style == "explicit":
-                new = retime(schedule, retime_at, new_horizon)
+            if decision_style == "horizon_only":
+                new = retime(schedule, k, new_horizon)
                 applied = {"decision_id": decision["decision_id"], "action": "set_token_horizon",
-                           "before": {"horizon_steps": STEPS}, "after": {"horizon_steps": new_horizon, "step": retime_at}}
+                           "before": {"horizon_steps": STEPS}, "after": {"horizon_steps": new_horizon}}
             else:
                 _, new, applied, _ = apply_decision(decision, k, None, schedule)
             if fault != "lr_decision_ignored":

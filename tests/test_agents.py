@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import numpy as np
 import pytest
 
 from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
 from agents.runner import evaluate
+from queries.audit import run_suite
 from audit_ledger import T0, Ledger
 from training.schedule import make_schedule
 
@@ -97,8 +99,19 @@ def test_grad_norm_alerts_above_the_threshold_and_on_a_rising_trend(tmp_path):
     assert actions_of(make_run(tmp_path / "clean"), grad_norm) == []
     [a] = actions_of(make_run(tmp_path / "spike", grad=lambda k: 3.0 if k == 58 else 1.0), grad_norm)
     assert a.rule == "grad_norm_high"
-    rules = {x.rule for x in actions_of(make_run(tmp_path / "rising", grad=lambda k: 0.5 + 0.02 * k), grad_norm)}
-    assert "grad_norm_rising" in rules
+    # rising from step 40: the latest window (5 blocks of 4 steps) rises ~90% of its mean, over the 50% limit
+    rising = make_run(tmp_path / "rising", grad=lambda k: 0.5 + 0.05 * max(0, k - 40))
+    [a] = [x for x in actions_of(rising, grad_norm) if x.rule == "grad_norm_rising"]
+    steps = np.arange(41, 61)  # the latest window: blocks 10-14 of 4 steps (1% of the 400-step horizon)
+    grads = 0.5 + 0.05 * np.maximum(0, steps - 40)
+    row = a.evidence["rows"][0]
+    assert (row["rise_from_step"], row["rise_step"]) == (41, 60)
+    assert row["rise"] == pytest.approx(np.polyfit(steps, grads, 1)[0] * 19 / grads.mean())
+    # one rule: the audit, which judges every window of the run, warns on the same run
+    trend = {r["check"]: r for r in run_suite(rising, "health", "r").rows()}["grad_norm_rise"]
+    assert trend["status"] == "warn" and trend["at_step"] <= 60
+    clean = {r["check"]: r for r in run_suite(tmp_path / "clean", "health", "r").rows()}["grad_norm_rise"]
+    assert clean["status"] == "ok"
 
 
 def test_forecast_deviation_alerts_and_checkpoints(tmp_path):

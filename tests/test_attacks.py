@@ -22,11 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from conftest import LedgerProcess, reader, runledger, wait_for_count
+from conftest import LedgerProcess, cli, reader, runledger, wait_for_count
 from ledger import bus, natsserver, service, store
+from ledger.canonical import canonical_json, event_hash
 from ledger.emitter import Emitter
+from ledger.events import STREAM, InvalidEvent, make_event_id
 from ledger.natsserver import NatsServer
-from ledger.events import STREAM, InvalidEvent, canonical_json, event_hash, make_event_id, seal
+from ledger.sealing import seal
 from tools.produce import step_payload
 import queries
 
@@ -105,14 +107,14 @@ def test_a_float_field_holding_an_integer_no_double_equals_is_quarantined(secure
     asyncio.run(publish_raw(urls["worker-r1"], "runledger.r1.step", canonical_json(poison).encode(),
                             json.dumps([poison]).encode()))
     after = Emitter("r1", "worker-0", 0, urls["worker-r1"], root.parent / "spool")
-    after.emit("step", step_payload(1), step=1)
+    after.emit_dict("step", step_payload(1), step=1)
     assert after.close(60)
     assert wait_for_count(root, "select count(*) from steps where producer = 'worker-0'", 1, timeout=60) == 1
     assert ledger.proc.poll() is None
     reasons = quarantine_reasons(root)
     assert len(reasons) == 2 and all("no exact float64 value" in r for r in reasons)
     with pytest.raises(InvalidEvent, match="no exact float64"):  # and the producer side refuses it first
-        Emitter("r1", "worker-1", 0, urls["worker-r1"], root.parent / "spool").emit(
+        Emitter("r1", "worker-1", 0, urls["worker-r1"], root.parent / "spool").emit_dict(
             "step", {**step_payload(0), "loss": POISON_LOSS})
 
 
@@ -135,7 +137,7 @@ def test_a_million_entry_batch_is_one_quarantine_row(secure):
     body = b"[" + b",".join([b"{}"] * 1_000_000) + b"]"  # 3 MB
     asyncio.run(publish_raw(urls["worker-r1"], "runledger.r1.step", body))
     em = Emitter("r1", "worker-0", 0, urls["worker-r1"], root.parent / "spool")
-    em.emit("step", step_payload(0), step=0)
+    em.emit_dict("step", step_payload(0), step=0)
     assert em.close(60)
     assert wait_for_count(root, "select count(*) from steps where run_id = 'r1'", 1, timeout=60) == 1
     assert quarantine_reasons(root) == ["a batch of 1,000,000 entries exceeds the 10,000-entry limit"]
@@ -153,7 +155,7 @@ def test_a_message_the_disk_refuses_for_its_own_reason_is_quarantined_after_retr
         wait_serving(lp)
         for run_id in ("blocked", "fine"):
             em = Emitter(run_id, "worker-0", 0, nats_server.url, tmp_path / "spool", confirm=False)
-            em.emit("step", step_payload(0), step=0)
+            em.emit_dict("step", step_payload(0), step=0)
             assert em.close(60)
         assert wait_for_count(root, "select count(*) from steps where run_id = 'fine'", 1, timeout=60) == 1
         assert wait_for_count(root, "select count(*) from quarantine", 1, timeout=60) == 1
@@ -205,7 +207,7 @@ def test_the_agent_role_cannot_pull_ack_or_replace_the_ledgers_consumer(secure):
     assert any("permissions violation" in e.lower() for e in errors)
     em = Emitter("r2", "worker-0", 0, urls["worker-r2"], root.parent / "spool")
     for i in range(20):
-        em.emit("step", step_payload(i), step=i)
+        em.emit_dict("step", step_payload(i), step=i)
     assert em.close(60)
     assert wait_for_count(root, "select count(*) from steps where run_id = 'r2'", 20, timeout=60) == 20
     assert ledger.proc.poll() is None
@@ -218,12 +220,12 @@ def test_a_consumer_recreated_to_skip_events_makes_the_ledger_refuse_to_start(tm
     lp = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log").start()
     wait_serving(lp)
     with Emitter("skip", "worker-0", 0, nats_server.url, tmp_path / "spool", confirm=False) as em:
-        em.emit("step", step_payload(0), step=0)
+        em.emit_dict("step", step_payload(0), step=0)
     assert wait_for_count(root, "select count(*) from steps", 1, timeout=60) == 1
     lp.terminate()
     with Emitter("skip", "worker-0", 1, nats_server.url, tmp_path / "spool", confirm=False) as em:
         for i in range(10):
-            em.emit("step", step_payload(i), step=i)  # published while the ledger is down
+            em.emit_dict("step", step_payload(i), step=i)  # published while the ledger is down
 
     async def replace():
         nc = await bus.connect(nats_server.url)
@@ -316,7 +318,7 @@ def served_root(tmp_path_factory):
         for run_id, producer, n in (("tr", "worker-0", 30), ("tr", "worker-1", 10), ("other", "worker-0", 5)):
             with Emitter(run_id, producer, 0, server.url, base / "spool") as em:
                 for i in range(n):
-                    em.emit("step", step_payload(i), step=i)
+                    em.emit_dict("step", step_payload(i), step=i)
         assert wait_for_count(root, "select count(*) from steps_all", 45, timeout=60) == 45
         assert lp.terminate() == 0
     finally:
@@ -356,7 +358,7 @@ def rewrite_partition(root, kind: str, run_id: str, keep, change=None, fresh_dig
 
 def test_a_chain_cut_short_is_found_even_in_a_self_consistent_file(attacked):
     rewrite_partition(attacked, "step", "tr", lambda r: not (r["producer"] == "worker-0" and r["seq"] >= 27))
-    out = runledger("verify", "--root", str(attacked))
+    out = cli("verify", "--root", str(attacked))
     assert out.returncode == 1
     assert "chain tr:worker-0:0: the ledger stored it up to seq 29, but it ends at seq 26 here (cut short?)" in out.stdout
 
@@ -430,7 +432,7 @@ def test_a_ts_changed_is_found_even_with_a_fresh_digest(attacked):
 
 def test_verify_prints_the_heads_to_publish_elsewhere(attacked):
     """The heads are what holds a writer of every file to account: printed for keeping outside the root."""
-    out = runledger("verify", "--root", str(attacked), "--format", "json")
+    out = cli("verify", "--root", str(attacked), "--format", "json")
     assert out.returncode == 0
     summary = json.loads(out.stdout)
     assert summary["ok"] and summary["events"] == 45 and summary["problems"] == []

@@ -23,10 +23,14 @@ import nats
 import pytest
 
 import queries
-from conftest import LedgerProcess, REPO, reader, runledger, wait_for_count
+from conftest import LedgerProcess, REPO, cli, reader, wait_for_count
 from ledger import bus, natsserver
-from ledger.events import InvalidEvent, canonical_json, check_envelope, parse_json, seal, seal_many, subject_for
+from ledger.canonical import canonical_json
+from ledger.events import InvalidEvent, subject_for
+from ledger.parsing import parse_json
+from ledger.sealing import seal, seal_many
 from ledger.service import Ledger
+from ledger.validation import check_envelope
 from test_verify_replay import build_run
 
 RUN = "atk"
@@ -108,7 +112,7 @@ def test_json_the_contract_allows_is_stored_exactly_and_json_it_forbids_is_quara
     for (_, _, expected), reason in zip(hostile, reasons):
         assert expected in reason and "\n" not in reason, (expected, reason)
     assert con.execute("select count(*) from events where producer like 'atk-%'").fetchone()[0] == 0
-    verify = runledger("verify", "--root", str(root))
+    verify = cli("verify", "--root", str(root))
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
@@ -153,15 +157,15 @@ def test_text_anyone_can_publish_is_printed_as_text_by_sql(root, nats_server, le
     asyncio.run(publish(nats_server.url, [(subject_for(RUN, "step"), refused), ("runledger.[/].step", b"{}")]))
     assert wait_for_count(root, "select count(*) from quarantine", 2) == 2
 
-    r = runledger("sql", "--root", str(root), "select event_id from quarantine where event_id is not null")
+    r = cli("sql", "--root", str(root), "select event_id from quarantine where event_id is not null")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\u202e" not in r.stdout  # nothing reaches the terminal
     assert "[/]\\x1b[2J[bold red]OWNED[link=http://evil]x[/link]\\x07\\u202e" in r.stdout  # every character shown
-    r = runledger("sql", "--root", str(root), "select subject from quarantine")
+    r = cli("sql", "--root", str(root), "select subject from quarantine")
     assert r.returncode == 0 and "runledger.[/].step" in r.stdout, r.stderr
-    r = runledger("sql", "--root", str(root), "select * from quarantine")  # whatever the reasons say
+    r = cli("sql", "--root", str(root), "select * from quarantine")  # whatever the reasons say
     assert r.returncode == 0 and "\x1b" not in r.stdout, r.stderr
-    r = runledger("sql", "--root", str(root), "select 1 as \"[/]\"")  # a column name is text too
+    r = cli("sql", "--root", str(root), "select 1 as \"[/]\"")  # a column name is text too
     assert r.returncode == 0 and "[/]" in r.stdout, r.stderr
 
 
@@ -225,11 +229,11 @@ def test_sql_cannot_read_the_servers_passwords(secure_root):
                   f"select content from read_text('{nats_dir}/creds/ledger.creds')",
                   f"select content from read_text('{root.resolve()}/events/../nats/nats-server.conf')",
                   f"select * from glob('{nats_dir}/creds/*')"):
-        r = runledger("sql", "--root", str(root), "--format", "csv", query)
+        r = cli("sql", "--root", str(root), "--format", "csv", query)
         assert not any(pw in r.stdout + r.stderr for pw in passwords(root)), query
         assert "ledger.creds" not in r.stdout, query
         one_line_refusal(r, "sql")
-    r = runledger("sql", "--root", str(root), "--format", "csv", "select count(*) as n from steps")  # the data: yes
+    r = cli("sql", "--root", str(root), "--format", "csv", "select count(*) as n from steps")  # the data: yes
     assert r.returncode == 0 and r.stdout.splitlines()[1] != "0", r.stderr
 
 
@@ -260,12 +264,12 @@ def ledger_root(root) -> Path:
 
 
 def test_a_query_that_never_ends_is_stopped_at_its_time_limit(ledger_root):
-    line = one_line_refusal(runledger("sql", "--root", str(ledger_root), "--timeout", "1", CROSS_JOIN), "sql")
+    line = one_line_refusal(cli("sql", "--root", str(ledger_root), "--timeout", "1", CROSS_JOIN), "sql")
     assert "time limit of 1 s" in line
 
 
 def test_a_query_that_wants_all_memory_is_stopped_at_its_limit(ledger_root):
-    line = one_line_refusal(runledger("sql", "--root", str(ledger_root), "--memory-limit", "64MB", BIG_STRING), "sql")
+    line = one_line_refusal(cli("sql", "--root", str(ledger_root), "--memory-limit", "64MB", BIG_STRING), "sql")
     assert "Out of Memory" in line
 
 
@@ -286,7 +290,7 @@ def test_a_console_connection_is_bounded_and_usable_after_a_stop(ledger_root):
 
 def test_a_query_that_fails_while_running_is_one_line(ledger_root):
     for query in ("select cast('x' as integer)", "select error('planted')", "select 1/0 = cast('y' as int)"):
-        line = one_line_refusal(runledger("sql", "--root", str(ledger_root), query), "sql")
+        line = one_line_refusal(cli("sql", "--root", str(ledger_root), query), "sql")
         assert line.startswith("runledger sql: SQL error:")
 
 
@@ -304,8 +308,8 @@ def test_a_reader_refuses_a_root_that_is_a_file_or_is_not_there(command, tmp_pat
     args = [a.format(tmp=tmp_path) for a in READERS[command]]
     a_file = tmp_path / "not-a-folder"
     a_file.write_text("x")
-    assert "not a folder" in one_line_refusal(runledger(*args, "--root", str(a_file)), command)
-    assert "no ledger at" in one_line_refusal(runledger(*args, "--root", str(tmp_path / "typo")), command)
+    assert "not a folder" in one_line_refusal(cli(*args, "--root", str(a_file)), command)
+    assert "no ledger at" in one_line_refusal(cli(*args, "--root", str(tmp_path / "typo")), command)
     assert not (tmp_path / "typo").exists() and not (tmp_path / "report.html").exists()
 
 
@@ -315,13 +319,13 @@ def test_a_reader_refuses_a_root_it_cannot_read(ledger_root):
     try:
         for command in ("sql", "verify", "replay"):
             args = [a.format(tmp=ledger_root.parent) for a in READERS[command]]
-            assert "not readable" in one_line_refusal(runledger(*args, "--root", str(ledger_root)), command)
+            assert "not readable" in one_line_refusal(cli(*args, "--root", str(ledger_root)), command)
     finally:
         ledger_root.chmod(0o755)
 
 
 def test_nats_up_refuses_a_port_that_does_not_exist(tmp_path):
-    line = one_line_refusal(runledger("nats", "up", "--root", str(tmp_path / "r"), "--port", "99999"), "nats")
+    line = one_line_refusal(cli("nats", "up", "--root", str(tmp_path / "r"), "--port", "99999"), "nats")
     assert "99999" in line
     assert not (tmp_path / "r" / "nats" / "url").exists()
 
@@ -331,12 +335,12 @@ def test_a_planted_file_that_is_not_parquet_is_one_line(ledger_root, command, tm
     planted = sorted((ledger_root / "events" / "kind=step").glob("*/*.parquet"))[0]
     planted.write_bytes(b"PAR1 this is not a Parquet file")
     args = [a.format(tmp=tmp_path) for a in READERS[command]]
-    line = one_line_refusal(runledger(*args, "--root", str(ledger_root)), command)
+    line = one_line_refusal(cli(*args, "--root", str(ledger_root)), command)
     assert planted.name in line
 
 
 def test_a_report_of_a_run_that_is_not_there_is_refused(ledger_root, tmp_path):
     out = tmp_path / "report.html"
-    line = one_line_refusal(runledger("report", "no-such-run", "--root", str(ledger_root), "--out", str(out)), "report")
+    line = one_line_refusal(cli("report", "no-such-run", "--root", str(ledger_root), "--out", str(out)), "report")
     assert "no events for run 'no-such-run'" in line
     assert not out.exists()

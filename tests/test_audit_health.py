@@ -47,8 +47,8 @@ def ledger_root(tmp_path_factory) -> Path:
     write_run(led, "clean")
     for fault in FAULTS:
         write_run(led, run_id_for(fault), fault)
-    # a horizon decision whose decision_applied says the step it applies from in `after`
-    write_run(led, "explicit-retime", decision_style="explicit")
+    # a horizon decision whose decision_applied says only the new horizon in `after`
+    write_run(led, "horizon-only-retime", decision_style="horizon_only")
     # the skipped-step window narrowed to 60 s in run_started: step 100 drops out of it
     write_run(led, "f-skipped-60s", "skipped", thresholds={"skipped_window_s": 60})
     # a run that never finished, its last event long ago
@@ -128,7 +128,7 @@ def test_absent_inputs_skip_with_a_reason_never_fail(health):
 
 
 def test_the_lr_check_follows_applied_horizon_decisions_either_way_they_are_written(health):
-    for run in ("clean", "explicit-retime"):
+    for run in ("clean", "horizon-only-retime"):
         row = health[(run, "lr_schedule")]
         assert row["status"] == "ok" and json.loads(row["evidence"])["retimes_applied"] == 1, row
 

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from audit_ledger import STEPS, Ledger, write_run  # noqa: E402
-
-from queries import audit  # noqa: E402
-from training.schedule import make_schedule, retime  # noqa: E402
+from audit_ledger import STEPS, Ledger, write_run
+from conftest import cli
+from queries import audit
+from training.schedule import make_schedule, retime
 
 RESUME = {"path": "ckpt/resumed/200", "step": 200, "content_hash": f"{200:064x}"}
 
@@ -109,31 +105,23 @@ def test_forecast_vs_actual_at_each_five_percent(root):
     assert all(r["inside_band"] for r in clean)
 
 
-def cli(*argv: str) -> tuple[int, str]:
-    parser = argparse.ArgumentParser()
-    audit.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(list(argv))
-    out = io.StringIO()
-    real, sys.stdout = sys.stdout, out
-    try:
-        code = args.func(args)
-    finally:
-        sys.stdout = real
-    return code, out.getvalue()
+def audit_cli(*argv: str) -> tuple[int, str]:
+    r = cli(*argv)
+    return r.returncode, r.stdout
 
 
 def test_the_cli_exits_1_when_a_health_check_fails_and_writes_each_format(root):
-    code, text = cli("audit", "health", "clean", "--root", str(root))
+    code, text = audit_cli("audit", "health", "clean", "--root", str(root))
     assert code == 0 and "lr_schedule" in text and "fail" not in text
-    code, text = cli("audit", "health", "fc-miss", "--root", str(root), "--format", "json")
+    code, text = audit_cli("audit", "health", "fc-miss", "--root", str(root), "--format", "json")
     assert code == 1
     assert {r["check"]: r["status"] for r in json.loads(text)}["forecast_hit"] == "fail"
-    code, text = cli("audit", "health", "clean", "--root", str(root), "--format", "csv")
+    code, text = audit_cli("audit", "health", "clean", "--root", str(root), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(text)))
     assert code == 0 and list(rows[0]) == list(audit.HEALTH_COLUMNS) and len(rows) == len(audit.query_names("health"))
-    code, text = cli("audit", "provenance", "resumed", "--root", str(root), "--format", "json")
+    code, text = audit_cli("audit", "provenance", "resumed", "--root", str(root), "--format", "json")
     assert code == 0 and set(json.loads(text)) == set(audit.query_names("provenance"))
-    code, _ = cli("audit", "forecast", "no-such-run", "--root", str(root))
+    code, _ = audit_cli("audit", "forecast", "no-such-run", "--root", str(root))
     assert code == 2
 
 

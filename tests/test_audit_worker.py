@@ -12,8 +12,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from ledger.events import canonical_json, seal  # noqa: E402
-from ledger.store import StoredEvent, write_events  # noqa: E402
+from ledger.sink import ParquetSink  # noqa: E402
 from queries import audit  # noqa: E402
 from training import checkpoint  # noqa: E402
 from training.config import PRESETS  # noqa: E402
@@ -26,27 +25,9 @@ CFG = dataclasses.replace(PRESETS["tiny"], steps=8, eval_every=4, ckpt_every=4, 
 PEAK = 1e11  # a fixed peak keeps the run from measuring the machine
 
 
-class LedgerEmitter:
-    """Seals what the worker emits, in one chain, and writes it with the real writer on close."""
-
-    def __init__(self, root, run_id: str, attempt: int = 0):
-        self.root, self.run_id, self.attempt = root, run_id, attempt
-        self.seq, self.prev, self.rows = 0, "", []
-
-    def emit(self, kind, payload, step=None):
-        env, _ = seal(self.run_id, "worker-0", self.attempt, self.seq, kind, payload, step, self.prev)
-        self.rows.append(StoredEvent(env, canonical_json(payload), self.seq))
-        self.seq, self.prev = self.seq + 1, env["hash"]
-
-    def close(self):
-        write_events(self.root, self.rows)
-
-
 def run(root, run_id, ckpts, attempt=0, **kw):
-    em = LedgerEmitter(root, run_id, attempt)
-    res = train(CFG, run_id=run_id, ckpt_dir=ckpts, emitter=em, peak_flops=PEAK, **kw)
-    em.close()
-    return res
+    with ParquetSink(root, run_id, "worker-0", attempt) as sink:
+        return train(CFG, run_id=run_id, ckpt_dir=ckpts, sink=sink, peak_flops=PEAK, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from conftest import LedgerProcess, REPO, reader, runledger, wait_for_count
+from conftest import LedgerProcess, REPO, cli, reader, wait_for_count
 from ledger import bus
 from ledger.natsserver import cluster_url, start_cluster
 
@@ -43,7 +43,7 @@ def test_killing_one_of_three_nodes_during_ingest_loses_nothing(tmp_path):
         assert producer.wait(240) == 0, producer.stderr.read()
         assert wait_for_count(root, "select count(*) from steps", 15_000, timeout=180) == 15_000
         assert reader(root).execute("select count(distinct event_id) from steps").fetchone()[0] == 15_000
-        assert runledger("verify", "--root", str(root)).returncode == 0
+        assert cli("verify", "--root", str(root)).returncode == 0
     finally:
         if ledger:
             ledger.kill()

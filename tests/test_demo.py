@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import runledger
+from conftest import cli, runledger
 import queries
 
 
@@ -28,5 +28,5 @@ def test_the_quick_demo_shows_a_b_c_and_verifies(tmp_path):
     # (c) attempt 1 resumed from a checkpoint attempt 0 saved; one row per step in `steps`
     assert one("select count(*) from runs where run_id = 'main' and attempt = 1 and resumed_from is not null") == 1
     assert one("select count(*) from steps where run_id = 'main'") == one("select count(distinct step) from steps_all where run_id = 'main'")
-    assert runledger("verify", "--root", str(root)).returncode == 0
+    assert cli("verify", "--root", str(root)).returncode == 0
     assert (root / "report.html").exists()

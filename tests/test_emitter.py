@@ -9,13 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import emitter as em_mod
+from ledger import publisher as pub_mod
 from ledger.emitter import Emitter, SpoolFull
-from ledger.events import InvalidEvent, check_envelope
+from ledger.events import EvalCompleted, InvalidEvent, StepCompleted
+from ledger.publisher import Publisher
+from ledger.validation import check_envelope
 
 NO_SERVER = "nats://127.0.0.1:1"  # never connected to
 KINDS = {"step": {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1},
          "eval": {"loss": 2.0}}
+EVENTS = {"step": StepCompleted(**KINDS["step"]), "eval": EvalCompleted(**KINDS["eval"])}
 
 
 @settings(max_examples=25, deadline=None)
@@ -25,16 +28,16 @@ def test_messages_and_acks_in_any_order_account_for_every_event(tmp_path_factory
     """Mixed kinds; messages acked in a random order, some twice (sent again after a timeout):
     each message holds one kind in seq order, and at the end every event is acked exactly once."""
     rng = random.Random(seed)
-    saved = em_mod.MAX_BATCH_EVENTS, em_mod.MAX_BATCH_BYTES, Emitter._thread_main
-    em_mod.MAX_BATCH_EVENTS, em_mod.MAX_BATCH_BYTES = max_batch, max_bytes
-    Emitter._thread_main = lambda self: self._stopped.set()  # no publisher: this test takes and acks
+    saved = pub_mod.MAX_BATCH_EVENTS, pub_mod.MAX_BATCH_BYTES, Publisher._thread_main
+    pub_mod.MAX_BATCH_EVENTS, pub_mod.MAX_BATCH_BYTES = max_batch, max_bytes
+    Publisher._thread_main = lambda self: self.stopped.set()  # no publisher: this test takes and acks
     em = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path_factory.mktemp("spool"), batch=True)
     try:
         for k in kinds:
-            em.emit(k, KINDS[k], step=None)
+            em.emit(EVENTS[k], step=None)
         messages = []
-        while em._pending:
-            for items in em._take():
+        while em.spool.pending:
+            for items in em.publisher.take():
                 assert len({i.kind for i in items}) == 1 and len(items) <= max_batch
                 assert len(items) == 1 or sum(len(i.data) for i in items) < max_bytes
                 assert [i.seq for i in items] == sorted(i.seq for i in items)
@@ -43,21 +46,22 @@ def test_messages_and_acks_in_any_order_account_for_every_event(tmp_path_factory
         order = messages + rng.sample(messages, len(messages) // 3)  # some acked twice
         rng.shuffle(order)
         for items in order:
-            em._mark_acked(items)
-        assert em._acked_upto == len(kinds) and not em._acked
-        assert em._unacked_bytes == 0 and em.pending() == 0
+            em.spool.mark_acked(items)
+        assert em.spool.acked_upto == len(kinds) and not em.spool.acked
+        assert em.spool.unacked_bytes == 0 and em.pending() == 0
     finally:
-        em_mod.MAX_BATCH_EVENTS, em_mod.MAX_BATCH_BYTES, Emitter._thread_main = saved
+        pub_mod.MAX_BATCH_EVENTS, pub_mod.MAX_BATCH_BYTES, Publisher._thread_main = saved
         em.close(0.01)
 
 
 STEP = KINDS["step"]
+STEP_EVENT = EVENTS["step"]
 
 
 @pytest.fixture
 def no_publisher(monkeypatch):
     """Emitters whose publisher thread stops at once: events stay in the spool, close() is quick."""
-    monkeypatch.setattr(Emitter, "_thread_main", lambda self: self._stopped.set())
+    monkeypatch.setattr(Publisher, "_thread_main", lambda self: self.stopped.set())
 
 
 def spooled(em: Emitter) -> list[bytes]:
@@ -66,9 +70,9 @@ def spooled(em: Emitter) -> list[bytes]:
 
 def test_emit_many_spools_each_event_on_the_chain_that_emit_continues(tmp_path, no_publisher):
     em = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)
-    ids = [em.emit("step", STEP, step=0), em.emit("step", STEP, step=1)]
-    ids += em.emit_many("step", [STEP] * 5, steps=[2, 3, 4, 5, 6])
-    ids.append(em.emit("eval", KINDS["eval"]))
+    ids = [em.emit(STEP_EVENT, step=0), em.emit_dict("step", STEP, step=1)]  # typed, or the dict form
+    ids += em.emit_many([STEP_EVENT] * 5, steps=[2, 3, 4, 5, 6])
+    ids.append(em.emit(EVENTS["eval"]))
     em.close(0.01)
     lines = spooled(em)
     envs = [json.loads(line) for line in lines]
@@ -77,12 +81,12 @@ def test_emit_many_spools_each_event_on_the_chain_that_emit_continues(tmp_path, 
     assert [e["step"] for e in envs] == [*range(7), None]
     for env in envs:
         check_envelope(env)
-    assert [(i.seq, i.data) for i in em._pending] == [(e["seq"], line) for e, line in zip(envs, lines)]  # to publish
-    assert em._unacked_bytes == sum(map(len, lines))  # what SpoolFull counts
+    assert [(i.seq, i.data) for i in em.spool.pending] == [(e["seq"], line) for e, line in zip(envs, lines)]  # to publish
+    assert em.spool.unacked_bytes == sum(map(len, lines))  # what SpoolFull counts
 
     reopened = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)  # a restarted producer
-    assert (reopened.next_seq, reopened.pending(), reopened._unacked_bytes) == (8, 8, em._unacked_bytes)
-    reopened.emit_many("step", [STEP] * 2)
+    assert (reopened.next_seq, reopened.pending(), reopened.spool.unacked_bytes) == (8, 8, em.spool.unacked_bytes)
+    reopened.emit_dicts("step", [STEP] * 2)
     reopened.close(0.01)
     more = [json.loads(line) for line in spooled(reopened)[8:]]
     assert [e["seq"] for e in more] == [8, 9] and more[0]["prev_hash"] == envs[-1]["hash"]
@@ -94,12 +98,12 @@ def test_emit_many_spools_each_event_on_the_chain_that_emit_continues(tmp_path, 
 ])
 def test_emit_many_refused_spools_none_of_its_events(tmp_path, no_publisher, payloads, max_spool_bytes, error):
     em = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path, max_spool_bytes=max_spool_bytes)
-    em.emit("step", STEP)
+    em.emit(STEP_EVENT)
     before = spooled(em)
     with pytest.raises(error):
-        em.emit_many("step", payloads)
+        em.emit_dicts("step", payloads)
     assert spooled(em) == before and (em.next_seq, em.pending()) == (1, 1)
-    em.emit("step", STEP)  # the chain goes on from the last event spooled
+    em.emit(STEP_EVENT)  # the chain goes on from the last event spooled
     em.close(0.01)
     first, second = (json.loads(line) for line in spooled(em))
     assert second["seq"] == 1 and second["prev_hash"] == first["hash"]

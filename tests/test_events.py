@@ -13,11 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from conftest import REPO, runledger
-from ledger.events import (
-    KINDS, NUMERIC_KINDS, DataSource, InvalidEvent, LayerDrops, _canonical_dict, _canonical_fast, canonical_json,
-    check_envelope, check_name, es_number, event_hash, parse_json, payloads_valid, seal, seal_many,
-)
+from conftest import REPO, cli
+from ledger.canonical import _canonical_dict, canonical_json, es_number, event_hash, fast_canonical
+from ledger.columns import NUMERIC_KINDS
+from ledger.events import ACTIONS, KINDS, REGISTRY, DataSource, InvalidEvent, LayerDrops
+from ledger.parsing import parse_json
+from ledger.sealing import seal, seal_many
+from ledger.validation import check_envelope, check_name, check_payload, payloads_valid
 
 SHARED = REPO.parent / "shared"  # CI clones the repo with shared/ beside it
 VECTORS = SHARED / "contract-vectors.jsonl"
@@ -112,15 +114,34 @@ def test_the_orjson_fast_path_writes_exactly_rfc8785(value):
     """ASCII text and the doubles where orjson and ECMAScript differ (integral, 1e-6..1e-5, >= 1e16):
     the fast path either declines or writes what the reference writes."""
     reference = rfc8785.dumps(value).decode()
-    fast = _canonical_fast(value)
+    fast = fast_canonical(value)
     assert fast is None or fast.decode() == reference
     assert canonical_json(value) == reference == _canonical_dict(value)
 
 
-@pytest.mark.parametrize("value", [{"a": 2**64}, {"a": [2**70, 1.5]}, {"a": -(2**63) - 1}, {"a": 1e300}, {"a": 2.0**60}])
-def test_the_fast_path_declines_or_agrees_beyond_rfc8785s_integers(value):
-    fast = _canonical_fast(value)
-    assert fast is None or fast.decode() == _canonical_dict(value)
+def test_the_fast_path_takes_every_kinds_payload_and_envelope():
+    """The properties above allow the fast path to decline; it must not decline what producers send,
+    or the speed it exists for is gone (and they would pass with a fast path that declines everything)."""
+    for kind, payload in MINIMAL.items():
+        env = sealed(kind)
+        for value in (payload, env):
+            fast = fast_canonical(value)
+            assert fast is not None, (kind, value)
+            assert fast.decode() == rfc8785.dumps(value).decode()
+    step = {**MINIMAL["step"], "lr": 3e-05, "mfu": 1e-7, "tokens_per_s": 163840.0}
+    assert fast_canonical(step, numeric=True).decode() == rfc8785.dumps(step).decode()
+
+
+@pytest.mark.parametrize("value, declines", [
+    ({"a": 2**64}, True), ({"a": [2**70, 1.5]}, True), ({"a": -(2**63) - 1}, True),  # past orjson's 64-bit integers
+    ({"a": 2.0**60}, True),  # an integral double >= 1e16: ECMAScript writes its digits, orjson an exponent
+    ({"a": 1e300}, False),  # written alike: 1e+300
+])
+def test_the_fast_path_declines_or_agrees_beyond_rfc8785s_integers(value, declines):
+    fast = fast_canonical(value)
+    assert (fast is None) == declines
+    if fast is not None:
+        assert fast.decode() == _canonical_dict(value)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -268,7 +289,7 @@ def test_a_bad_kind_is_refused_not_crashed_on(kind_value):
 
 
 def test_schema_command_prints_every_kind():
-    r = runledger("schema")
+    r = cli("schema")
     assert r.returncode == 0, r.stderr
     schema = json.loads(r.stdout)
     assert set(schema["kinds"]) == set(KINDS)
@@ -429,7 +450,7 @@ def test_payloads_valid_takes_a_list_and_refuses_if_any_is_invalid():
 
 
 # --------------------------------------------------------------------------------------------
-# _canonical_fast(numeric=True): integral floats found in the text, for values with no strings
+# fast_canonical(numeric=True): integral floats found in the text, for values with no strings
 # --------------------------------------------------------------------------------------------
 
 dotless_keys = st.text(st.sampled_from(string.ascii_letters + string.digits + "_"), max_size=6)
@@ -443,13 +464,13 @@ numeric_values = st.recursive(
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(st.dictionaries(dotless_keys, numeric_values, max_size=6), st.lists(numeric_values, max_size=6)))
 def test_the_numeric_fast_path_writes_exactly_rfc8785(value):
-    fast = _canonical_fast(value, numeric=True)
+    fast = fast_canonical(value, numeric=True)
     assert fast is None or fast.decode() == rfc8785.dumps(value).decode()
 
 
 def test_the_numeric_fast_path_writes_integral_floats_as_integers():
     value = {"a": [2.0, 0.0, [1.0], 1.5], "b": {"c": 3.0}, "d": -4.0}
-    assert _canonical_fast(value, numeric=True) == b'{"a":[2,0,[1],1.5],"b":{"c":3},"d":-4}'
+    assert fast_canonical(value, numeric=True) == b'{"a":[2,0,[1],1.5],"b":{"c":3},"d":-4}'
 
 
 @pytest.mark.parametrize("attempt, seq, step", [(0, 0, True), (0, -1, 0), (2**63, 0, 0), (0, 0, 1.0), (0, True, None), (0, 0, -1)])
@@ -460,3 +481,57 @@ def test_seal_refuses_a_position_the_ledger_would_refuse(attempt, seq, step):
         seal("run-1", "worker-0", attempt, seq, "step", MINIMAL["step"], step, "", time=T0)
     with pytest.raises(InvalidEvent, match="attempt|seq|step"):
         seal_many("run-1", "worker-0", attempt, seq, "step", [MINIMAL["step"]] * 2, [step, 0], "", time=T0)
+
+
+# --------------------------------------------------------------------------------------------
+# Nested payloads are typed: the SQL reads one shape, never guesses
+# --------------------------------------------------------------------------------------------
+
+DECISION = MINIMAL["decision"]
+
+
+@pytest.mark.parametrize("kind, payload, reason", [
+    ("run_started", {**MINIMAL["run_started"], "schedule": {"peak_lr": 1e-3, "warmup": 20}}, "schedule.warmup"),
+    ("run_started", {**MINIMAL["run_started"], "ladder": {"ladder": "lad"}}, "ladder.name"),
+    ("run_started", {**MINIMAL["run_started"], "resumed_from": {"step": 3, "content_hash": "h"}}, "resumed_from.path"),
+    ("run_started", {**MINIMAL["run_started"], "parent": {"step": 3, "content_hash": "h"}}, "parent.run_id"),
+    ("decision", {**DECISION, "action": "rollback", "params": {"horizon_steps": 5}}, "params.horizon_steps"),
+    ("decision", {**DECISION, "action": "approve"}, "params.decision_id"),
+    ("decision", {**DECISION, "action": "set_dispatch", "params": {"dispatch": "magic"}}, "params.dispatch"),
+    ("decision_applied", {**MINIMAL["decision_applied"], "action": "set_token_horizon",
+                          "after": {"horizon_steps": 300, "from_step": 201}}, "after.from_step"),
+    ("decision_applied", {**MINIMAL["decision_applied"], "action": "rollback", "after": {"checkpoint": "/c"}}, "after.step"),
+])
+def test_nested_payloads_are_typed_and_a_decision_fits_its_action(kind, payload, reason):
+    with pytest.raises(InvalidEvent, match=reason.replace(".", r"\.")):
+        check_payload(kind, payload)
+    assert not payloads_valid(kind, [payload])
+
+
+def test_what_the_worker_writes_for_each_action_is_valid():
+    schedule = {"peak_lr": 1e-3, "warmup_steps": 20, "horizon_steps": 400, "min_lr_ratio": 0.05, "anchor_step": None,
+                "anchor_lr": None, "tokens_per_step": 64, "horizon_tokens": 25600,
+                "context_extension": {"at_step": 300, "seq_len": 256, "done": True, "at": 300}}
+    applied = {
+        "set_token_horizon": (schedule, {**schedule, "horizon_steps": 300, "anchor_step": 201, "anchor_lr": 5e-4}),
+        "set_capacity_factor": ({"dispatch": "capacity", "cf_send": 1.0, "cf_recv": 1.0}, {"cf_recv": 1.5}),
+        "hold_context_extension": ({"held": False}, {"held": True}),
+        "set_z_loss_weight": ({"logit_z_coef": None}, {"logit_z_coef": 1e-4}),
+        "checkpoint_now": ({}, {"checkpoint_step": 9}),
+        "rollback": ({"step": 9}, {"step": 5, "checkpoint": "/ckpt/5", "content_hash": "ab"}),
+    }
+    assert set(applied) <= set(ACTIONS)
+    for action, (before, after) in applied.items():
+        check_payload("decision_applied", {"decision_id": "d", "action": action, "before": before, "after": after})
+    check_payload("run_started", {**MINIMAL["run_started"], "schedule": schedule,
+                                  "resumed_from": {"path": "/ckpt/5", "step": 5, "content_hash": "ab"},
+                                  "parent": {"run_id": "base", "step": 5, "content_hash": "ab"},
+                                  "ladder": {"name": "lad", "rung": 0, "target": "big", "preset": "tiny",
+                                             "tokens_per_active_param": 20.0}})
+
+
+def test_every_kind_s_view_is_in_views_sql():
+    views = (REPO / "queries" / "views.sql").read_text()
+    for kind, k in REGISTRY.items():
+        assert f"create or replace view {k.view} as" in views, (kind, k.view)
+

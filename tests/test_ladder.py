@@ -14,8 +14,10 @@ import pytest
 from conftest import reader, wait_for_count
 from ledger import service
 from ledger.emitter import Emitter
+from ledger.events import RunFinished, RunStarted, StepCompleted
+from ledger.sink import ListSink
 from queries.audit import run_suite
-from training.ladder import (LadderResult, Rung, RungEmitter, curves_from_ledger, emit_forecasts, fit_ladder,
+from training.ladder import (LadderResult, Rung, RungSink, curves_from_ledger, emit_forecasts, fit_ladder,
                              rung_configs, train_rungs)
 from training.ladder_fit import FRACTIONS, Curve, Law, loss_at
 
@@ -39,20 +41,23 @@ def serve_in_thread(root, url) -> tuple[threading.Thread, asyncio.Event, asyncio
     return t, stop, loop
 
 
+def schedule(steps: int) -> dict:
+    return {"peak_lr": 3e-3, "warmup_steps": 5, "horizon_steps": steps, "min_lr_ratio": 0.05,
+            "tokens_per_step": TOKENS_PER_STEP}
+
+
+SCHEDULE = schedule(10)
+
+
 def emit_target(em: Emitter, steps: int, rng) -> None:
     """A target run whose loss follows the same law (what the worker would emit, minus the extras)."""
     budget = steps * TOKENS_PER_STEP
-    em.emit("run_started", {
-        "config": {"preset": "law"}, "config_hash": "0" * 64, "token_budget": budget,
-        "tokens_per_step": TOKENS_PER_STEP, "flops_per_token": FPT,
-        "schedule": {"peak_lr": 3e-3, "warmup_steps": 5, "horizon_steps": steps, "min_lr_ratio": 0.05,
-                     "tokens_per_step": TOKENS_PER_STEP},
-    }, step=0)
+    em.emit(RunStarted(config={"preset": "law"}, config_hash="0" * 64, token_budget=budget,
+                       tokens_per_step=TOKENS_PER_STEP, flops_per_token=FPT, schedule=schedule(steps)), step=0)
     for k in range(1, steps + 1):
         loss = float(LAW.loss(k * TOKENS_PER_STEP * FPT)) * (1 + 0.005 * rng.standard_normal())
-        em.emit("step", {"loss": loss, "grad_norm": 0.5, "lr": 1e-3, "tokens": TOKENS_PER_STEP, "step_time_s": 0.1},
-                step=k)
-    em.emit("run_finished", {"status": "completed", "final_step": steps, "tokens_seen": budget}, step=steps)
+        em.emit(StepCompleted(loss=loss, grad_norm=0.5, lr=1e-3, tokens=TOKENS_PER_STEP, step_time_s=0.1), step=k)
+    em.emit(RunFinished(status="completed", final_step=steps, tokens_seen=budget), step=steps)
 
 
 def test_forecasts_reach_the_ledger_and_the_audit_compares_them(nats_server, root):
@@ -120,29 +125,33 @@ def test_rungs_are_tagged_and_read_back_from_the_ledger(nats_server, root):
 
 
 def test_rung_emitter_keeps_the_curve_of_a_rung_that_died():
-    rec = RungEmitter(None, {"name": "lad", "rung": 0})
-    rec.emit("run_started", {"tokens_per_step": 512, "token_budget": 512 * 10, "flops_per_token": 1e5}, step=0)
+    kept = ListSink()
+    rec = RungSink(kept, {"name": "lad", "rung": 0})
+    rec.emit(RunStarted(config={}, config_hash="0" * 64, tokens_per_step=512, token_budget=512 * 10,
+                        flops_per_token=1e5, schedule=SCHEDULE), step=0)
     for k in range(1, 7):
-        rec.emit("step", {"loss": 5.0 - 0.1 * k}, step=k)
-    rec.emit("step", {"loss": None, "skipped": True}, step=7)
-    rec.emit("run_finished", {"status": "failed"}, step=7)
+        rec.emit(StepCompleted(loss=5.0 - 0.1 * k, grad_norm=0.5, lr=1e-3, tokens=512, step_time_s=0.1), step=k)
+    rec.emit(StepCompleted(loss=None, grad_norm=None, lr=1e-3, tokens=512, step_time_s=0.1, skipped=True), step=7)
+    rec.emit(RunFinished(status="failed"), step=7)
     c = rec.curve("lad-r0")
     assert not c.complete and c.reached == pytest.approx(0.6) and len(c.tokens) == 6
+    assert kept.kinds() == ["run_started", *["step"] * 7, "run_finished"]  # every event passed on...
+    assert kept.payloads("run_started")[0][1]["ladder"] == {"name": "lad", "rung": 0}  # ...run_started tagged
 
 
 def test_ladder_command_parses_and_refuses_bad_usage(tmp_path):
     import argparse
 
-    from tools.cli import UsageError
-    from training import ladder_cli
+    from tools import ladder as ladder_command
+    from tools.args import UsageError
 
     parser = argparse.ArgumentParser(prog="runledger")
-    ladder_cli.register(parser.add_subparsers(dest="command"))
+    ladder_command.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--E", "fit",
                               "--steps-scale", "0.5"])
-    assert (args.preset, args.rungs, args.E, args.steps_scale, args.func) == ("small", 4, None, 0.5, ladder_cli.run)
+    assert (args.preset, args.rungs, args.E, args.steps_scale, args.func) == ("small", 4, None, 0.5, ladder_command.run)
     with pytest.raises(UsageError, match="--rungs must be 1..4"):
-        ladder_cli.run(parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--rungs", "5"]))
+        ladder_command.run(parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--rungs", "5"]))
     with pytest.raises(UsageError, match="no run_started"):  # nothing in this ledger to re-fit
-        ladder_cli.run(parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--from-ledger",
-                                          "--no-emit"]))
+        ladder_command.run(parser.parse_args(["ladder", "--target", "main", "--root", str(tmp_path), "--from-ledger",
+                                              "--no-emit"]))

@@ -16,13 +16,14 @@ import orjson
 import pytest
 
 from conftest import wait_for_count
+from ledger.batch import check_batch
+from ledger.canonical import canonical_json
 from ledger.emitter import Emitter
-from ledger.events import (
-    INT64_MAX, MAX_EVENT_BYTES, InvalidEvent, canonical_json, check_batch, check_envelope, make_event_id, seal,
-    subject_for,
-)
+from ledger.events import INT64_MAX, MAX_EVENT_BYTES, InvalidEvent, make_event_id, subject_for
+from ledger.sealing import seal
 from ledger.service import Ledger, decode_message, plain_batch
 from ledger.store import SeqIndex, read_events
+from ledger.validation import check_envelope
 from ledger.verify import verify
 from tools.produce import step_payload
 
@@ -443,9 +444,9 @@ def test_events_emitted_in_batches_are_stored_once_each_with_their_chain(tmp_pat
     with Emitter(RUN, PRODUCER, 0, nats_server.url, tmp_path / "spool") as em:
         for chunk in range(12):
             first = em.next_seq
-            emitted += em.emit_many("step", [step_payload(first + i) for i in range(250)],
+            emitted += em.emit_dicts("step", [step_payload(first + i) for i in range(250)],
                                     steps=list(range(first, first + 250)))
-            emitted.append(em.emit("eval", {"loss": 2.0 + chunk / 10}))
+            emitted.append(em.emit_dict("eval", {"loss": 2.0 + chunk / 10}))
         assert em.flush(120)
     assert len(emitted) == 3_012
     assert wait_for_count(root, "select count(*) from events", 3_012) == 3_012

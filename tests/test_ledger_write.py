@@ -6,7 +6,8 @@ import pytest
 
 from conftest import reader
 from ledger import service
-from ledger.events import seal, subject_for
+from ledger.events import subject_for
+from ledger.sealing import seal
 
 
 def batch_for(runs: list[str], n: int) -> list[tuple[str, bytes, int]]:

@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from conftest import LedgerProcess, REPO, reader, runledger, wait_for_count
+from conftest import LedgerProcess, REPO, cli, reader, wait_for_count
 from ledger import bus, locks, natsserver
-from ledger.emitter import Emitter, next_attempt
+from ledger.chains import next_attempt
+from ledger.emitter import Emitter
 from tools.produce import step_payload
 
 
@@ -53,8 +54,8 @@ def test_two_hosts_on_one_chain_are_both_told_and_the_clash_is_quarantined(tmp_p
     a = Emitter("dup", "worker-0", 0, nats_server.url, tmp_path / "host-a")
     b = Emitter("dup", "worker-0", 0, nats_server.url, tmp_path / "host-b")
     for i in range(200):
-        a.emit("step", step_payload(i), step=i)
-        b.emit("step", {**step_payload(i), "loss": 99.0 + i}, step=i)
+        a.emit_dict("step", step_payload(i), step=i)
+        b.emit_dict("step", {**step_payload(i), "loss": 99.0 + i}, step=i)
     assert a.flush(30) and b.flush(30)  # JetStream has all 400
     assert a.close(60) is False
     assert b.close(60) is False
@@ -65,7 +66,7 @@ def test_two_hosts_on_one_chain_are_both_told_and_the_clash_is_quarantined(tmp_p
     stored = con.execute("select count(*), count(distinct event_id) from steps_all where run_id = 'dup'").fetchone()
     clashed = con.execute("select count(*) from quarantine where reason like '%conflicting event%'").fetchone()[0]
     assert stored == (200, 200) and clashed == 200  # nothing silently gone: 400 = 200 stored + 200 quarantined
-    report = runledger("verify", "--root", str(root))
+    report = cli("verify", "--root", str(root))
     assert report.returncode == 1
     assert "dup:worker-0:0:0: a different event with this id is in quarantine" in report.stdout
 
@@ -74,7 +75,7 @@ def test_a_producer_alone_on_its_chain_is_confirmed(tmp_path, nats_server, ledge
     ledger_process.start()
     wait_serving(ledger_process)
     em = Emitter("alone", "worker-0", 0, nats_server.url, tmp_path / "spool")
-    em.emit_many("step", [step_payload(i) for i in range(500)], list(range(500)))
+    em.emit_dicts("step", [step_payload(i) for i in range(500)], list(range(500)))
     assert em.close(60) is True and em.confirmed and not em.conflicts
 
 
@@ -82,7 +83,7 @@ def test_eight_processes_with_no_producer_name_store_every_event_once(tmp_path, 
     ledger_process.start()
     code = ("import sys; from ledger.emitter import Emitter; from tools.produce import step_payload\n"
             "em = Emitter('shared', None, nats_url=sys.argv[1], spool_dir=sys.argv[2])\n"
-            "em.emit_many('step', [step_payload(i) for i in range(300)], list(range(300)))\n"
+            "em.emit_dicts('step', [step_payload(i) for i in range(300)], list(range(300)))\n"
             "sys.exit(0 if em.close(120) else 1)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, nats_server.url, str(tmp_path / "spool")], cwd=REPO,
                               stderr=subprocess.PIPE, text=True) for _ in range(8)]
@@ -92,20 +93,20 @@ def test_eight_processes_with_no_producer_name_store_every_event_once(tmp_path, 
     assert wait_for_count(root, "select count(*) from steps_all", 2_400) == 2_400
     con = reader(root)
     assert con.execute("select count(distinct event_id), count(distinct producer) from steps_all").fetchone() == (2_400, 8)
-    assert runledger("verify", "--root", str(root)).returncode == 0
+    assert cli("verify", "--root", str(root)).returncode == 0
 
 
 def test_a_resumed_producer_gets_its_attempt_from_the_ledger(tmp_path, nats_server, ledger_process):
     spool = tmp_path / "spool"
     with pytest.raises(RuntimeError, match="no ledger answers"):
-        next_attempt("resume", "worker-0", nats_server.url, spool)
+        next_attempt("resume", "worker-0", spool, nats_url=nats_server.url)
     ledger_process.start()
     wait_serving(ledger_process)
     for expected in (0, 1):
         other_machine = tmp_path / f"spool-{expected}"  # the ledger knows what this machine's spool does not
         em = Emitter("resume", "worker-0", None, nats_server.url, other_machine)
         assert em.attempt == expected
-        em.emit("step", step_payload(0), step=0)
+        em.emit_dict("step", step_payload(0), step=0)
         assert em.close(60)
     assert Emitter("resume", "worker-0", None, nats_server.url, spool).attempt == 2
 
@@ -131,10 +132,10 @@ def test_msg_id_hijack_by_another_run_cannot_suppress_events(tmp_path):
         asyncio.run(hijack())
         victim = Emitter("r2", "worker-0", 0, url["worker-r2"], tmp_path / "spool")
         for i in range(50):
-            victim.emit("step", step_payload(i), step=i)
+            victim.emit_dict("step", step_payload(i), step=i)
         assert victim.close(60) is True and victim.confirmed  # the verdict is asked under the worker's permissions
         assert wait_for_count(root, "select count(*) from steps where run_id = 'r2'", 50) == 50
-        assert runledger("verify", "--root", str(root)).returncode == 0
+        assert cli("verify", "--root", str(root)).returncode == 0
     finally:
         ledger.kill()
         natsserver.down(root)

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from conftest import LedgerProcess, reader, runledger, wait_for_count
+from conftest import LedgerProcess, cli, reader, runledger, wait_for_count
 from test_ledger_integration import start_producer
 from ledger import bus, service
 from ledger.emitter import Emitter
@@ -42,7 +42,7 @@ def wait_serving(lp: LedgerProcess, timeout: float = 60) -> None:
 
 def emit_steps(url, spool, run_id, n, producer="worker-0") -> None:
     with Emitter(run_id, producer, 0, url, spool) as em:
-        em.emit_many("step", [step_payload(i) for i in range(n)], list(range(n)))
+        em.emit_dicts("step", [step_payload(i) for i in range(n)], list(range(n)))
 
 
 def test_a_second_ledger_on_a_served_root_is_refused_and_a_killed_ones_lock_goes_with_it(tmp_path, nats_server, root):
@@ -117,22 +117,22 @@ def test_two_ledgers_on_one_root_without_the_lock_store_twice_and_verify_repair_
     assert not t.is_alive()
     assert reader(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (2_000, 1_000)
 
-    report = runledger("verify", "--root", str(root))
+    report = cli("verify", "--root", str(root))
     assert report.returncode == 1
     assert "twice:worker-0:0:0: stored 2 times" in report.stdout
 
-    repaired = runledger("verify", "--repair", "--root", str(root))
+    repaired = cli("verify", "--repair", "--root", str(root))
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "removed 1000 duplicate rows of 1000 events" in repaired.stdout
     assert reader(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (1_000, 1_000)
-    assert runledger("verify", "--root", str(root)).returncode == 0
+    assert cli("verify", "--root", str(root)).returncode == 0
 
 
 def test_repair_refuses_while_a_ledger_serves_the_root(tmp_path, nats_server, root):
     lp = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log").start()
     try:
         wait_serving(lp)
-        out = runledger("verify", "--repair", "--root", str(root))
+        out = cli("verify", "--repair", "--root", str(root))
         assert out.returncode == 2 and f"pid {lp.proc.pid}" in out.stderr
     finally:
         lp.kill()
@@ -164,7 +164,7 @@ def test_two_operators_sigkilling_and_restarting_ledgers_store_each_event_once(t
         assert wait_for_count(root, "select count(*) from steps_all", 16_000) == 16_000
         assert refused == 2
         assert reader(root).execute("select count(*), count(distinct event_id) from steps_all").fetchone() == (16_000, 16_000)
-        assert runledger("verify", "--root", str(root)).returncode == 0
+        assert cli("verify", "--root", str(root)).returncode == 0
     finally:
         a.kill()
         b.kill()

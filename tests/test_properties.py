@@ -13,8 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import store
-from ledger.events import KINDS, TIME_RE, canonical_json, check_envelope, event_hash, seal
+from ledger.canonical import canonical_json, event_hash
+from ledger.events import KINDS, TIME_RE
+from ledger.sealing import seal
 from ledger.service import decode_message
+from ledger.validation import check_envelope
 from test_events import MINIMAL
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -29,12 +29,19 @@ def test_the_report_is_one_self_contained_file(report):
         assert remote not in text  # nothing is fetched: it opens offline, anywhere
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it when run as root)")
-def test_chromium_draws_every_plot_with_data(report, tmp_path):
+@pytest.fixture
+def chromium() -> str:
+    """Debian's headless chromium (a test that takes it is slow: a browser starts)."""
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (make test installs it when run as root)")
+    return CHROMIUM
+
+
+def test_chromium_draws_every_plot_with_data(report, chromium, tmp_path):
     from PIL import Image
 
     png = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
                     f"--user-data-dir={tempfile.mkdtemp()}", "--window-size=1200,1600", f"--screenshot={png}",
                     report.as_uri()], capture_output=True, timeout=120, check=True)

@@ -16,7 +16,8 @@ import pytest
 from conftest import LedgerProcess, reader, wait_for_count
 from ledger import bus, natsserver
 from ledger.emitter import Emitter
-from ledger.events import seal, subject_for
+from ledger.events import subject_for
+from ledger.sealing import seal
 
 STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.1}
 DECISION = {"decision_id": "d1", "agent": "rogue", "rule": "none", "action": "checkpoint_now", "rationale": "test"}
@@ -48,10 +49,10 @@ def test_a_worker_publishes_its_own_run_and_nothing_else(secure, tmp_path, caplo
     root, creds = secure
     em = Emitter("r1", "worker-0", 0, url(creds, "worker-r1"), tmp_path / "spool")
     for s in range(20):
-        em.emit("step", STEP, step=s)
+        em.emit_dict("step", STEP, step=s)
     assert em.flush(30)
     with caplog.at_level(logging.ERROR, logger="ledger.emitter"):
-        em.emit("decision", DECISION, step=19)  # not a worker kind
+        em.emit_dict("decision", DECISION, step=19)  # not a worker kind
         assert not em.close(timeout=8)  # never acknowledged ...
     assert "runledger.r1.decision" in em.refused  # ... because refused, and said so
     assert any("NATS refused runledger.r1.decision" in r.message for r in caplog.records)
@@ -59,7 +60,7 @@ def test_a_worker_publishes_its_own_run_and_nothing_else(secure, tmp_path, caplo
     assert any(b'"kind":"decision"' in f.read_bytes() for f in spooled)  # kept, not lost
 
     other = Emitter("r2", "worker-0", 0, url(creds, "worker-r1"), tmp_path / "spool")
-    other.emit("step", STEP, step=0)  # another run's events
+    other.emit_dict("step", STEP, step=0)  # another run's events
     assert not other.close(timeout=8)
     assert "runledger.r2.step" in other.refused
 
@@ -72,9 +73,9 @@ def test_a_worker_publishes_its_own_run_and_nothing_else(secure, tmp_path, caplo
 def test_an_agent_decides_but_cannot_write_steps(secure, tmp_path):
     root, creds = secure
     em = Emitter("r1", "agent-test", 0, url(creds, "agent"), tmp_path / "spool")
-    em.emit("decision", DECISION, step=None)
+    em.emit_dict("decision", DECISION, step=None)
     assert em.flush(30)
-    em.emit("step", STEP, step=0)
+    em.emit_dict("step", STEP, step=0)
     assert not em.close(timeout=8)
     assert em.refused == {"runledger.r1.step"}
     assert wait_for_count(root, "select count(*) from decisions", 1) == 1

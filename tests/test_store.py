@@ -13,23 +13,25 @@ from hypothesis import strategies as st
 
 import queries
 from ledger import store
-from ledger.events import seal
+from ledger.sink import ParquetSink
 from ledger.store import SeqIndex, StoredEvent
 
 T0 = "2026-11-29T10:00:00.000000Z"
 
 
 class Producer:
-    """Seals a gapless, hash-chained sequence of events, the way an Emitter would."""
+    """One chain sealed by a Parquet sink (ledger.sink), each event handed back to the test with the
+    stream seq it is given, to write when and how the test likes."""
 
     def __init__(self, run_id: str = "run-1", producer: str = "worker-0", attempt: int = 0):
-        self.run_id, self.producer, self.attempt = run_id, producer, attempt
-        self.seq, self.prev = 0, ""
+        self.stream_seq = 0
+        self.sink = ParquetSink(".", run_id, producer, attempt, stream_seqs=iter(lambda: self.stream_seq, None),
+                                flush_every=None)
 
     def event(self, kind: str, payload: dict, step: int | None, stream_seq: int) -> StoredEvent:
-        env, _ = seal(self.run_id, self.producer, self.attempt, self.seq, kind, payload, step, self.prev, time=T0)
-        self.seq, self.prev = self.seq + 1, env["hash"]
-        return StoredEvent(env, json.dumps(payload, sort_keys=True, separators=(",", ":")), stream_seq)
+        self.stream_seq = stream_seq
+        self.sink.emit_dict(kind, payload, step, time=T0)
+        return self.sink.rows.pop()
 
 
 def step_payload(loss: float, tokens: int = 1000) -> dict:
@@ -37,7 +39,7 @@ def step_payload(loss: float, tokens: int = 1000) -> dict:
 
 
 def canonical(ev: StoredEvent) -> StoredEvent:
-    from ledger.events import canonical_json
+    from ledger.canonical import canonical_json
 
     ev.payload_text = canonical_json(ev.env["payload"])
     return ev

@@ -3,7 +3,7 @@ held-out split is disjoint from training, and the provenance is a valid `data` p
 
 import numpy as np
 
-from ledger.events import check_payload
+from ledger.validation import check_payload
 from training.config import DataConfig
 from training.data import batch_at, heldout_batches, load_corpus, provenance, rows_per_domain
 
@@ -18,8 +18,12 @@ def test_batches_are_a_pure_function_of_seed_and_step():
 
 
 def test_mixture_rows_and_held_out_split():
-    assert rows_per_domain({"code": 0.5, "prose": 0.3, "math": 0.2}, 8) == {"code": 4, "prose": 3, "math": 1} or \
-        sum(rows_per_domain({"code": 0.5, "prose": 0.3, "math": 0.2}, 8).values()) == 8
+    # largest remainder: 8 rows are 4 + 2.4 + 1.6, so the one row left goes to math (0.6 > 0.4)
+    assert rows_per_domain({"code": 0.5, "prose": 0.3, "math": 0.2}, 8) == {"code": 4, "prose": 2, "math": 2}
+    for batch in range(1, 40):  # every batch is filled, each domain within a row of its share
+        rows = rows_per_domain({"code": 0.5, "prose": 0.3, "math": 0.2}, batch)
+        assert sum(rows.values()) == batch
+        assert all(abs(rows[k] - share * batch) < 1 for k, share in {"code": 0.5, "prose": 0.3, "math": 0.2}.items())
     assert rows_per_domain({"code": 0.5, "prose": 0.3, "math": 0.2}, 10) == {"code": 5, "prose": 3, "math": 2}
     corpus = load_corpus(DataConfig())
     assert set(corpus) == {"code", "prose", "math"}

@@ -25,7 +25,7 @@ out = {}
 for name, mesh in (("ep", make_mesh(cfg)), ("one", None)):
     assert (mesh is not None) == (name == "ep")
     with tempfile.TemporaryDirectory() as d:
-        res = train(cfg, run_id="ep", ckpt_dir=d, emitter=None, mesh=mesh, peak_flops=1e11)
+        res = train(cfg, run_id="ep", ckpt_dir=d, mesh=mesh, peak_flops=1e11)
     out[name] = {"losses": [res.losses[k] for k in sorted(res.losses)],
                  "drops": [[list(l) for l in res.drops[k]] for k in sorted(res.drops)]}
 print("RESULT " + json.dumps(out))

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from audit_ledger import T0, Ledger  # noqa: E402
 
+from ledger.sink import ListSink  # noqa: E402
 from queries import audit  # noqa: E402
 from training.config import PRESETS  # noqa: E402
 from training.flops import flops_per_token  # noqa: E402
@@ -26,23 +27,10 @@ EXTEND = (4, 4 * CFG.model.seq_len)  # before update 4, sequences 4x as long (sa
 INSIDE_WARMUP = 3  # a horizon step before the end of CFG's warmup (5 steps)
 
 
-class Recorder:
-    """A list sink: keeps every event the worker emits."""
-
-    def __init__(self):
-        self.events = []
-
-    def emit(self, kind, payload, step=None):
-        self.events.append((kind, step, payload))
-
-    def of(self, kind):
-        return [(s, p) for k, s, p in self.events if k == kind]
-
-
 @pytest.fixture(scope="module")
 def extended(tmp_path_factory):
     """6 updates of tiny, extended 4x before update 4, and a horizon decision inside warmup after update 1."""
-    rec = Recorder()
+    rec = ListSink()
 
     def decisions(step):
         if step == 1:
@@ -50,14 +38,14 @@ def extended(tmp_path_factory):
                      "params": {"horizon_steps": INSIDE_WARMUP}}]
         return []
 
-    res = train(CFG, run_id="ext", ckpt_dir=tmp_path_factory.mktemp("ext"), emitter=rec, peak_flops=PEAK,
+    res = train(CFG, run_id="ext", ckpt_dir=tmp_path_factory.mktemp("ext"), sink=rec, peak_flops=PEAK,
                 steps=6, extend=EXTEND, decisions=decisions)
     return res, rec
 
 
 def test_mfu_counts_the_flops_per_token_of_the_length_trained(extended):
     _, rec = extended
-    steps = rec.of("step")
+    steps = rec.payloads("step")
     assert [s for s, _ in steps] == list(range(1, 7))
     long_cfg = dataclasses.replace(CFG, model=dataclasses.replace(CFG.model, seq_len=EXTEND[1]))
     for k, p in steps:
@@ -71,11 +59,11 @@ def test_mfu_counts_the_flops_per_token_of_the_length_trained(extended):
 
 def test_a_horizon_inside_warmup_is_refused_and_the_schedule_kept(extended):
     res, rec = extended
-    [(at, applied)] = rec.of("decision_applied")
+    [(at, applied)] = rec.payloads("decision_applied")
     assert at == 1 and applied["decision_id"] == "d-warmup" and applied["status"] == "refused"
     assert "inside warmup" in applied["reason"]
     assert res.final_step == 6  # the run went on under its own schedule
-    lrs = [p["lr"] for _, p in rec.of("step")]
+    lrs = [p["lr"] for _, p in rec.payloads("step")]
     assert lrs[:5] == sorted(lrs[:5])  # still climbing through warmup: no fall to the floor
 
 

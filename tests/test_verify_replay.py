@@ -3,8 +3,6 @@ run's state (resume, decisions, schedule) from its events, up to any stream posi
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -12,10 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import runledger
-from tools.cli import main
+from conftest import cli
 from ledger import store
-from ledger.events import canonical_json, event_hash
+from ledger.canonical import canonical_json, event_hash
 from test_store import Producer, canonical, step_payload
 
 RUN = "run-1"
@@ -97,19 +94,14 @@ def set_cell(table: pa.Table, column: str, i: int, value) -> pa.Table:
     return table.set_column(j, table.schema.field(j), pa.array(values, table.schema.field(j).type))
 
 
-def verify(root: Path, subprocess: bool = False) -> tuple[int, str]:
-    """`runledger verify --root R`: as a real process, or in-process (the same `main`) to keep the suite fast."""
-    if subprocess:
-        r = runledger("verify", "--root", str(root))
-        return r.returncode, r.stdout + r.stderr
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        rc = main(["verify", "--root", str(root)])
-    return rc, out.getvalue()
+def verify(root: Path) -> tuple[int, str]:
+    """`runledger verify --root R` (in this process: see conftest.cli)."""
+    r = cli("verify", "--root", str(root))
+    return r.returncode, r.stdout + r.stderr
 
 
 def test_verify_passes_on_a_clean_ledger(ledger_root):
-    rc, out = verify(ledger_root, subprocess=True)
+    rc, out = verify(ledger_root)
     assert rc == 0, out
     assert "ok: every hash, chain and typed column checks out" in out
     assert "4 chains" in out
@@ -122,7 +114,7 @@ def test_a_changed_loss_column_is_found(ledger_root):
     f = steps_file(ledger_root)
     t = pq.read_table(f)
     rewrite(f, set_cell(t, "loss", row_index(t, TARGET), 0.123))
-    rc, out = verify(ledger_root, subprocess=True)
+    rc, out = verify(ledger_root)
     assert rc == 1 and TARGET in out and "column loss = 0.123" in out, out
 
 
@@ -180,20 +172,15 @@ def test_a_second_copy_of_a_file_is_found(ledger_root):
     assert rc == 1 and "run-1:worker-0:0:1: stored 2 times" in out, out
 
 
-def replay(root: Path, *extra: str, subprocess: bool = False) -> dict:
-    if subprocess:
-        r = runledger("replay", RUN, "--root", str(root), *extra)
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["replay", RUN, "--root", str(root), *extra]) == 0
-    return json.loads(out.getvalue())
+def replay(root: Path, *extra: str) -> dict:
+    r = cli("replay", RUN, "--root", str(root), *extra)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 def test_replay_rebuilds_resume_decisions_and_schedule(root):
     marks = build_run(root)
-    state = replay(root, subprocess=True)
+    state = replay(root)
     assert state["status"] == "running"
     assert state["step"] == 9
     assert state["tokens_seen"] == 10 * 1000  # steps 4 and 5 were done twice, and count once

@@ -37,7 +37,8 @@ import duckdb
 
 import queries
 from ledger import bus
-from ledger.events import canonical_json, event_hash, make_event_id
+from ledger.canonical import canonical_json, event_hash
+from ledger.events import make_event_id
 from ledger.natsserver import NatsServer
 from ledger.verify import verify
 

@@ -6,7 +6,7 @@ Exit codes: 0 ok, 1 a check failed, 2 bad usage or bad input (with a one-line re
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import json
 import logging
 import os
@@ -14,50 +14,20 @@ import re
 import sys
 from pathlib import Path
 
-from ledger import bus, natsserver, redact
-from ledger.events import InvalidEvent, check_name
+from ledger import redact, settings
+from tools.args import UsageError, add_nats, add_root, resolve_nats
 
 log = logging.getLogger("runledger")
-
-
-class UsageError(Exception):
-    """Bad usage or bad input: exit 2 with this one-line reason."""
-
-
-def default_root() -> str:
-    return os.environ.get("RUNLEDGER_ROOT", "./runledger-data")
-
-
-def resolve_nats(args: argparse.Namespace) -> str:
-    """The server to talk to: --creds (a credentials file: URL with user and password), else --nats,
-    else $RUNLEDGER_CREDS / $RUNLEDGER_NATS, else the server `nats up` started for --root, else :4222."""
-    creds = getattr(args, "creds", None) or os.environ.get("RUNLEDGER_CREDS")
-    if creds:
-        return natsserver.read_creds(creds)
-    if getattr(args, "nats", None):
-        return args.nats
-    if os.environ.get("RUNLEDGER_NATS"):
-        return os.environ["RUNLEDGER_NATS"]
-    url_file = natsserver.nats_dir(getattr(args, "root", None) or default_root()) / "url"
-    if url_file.exists():
-        return url_file.read_text().strip()
-    return "nats://127.0.0.1:4222"
-
-
-def add_root(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", default=default_root(), help="ledger root directory (env RUNLEDGER_ROOT)")
-
-
-def add_nats(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nats", default=None, help="NATS URL(s), comma-separated for a cluster (env RUNLEDGER_NATS; "
-                   "default: the server `nats up` started for --root)")
-    p.add_argument("--creds", default=None, help="credentials file from `nats up --secure` (env RUNLEDGER_CREDS)")
 
 
 # ------------------------------------------------------------------------------------ commands
 
 
 def cmd_nats(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ledger import natsserver
+
     if args.action == "up":
         if not 0 <= args.port <= 65535:
             raise UsageError(f"--port {args.port} is not a TCP port (1-65535, or 0 for a free one)")
@@ -66,10 +36,10 @@ def cmd_nats(args: argparse.Namespace) -> int:
         except (ValueError, RuntimeError, FileNotFoundError) as err:  # RuntimeError: the server exited (port in use)
             raise UsageError(str(err)) from None
         if args.cluster or args.secure:
-            asyncio.run(_ensure_stream(url if not args.secure else natsserver.read_creds(
-                natsserver.nats_dir(args.root) / "creds" / "ledger.creds"), args.cluster or None))
+            asyncio.run(_ensure_stream(url if not args.secure else settings.read_creds(
+                settings.creds_file(args.root, "ledger")), args.cluster or None))
         if args.secure:
-            log.info("credentials per role in %s", natsserver.nats_dir(args.root) / "creds")
+            log.info("credentials per role in %s", settings.creds_dir(args.root))
         print(url)
     elif args.action == "creds":
         if not args.worker:
@@ -86,7 +56,10 @@ def cmd_nats(args: argparse.Namespace) -> int:
 
 async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) -> None:
     """Create the stream now (a cluster needs a few seconds to elect a JetStream leader)."""
+    import asyncio
     import time as _time
+
+    from ledger import bus
 
     deadline = _time.monotonic() + timeout
     while True:
@@ -104,7 +77,9 @@ async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) 
 
 
 def cmd_ledger_serve(args: argparse.Namespace) -> int:
-    from ledger import locks, service
+    import asyncio
+
+    from ledger import bus, locks, service
 
     try:
         asyncio.run(service.serve(args.root, resolve_nats(args), batch=args.batch, durable=args.durable))
@@ -114,6 +89,8 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    import asyncio
+
     from ledger.publish import publish_lines
 
     bad, published = asyncio.run(publish_lines(sys.stdin, resolve_nats(args)))
@@ -174,9 +151,10 @@ def visible(text: str) -> str:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from ledger.replay import replay_run, to_json_text
-
     import pyarrow as pa
+
+    from ledger.replay import replay_run, to_json_text
+    from ledger.validation import check_name
 
     check_name(args.run, "run_id")
     try:
@@ -247,7 +225,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the `command` about to run, and it is one defined here rather than by
+    a plugin, the plugins are not imported: `runledger sql` starts without JAX, numpy or nats-py."""
     p = argparse.ArgumentParser(prog="runledger", description="An open, auditable ledger for model-training runs.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
@@ -310,39 +290,46 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="JSON Schema of every event kind")
     s.set_defaults(func=cmd_schema)
 
-    for module in PLUGINS:
+    if command in sub.choices:  # one of the commands above: the plugins are not needed
+        return p
+    for module, names in PLUGINS:
         try:
-            mod = __import__(module, fromlist=["register"])
+            mod = importlib.import_module(module)
         except ImportError as err:
             if err.name and module.startswith(err.name):
                 continue  # that part is not built yet
-            _register_broken(sub, module, err)
+            _register_broken(sub, module, names, err)
             continue
         except Exception as err:  # a broken part must not take `ledger serve` or `verify` down with it
-            _register_broken(sub, module, err)
+            _register_broken(sub, module, names, err)
             continue
-        if hasattr(mod, "register"):
-            mod.register(sub)
+        mod.register(sub)
     return p
 
 
-PLUGINS = ("training.cli", "training.ladder_cli", "queries.audit", "agents.cli", "tools.report")
+# the subcommands defined in modules of their own: (module, the commands its register() adds)
+PLUGINS = (("tools.train", ("train",)), ("tools.ladder", ("ladder",)), ("tools.audit", ("audit",)),
+           ("tools.agents", ("agents", "decide")), ("tools.report", ("report",)))
 
 
-def _register_broken(sub, module: str, err: Exception) -> None:
-    name = {"training.cli": "train", "training.ladder_cli": "ladder", "queries.audit": "audit", "agents.cli": "agents",
-            "tools.report": "report"}[module]
+def _register_broken(sub, module: str, names: tuple[str, ...], err: Exception) -> None:
+    for name in names:
+        def fail(args: argparse.Namespace, name: str = name) -> int:
+            raise UsageError(f"`{name}` is unavailable: {module} failed to import ({type(err).__name__}: {err})")
 
-    def fail(args: argparse.Namespace) -> int:
-        raise UsageError(f"`{name}` is unavailable: {module} failed to import ({type(err).__name__}: {err})")
+        s = sub.add_parser(name, help=f"(unavailable: {module} failed to import)")
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(func=fail)
 
-    s = sub.add_parser(name, help=f"(unavailable: {module} failed to import)")
-    s.add_argument("rest", nargs=argparse.REMAINDER)
-    s.set_defaults(func=fail)
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named in `argv` (the first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -354,14 +341,19 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "root", None) is not None:
             check_root(args.command, args.root)
         return args.func(args) or 0
-    except (UsageError, InvalidEvent) as err:
+    except UsageError as err:
+        print(f"runledger {args.command}: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        from ledger.events import InvalidEvent  # (imported here: most commands never load the contract)
+
+        if not isinstance(err, InvalidEvent):
+            raise
         print(f"runledger {args.command}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
 
 
-if __name__ == "__main__":  # as `tools.cli`, whose UsageError is the one the plugins raise (not __main__'s)
-    from tools.cli import main as cli_main
-
-    sys.exit(cli_main())
+if __name__ == "__main__":
+    sys.exit(main())

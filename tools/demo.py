@@ -29,6 +29,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import queries
+from ledger import settings
 from ledger.natsserver import NatsServer
 from ledger.verify import verify
 
@@ -53,8 +54,10 @@ class Plan:
     ladder_scale: float | None  # None: no ladder (quick)
     # The toy model drops ~26% of assignments at its trained length (the pooled-wave accounting at
     # this tiny scale, untrained router) and ~40% at 8x the length; the demo declares its limit in
-    # between, in run_started.thresholds, where the audit and the agents read it.
-    thresholds: dict = field(default_factory=lambda: {"drop_fraction_max": 0.33, "window_steps": 3})
+    # between, in run_started.thresholds, where the audit and the agents read it; its runs are short,
+    # so the audit's blocks and the agents' trailing window are 3 steps.
+    thresholds: dict = field(default_factory=lambda: {"drop_fraction_max": 0.33, "block_steps": 3,
+                                                      "agent_window_steps": 3})
 
 
 QUICK = Plan("tiny", 40, 10, 0.6, 0.5, 24, 512, 7, 5, None)
@@ -208,8 +211,8 @@ def print_audit(root: Path, console: Console) -> None:
 
 def run_demo(root: Path | None, quick: bool = False) -> int:
     if root is None:  # a fresh root each time, so a second demo never mixes with the first
-        Path("runledger-data").mkdir(exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix=time.strftime("demo-%Y%m%d-%H%M%S-"), dir="runledger-data"))
+        Path(settings.DEFAULT_ROOT).mkdir(exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=time.strftime("demo-%Y%m%d-%H%M%S-"), dir=settings.DEFAULT_ROOT))
     root = Path(root).resolve()
     console = Console()
     if not console.is_terminal:

@@ -13,6 +13,7 @@ import time
 
 from ledger import redact
 from ledger.emitter import Emitter
+from ledger.events import StepCompleted
 
 
 def step_payload(i: int) -> dict:
@@ -37,7 +38,7 @@ def main() -> int:
     start = time.monotonic()
     first = em.next_seq
     for i in range(first, args.count):
-        em.emit("step", step_payload(i), step=i)
+        em.emit(StepCompleted(**step_payload(i)), step=i)
         if args.rate and i % 100 == 0:
             ahead = (i - first) / args.rate - (time.monotonic() - start)
             if ahead > 0:

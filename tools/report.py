@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import queries
+from tools.args import UsageError, add_root
 
 log = logging.getLogger(__name__)
 
@@ -233,8 +234,6 @@ def write_report(root: str | Path, run_id: str, out: str | Path) -> Path:
 
 
 def register(sub) -> None:
-    from tools.cli import add_root
-
     s = sub.add_parser("report", help="a self-contained HTML report with plots")
     s.add_argument("run")
     add_root(s)
@@ -245,9 +244,8 @@ def register(sub) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     import duckdb
 
-    from ledger.events import check_name
-    from ledger.store import event_files
-    from tools.cli import UsageError
+    from ledger.paths import event_files
+    from ledger.validation import check_name
 
     check_name(args.run, "run_id")
     if not event_files(Path(args.root), run_id=args.run):

@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
-from ledger.events import canonical_json
+from ledger.canonical import canonical_json
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@
 from `step` on, the `decision_applied` payload (before/after in the shape replay folds: the new
 schedule for a horizon, the dispatch fields for dispatch and capacity changes) and whether a
 checkpoint was asked for. `ledger_decisions(root, run_id)` is a source of pending decisions for
-the loop: it replays the run from the ledger every few seconds and yields each decided (auto) or
-approved decision once.
+the loop: it replays the run from the ledger every few seconds and yields each decision that is
+ready (`ledger.decision_state`: decided or approved, not answered) once.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ledger import decision_state
 from training.config import TrainConfig
 from training.schedule import horizon_steps_for_tokens, retime
 
@@ -91,14 +92,8 @@ def ledger_decisions(root: str | Path, run_id: str, every_s: float = 5.0) -> Cal
             state = replay_run(root, run_id)
         except (FileNotFoundError, OSError, ValueError):
             return []
-        out = []
-        for did, d in state.decisions.items():
-            if did in seen or d.get("applied_at_step") is not None or d.get("status") not in ("decided", "approved"):
-                continue
-            if d["action"] in ("approve", "reject"):
-                continue
-            seen.add(did)
-            out.append({"decision_id": did, "action": d["action"], "params": d.get("params", {})})
+        out = decision_state.ready(state.decisions, seen)
+        seen.update(d["decision_id"] for d in out)
         return out
 
     return poll

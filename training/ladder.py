@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
+from ledger.chains import next_attempt
+from ledger.events import ForecastMade, Payload, RunFinished, RunStarted, StepCompleted
+from ledger.sink import EventSink, NullSink, payload_of
 from training.config import TrainConfig, preset
 from training.flops import active_params, flops_per_token
 from training.ladder_fit import FRACTIONS, Curve, Forecast, forecast, self_check
@@ -29,6 +32,7 @@ from training.ladder_fit import FRACTIONS, Curve, Forecast, forecast, self_check
 log = logging.getLogger(__name__)
 
 MIN_RUNG_STEPS = 10  # below this a rung's curve is mostly warmup
+LEDGER_WAIT_S = 15.0  # how long to wait for a ledger to say a run's next attempt
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,14 @@ def rung_configs(n_rungs: int, tpp: float, steps_scale: float = 1.0,
     return out
 
 
-class RungEmitter:
-    """A rung worker's emitter: tags `run_started` with the ladder and records the loss curve as the
-    worker emits it, so a rung that dies partway still has the curve it reached."""
+class RungSink:
+    """A rung worker's sink: tags `run_started` with the ladder, records the loss curve as the worker
+    emits it (so a rung that dies partway still has the curve it reached), and passes every event on
+    to `inner` (the NATS Emitter, or a NullSink when nothing is recorded)."""
 
-    def __init__(self, inner, ladder_tag: dict):
+    def __init__(self, inner: EventSink, ladder_tag: dict):
         self.inner, self.tag = inner, ladder_tag
+        self.producer = inner.producer
         self.tokens: list[float] = []
         self.loss: list[float] = []
         self.tokens_per_step = 0
@@ -94,44 +100,29 @@ class RungEmitter:
         self.flops_per_token = 0.0
         self.status: str | None = None
 
-    def emit(self, kind: str, payload: dict, step: int | None = None):
-        if kind == "run_started":
-            payload = {**payload, "ladder": self.tag}
-            self.tokens_per_step = int(payload["tokens_per_step"])
-            self.token_budget = float(payload["token_budget"])
-            self.flops_per_token = float(payload["flops_per_token"])
-        elif kind == "step" and payload.get("loss") is not None and step is not None:
+    def emit(self, event: Payload, step: int | None = None):
+        if isinstance(event, RunStarted):
+            event = RunStarted.model_validate({**payload_of(event), "ladder": self.tag})
+            self.tokens_per_step = int(event.tokens_per_step or 0)
+            self.token_budget = float(event.token_budget)
+            self.flops_per_token = float(event.flops_per_token or 0.0)
+        elif isinstance(event, StepCompleted) and event.loss is not None and step is not None:
             self.tokens.append(float(step * self.tokens_per_step))
-            self.loss.append(float(payload["loss"]))
-        elif kind == "run_finished":
-            self.status = payload["status"]
-        return self.inner.emit(kind, payload, step=step) if self.inner is not None else None
+            self.loss.append(float(event.loss))
+        elif isinstance(event, RunFinished):
+            self.status = event.status
+        return self.inner.emit(event, step=step)
+
+    def emit_many(self, events: Sequence[Payload], steps: Sequence[int | None] | None = None) -> list:
+        return [self.emit(e, s) for e, s in zip(events, [None] * len(events) if steps is None else steps)]
+
+    def close(self) -> bool:
+        return self.inner.close()
 
     def curve(self, name: str) -> Curve:
         complete = self.status == "completed" and bool(self.tokens) and self.tokens[-1] >= self.token_budget
         return Curve(name, np.array(self.tokens), np.array(self.loss), self.token_budget, self.flops_per_token,
                      complete=complete)
-
-
-def next_attempt(spool_dir: str | Path, run_id: str, producer: str, nats_url: str | None = None,
-                 wait_s: float = 15.0) -> int:
-    """The next attempt number of (run, producer). With NATS, the ledger's answer: one past every attempt
-    it has stored and every one spooled here (`ledger.emitter.next_attempt`), waiting up to `wait_s` for
-    a ledger to answer, then RuntimeError. Without NATS (nothing is emitted), one past the spooled ones."""
-    if nats_url is not None:
-        from ledger.emitter import next_attempt as ask_ledger
-
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                return ask_ledger(run_id, producer, nats_url, spool_dir)
-            except RuntimeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.25)
-    d = Path(spool_dir) / run_id / producer
-    done = [int(p.name) for p in d.glob("*") if p.name.isdigit()] if d.exists() else []
-    return max(done) + 1 if done else 0
 
 
 def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | Path, nats_url: str | None,
@@ -140,7 +131,7 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
 
     `stop_after` {rung index: step} ends those rungs early (a drill: a rung that died partway)."""
     from ledger.emitter import Emitter
-    from training.cli import ckpt_dir
+    from training.resume import ckpt_dir
     from training.flops import measure_peak_flops
     from training.worker import train
 
@@ -148,21 +139,20 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
     peak = peak_flops if peak_flops is not None else measure_peak_flops()
     curves = []
     for r in rungs:
-        attempt = next_attempt(spool, r.run_id, "worker-0", nats_url)
-        inner = Emitter(r.run_id, "worker-0", attempt, nats_url, spool) if nats_url else None
+        attempt = next_attempt(r.run_id, "worker-0", spool, nats_url=nats_url, wait_s=LEDGER_WAIT_S)
+        inner = Emitter(r.run_id, "worker-0", attempt, nats_url, spool) if nats_url else NullSink()
         tag = {"name": ladder, "rung": r.index, "target": target_run, "preset": r.preset,
                "tokens_per_active_param": tpp}
-        rec = RungEmitter(inner, tag)
+        rec = RungSink(inner, tag)
         log.info("ladder %s: rung %d (%s, %d active params, %d steps) as run %s", ladder, r.index, r.preset,
                  active_params(r.cfg), r.cfg.steps, r.run_id)
         try:
-            train(r.cfg, run_id=r.run_id, ckpt_dir=ckpt_dir(root, r.run_id) / str(attempt), emitter=rec,
+            train(r.cfg, run_id=r.run_id, ckpt_dir=ckpt_dir(root, r.run_id) / str(attempt), sink=rec,
                   preset=r.preset, peak_flops=peak, steps=(stop_after or {}).get(r.index))
         except Exception:  # the rung is kept: its tail is extrapolated and flagged by the fit
             log.exception("ladder %s: rung %s died at %d tokens", ladder, r.run_id, rec.tokens[-1] if rec.tokens else 0)
         finally:
-            if inner is not None:
-                inner.close()
+            rec.close()
         curves.append(rec.curve(r.run_id))
     return curves
 
@@ -213,11 +203,11 @@ def fit_ladder(curves: list[Curve], target_flops: float, E: float | None = None,
     return out, worst, errors
 
 
-def forecast_payload(f: Forecast, target_run: str, target_tokens: int, self_check_error: float | None) -> dict:
-    return {"target_run": target_run, "fraction": f.fraction, "target_tokens": int(round(f.fraction * target_tokens)),
-            "target_flops": f.target_flops, "projected_loss": f.projected_loss, "band_low": f.band_low,
-            "band_high": f.band_high, "fit": f.law.as_dict(), "rungs": f.rungs, "flags": f.flags,
-            "self_check_error": self_check_error}
+def forecast_made(f: Forecast, target_run: str, target_tokens: int, self_check_error: float | None) -> ForecastMade:
+    return ForecastMade(target_run=target_run, fraction=f.fraction, target_tokens=int(round(f.fraction * target_tokens)),
+                        target_flops=f.target_flops, projected_loss=f.projected_loss, band_low=f.band_low,
+                        band_high=f.band_high, fit=f.law.as_dict(), rungs=f.rungs, flags=f.flags,
+                        self_check_error=self_check_error)
 
 
 def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> int:
@@ -225,10 +215,11 @@ def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> 
     from ledger.emitter import Emitter
 
     spool = Path(root) / "spool"
-    em = Emitter(result.target_run, "ladder", next_attempt(spool, result.target_run, "ladder", nats_url), nats_url, spool)
+    attempt = next_attempt(result.target_run, "ladder", spool, nats_url=nats_url, wait_s=LEDGER_WAIT_S)
+    em = Emitter(result.target_run, "ladder", attempt, nats_url, spool)
     try:
-        for f in result.forecasts:
-            em.emit("forecast", forecast_payload(f, result.target_run, result.target_tokens, result.self_check_error))
+        em.emit_many([forecast_made(f, result.target_run, result.target_tokens, result.self_check_error)
+                      for f in result.forecasts])
     finally:
         em.close()
     return len(result.forecasts)

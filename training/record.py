@@ -1,4 +1,4 @@
-"""What the worker records: its events' payloads, built on the host from a step's metrics.
+"""What the worker records: its typed events, built on the host from a step's metrics.
 
 Plain Python numbers only (the event models are strict): a jax or numpy scalar becomes float or
 int here, and a non-finite value becomes None (a skipped step has loss None and skipped True).
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 
+from ledger.events import LayerDrops, StepCompleted, TokensDropped
 from training.config import TrainConfig
 
 
@@ -37,29 +38,31 @@ def _num(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def step_payload(m: dict, tokens: int, seq_len: int, dt: float, fpt: float, peak: float) -> dict:
+def step_completed(m: dict, tokens: int, seq_len: int, dt: float, fpt: float, peak: float) -> StepCompleted:
     """The `step` event: `fpt` is the FLOPs per token at `seq_len`, the length this step trained at."""
     skipped = bool(m["skipped"])
-    return {
-        "loss": None if skipped else _num(m["loss"]), "grad_norm": _num(m["grad_norm"]), "lr": float(m["lr"]),
-        "tokens": tokens, "step_time_s": dt, "param_norm": _num(m["param_norm"]), "z_loss": _num(m["z_loss"]),
-        "lb_loss": _num(m["lb_loss"]), "router_entropy": _num(m["router_entropy"]),
-        "mfu": fpt * tokens / dt / peak if peak else None, "tokens_per_s": tokens / dt, "seq_len": seq_len,
-        "flops_per_token": fpt, "skipped": skipped,
-    }
+    return StepCompleted(
+        loss=None if skipped else _num(m["loss"]), grad_norm=_num(m["grad_norm"]), lr=float(m["lr"]),
+        tokens=tokens, step_time_s=dt, param_norm=_num(m["param_norm"]), z_loss=_num(m["z_loss"]),
+        lb_loss=_num(m["lb_loss"]), router_entropy=_num(m["router_entropy"]),
+        mfu=fpt * tokens / dt / peak if peak else None, tokens_per_s=tokens / dt, seq_len=seq_len,
+        flops_per_token=fpt, skipped=skipped,
+    )
 
 
-def drops_payload(layers: dict, cfg: TrainConfig, seq_len: int) -> dict:
+def tokens_dropped(layers: dict, cfg: TrainConfig, seq_len: int, probe: bool = False) -> TokensDropped:
+    """The `drops` event of one step (or of a probe at a longer length than trained)."""
     rows = []
     for i in range(len(layers["assignments"])):
         a, s, r = (int(layers[k][i]) for k in ("assignments", "sender_dropped", "receiver_dropped"))
-        rows.append({"layer": i, "assignments": a, "sender_dropped": s, "receiver_dropped": r,
-                     "drop_fraction": (s + r) / a if a else 0.0,
-                     "expert_loads": [int(v) for v in layers["loads"][i]]})
-    total = sum(r["assignments"] for r in rows)
-    dropped = sum(r["sender_dropped"] + r["receiver_dropped"] for r in rows)
+        rows.append(LayerDrops(layer=i, assignments=a, sender_dropped=s, receiver_dropped=r,
+                               drop_fraction=(s + r) / a if a else 0.0,
+                               expert_loads=[int(v) for v in layers["loads"][i]]))
+    total = sum(r.assignments for r in rows)
+    dropped = sum(r.sender_dropped + r.receiver_dropped for r in rows)
     capacity = cfg.moe.dispatch == "capacity"
-    return {"dispatch": cfg.moe.dispatch, "assignments": total, "dropped": dropped,
-            "drop_fraction": dropped / total if total else 0.0, "layers": rows,
-            "cf_send": float(cfg.moe.cf_send) if capacity else None,
-            "cf_recv": float(cfg.moe.cf_recv) if capacity else None, "seq_len": seq_len}
+    return TokensDropped(dispatch=cfg.moe.dispatch, assignments=total, dropped=dropped,
+                         drop_fraction=dropped / total if total else 0.0, layers=rows,
+                         cf_send=float(cfg.moe.cf_send) if capacity else None,
+                         cf_recv=float(cfg.moe.cf_recv) if capacity else None, seq_len=seq_len,
+                         **({"probe": True} if probe else {}))

@@ -1,9 +1,9 @@
 """The training worker: a pure jitted `train_step(state, batch) -> (state, metrics)` and a thin
 loop around it that times each step, checkpoints, evaluates and emits the run's events.
 
-Events (through an `Emitter`-like object with `emit(kind, payload, step=None)`; None turns
-emission off): `run_started` and `data` once per attempt, `step` and `drops` every step, `eval`
-every `eval_every` steps, `checkpoint` every `ckpt_every` steps and at the end, `run_finished`.
+Typed events go into an `EventSink` (ledger.sink: the NATS Emitter, a list in tests, a NullSink
+when nothing is recorded): `run_started` and `data` once per attempt, `step` and `drops` every step,
+`eval` every `eval_every` steps, `checkpoint` every `ckpt_every` steps and at the end, `run_finished`.
 Steps are 1-based: step k is the k-th update; it trains on `batch_at(seed, k)`, so a run resumed
 from the checkpoint of step k continues exactly as if it had never stopped.
 A non-finite loss or gradient never crashes the run: that update is skipped (params and optimizer
@@ -28,13 +28,15 @@ import numpy as np
 import optax
 
 from ledger.emitter import origin
+from ledger.events import CheckpointSaved, DataRecorded, DecisionApplied, EvalCompleted, RunFinished, RunStarted
+from ledger.sink import EventSink, NullSink
 from training import checkpoint, data
 from training.config import TrainConfig, config_hash
 from training.decisions import apply_decision, dispatch_fields, with_dispatch
 from training.flops import flops_per_token, measure_peak_flops
 from training.model import loss_fn, token_losses
 from training.moe import AXIS
-from training.record import code_commit, drops_payload, hardware, step_payload
+from training.record import code_commit, hardware, step_completed, tokens_dropped
 from training.schedule import lr_at, make_schedule
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class TrainResult:
     status: str = "completed"
     checkpoints: list[dict] = field(default_factory=list)
     drops: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # step -> per layer (sender, receiver)
+    evals: dict[int, float] = field(default_factory=dict)  # step -> held-out loss
 
 
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
@@ -161,18 +164,18 @@ def _make_eval_step(cfg: TrainConfig, mesh=None) -> Callable:
     return jax.jit(lambda params, b: token_losses(params, b["inputs"], b["targets"], cfg, mesh))
 
 
-def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> dict:
-    """Held-out loss per domain (and their mean) for the `eval` event."""
+def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> EvalCompleted:
+    """Held-out loss per domain (and their mean): the `eval` event."""
     fn = make_eval_step(cfg, mesh)
     losses, tokens = {}, 0
     for name, batches in heldout.items():
         per_seq = [np.asarray(fn(params, b)) for b in batches]
         losses[name] = float(np.mean(np.concatenate(per_seq)))
         tokens += sum(b["targets"].size for b in batches)
-    return {"loss": float(np.mean(list(losses.values()))), "domain_losses": losses, "tokens": tokens}
+    return EvalCompleted(loss=float(np.mean(list(losses.values()))), domain_losses=losses, tokens=tokens)
 
 
-def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, start: Start = Start(),
+def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSink = NullSink(), start: Start = Start(),
           steps: int | None = None, preset: str | None = None, mesh=None, peak_flops: float | None = None,
           nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None,
           decisions: Callable[[int], list[dict]] | None = None, planned_tokens_per_s: float | None = None,
@@ -190,7 +193,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
     with probe=True; a `hold_context_extension` decision holds it (probing goes on) until a
     `release_context_extension` decision releases it.
     """
-    emit = emitter.emit if emitter is not None else None
+    emit = sink.emit
     cfg = with_dispatch(cfg, start.dispatch or {})
     T, L = cfg.tokens_per_step, cfg.model.seq_len
     schedule = start.schedule or make_schedule(cfg.optim.peak_lr, cfg.optim.warmup_steps, cfg.steps,
@@ -211,20 +214,19 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
     chash = config_hash(cfg)
     if extend is not None:
         schedule = {**schedule, "context_extension": {"at_step": int(extend[0]), "seq_len": int(extend[1])}}
-    if emit:
-        producer = getattr(emitter, "producer", None)  # who emits: name, host and pid (issue 22: names may clash)
-        who = {"origin": origin(producer)} if isinstance(producer, str) else {}
-        emit("run_started", {
-            "config": cfg.to_dict(), "config_hash": chash, "code_commit": code_commit(), "preset": preset,
-            "token_budget": int(schedule["horizon_steps"]) * T, "tokens_per_step": T, "schedule": schedule,
-            "data_mixture": mixture,
-            "planned_tokens_per_s": planned_tokens_per_s or cfg.planned_mfu * peak / fpt,
-            "thresholds": {k: float(v) for k, v in (thresholds or {}).items()},
-            "hardware": {**hardware(mesh), **who}, "peak_flops": peak, "flops_per_token": fpt,
-            "resumed_from": None if start.parent else resumed_from, "parent": start.parent,
-        }, step=first - 1)
-        emit("data", data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, max(last - first + 1, 0)),
-             step=first - 1)
+    producer = sink.producer  # who emits: name, host and pid (issue 22: names may clash)
+    who = {"origin": origin(producer)} if isinstance(producer, str) else {}
+    emit(RunStarted(
+        config=cfg.to_dict(), config_hash=chash, code_commit=code_commit(), preset=preset,
+        token_budget=int(schedule["horizon_steps"]) * T, tokens_per_step=T, schedule=schedule,
+        data_mixture=mixture,
+        planned_tokens_per_s=planned_tokens_per_s or cfg.planned_mfu * peak / fpt,
+        thresholds={k: float(v) for k, v in (thresholds or {}).items()},
+        hardware={**hardware(mesh), **who}, peak_flops=peak, flops_per_token=fpt,
+        resumed_from=None if start.parent else resumed_from, parent=start.parent,
+    ), step=first - 1)
+    emit(DataRecorded.model_validate(
+        data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, max(last - first + 1, 0))), step=first - 1)
 
     heldout = data.heldout_batches(corpus, cfg.seed, cfg.batch_size, L, cfg.eval_batches)
     result = TrainResult(state=state, final_step=first - 1, tokens_seen=(first - 1) * T)
@@ -241,10 +243,9 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                                                     "dispatch": dispatch_fields(cfg), "tokens_seen": k * T,
                                                     "attempt": start.attempt})
         result.checkpoints.append(info)
-        if emit:
-            emit("checkpoint", {"path": info["path"], "bytes": info["bytes"], "seconds": info["seconds"],
-                                "content_hash": info["content_hash"], "config_hash": chash,
-                                "tokens_seen": k * T, "reason": reason}, step=k)
+        emit(CheckpointSaved(path=info["path"], bytes=info["bytes"], seconds=info["seconds"],
+                             content_hash=info["content_hash"], config_hash=chash, tokens_seen=k * T,
+                             reason=reason), step=k)
 
     def roll_back(d: dict, k: int) -> tuple[int, dict]:
         """A rollback decision: restore the checkpoint at or before params.to_step; the next update."""
@@ -275,14 +276,12 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                     applied = {**base, "status": "applied", "before": {"held": held["now"]}, "after": {"held": hold}}
                     held["now"] = hold
                 log.info("%s: decision %s (%s) %s before step %d", run_id, d["decision_id"], d["action"], applied["status"], k)
-                if emit:
-                    emit("decision_applied", applied, step=k - 1)
+                emit(DecisionApplied.model_validate(applied), step=k - 1)
                 continue
             if d["action"] == "rollback":
                 k_next, applied = roll_back(d, k)
                 log.info("%s: decision %s (rollback) %s: next update %d", run_id, d["decision_id"], applied["status"], k_next)
-                if emit:
-                    emit("decision_applied", applied, step=k - 1)
+                emit(DecisionApplied.model_validate(applied), step=k - 1)
                 k = k_next
                 continue
             new_cfg, schedule, applied, wants_checkpoint = apply_decision(d, k, cfg, schedule)
@@ -292,8 +291,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
                 cfg, train_step = new_cfg, compiled(new_cfg)
             log.info("%s: decision %s (%s) %s before step %d", run_id, d["decision_id"], d["action"],
                      applied["status"], k)
-            if emit:
-                emit("decision_applied", applied, step=k - 1)
+            emit(DecisionApplied.model_validate(applied), step=k - 1)
             if wants_checkpoint and k - 1 >= first:
                 save(k - 1, "requested")
         return k
@@ -309,8 +307,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
         c = long_cfg(cfg)
         b = data.batch_at(corpus, mixture, c.seed, k, c.batch_size, c.model.seq_len)
         layers = jax.device_get(make_probe(c, mesh)(state["params"], b))
-        if emit:
-            emit("drops", {**drops_payload(layers, c, c.model.seq_len), "probe": True}, step=k)
+        emit(tokens_dropped(layers, c, c.model.seq_len, probe=True), step=k)
 
     def maybe_extend(k: int) -> None:
         """Before update k: probe ahead of a scheduled extension, or make it (unless it is held)."""
@@ -351,17 +348,18 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
             if slow is not None and k <= slow[0]:
                 time.sleep(slow[1])  # fault injection: a slow node
             dt = time.perf_counter() - t0
-            step = step_payload(m, T, L, dt, fpt, peak)
-            result.losses[k] = step["loss"]
+            update = step_completed(m, T, L, dt, fpt, peak)
+            result.losses[k] = update.loss
             result.drops[k] = [(int(s), int(r)) for s, r in zip(m["layers"]["sender_dropped"], m["layers"]["receiver_dropped"])]
-            if emit:
-                emit("step", step, step=k)
-                emit("drops", drops_payload(m["layers"], cfg, L), step=k)
+            emit(update, step=k)
+            emit(tokens_dropped(m["layers"], cfg, L), step=k)
             if k % cfg.log_every == 0 or k == last:
-                log.info("%s step %d loss %s lr %.2e %.0f tok/s%s", run_id, k, step["loss"], step["lr"],
-                         step["tokens_per_s"], " SKIPPED" if step["skipped"] else "")
-            if emit and (k % cfg.eval_every == 0 or k == last):
-                emit("eval", evaluate(state["params"], cfg, heldout, mesh), step=k)
+                log.info("%s step %d loss %s lr %.2e %.0f tok/s%s", run_id, k, update.loss, update.lr,
+                         update.tokens_per_s, " SKIPPED" if update.skipped else "")
+            if k % cfg.eval_every == 0 or k == last:
+                held_out = evaluate(state["params"], cfg, heldout, mesh)
+                result.evals[k] = held_out.loss
+                emit(held_out, step=k)
             if k % cfg.ckpt_every == 0 and k != last:
                 save(k, "periodic")
             k += 1
@@ -370,14 +368,10 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, emitter=None, 
             save(k, "final")
     except BaseException as err:
         done = max(k - 1, 0)
-        if emit:
-            emit("run_finished", {"status": "failed" if isinstance(err, Exception) else "stopped",
-                                  "final_step": done, "tokens_seen": done * T,
-                                  "reason": f"{type(err).__name__}: {err}"[:500]}, step=done)
+        emit(RunFinished(status="failed" if isinstance(err, Exception) else "stopped", final_step=done,
+                         tokens_seen=done * T, reason=f"{type(err).__name__}: {err}"[:500]), step=done)
         raise
     result.state, result.final_step, result.tokens_seen = state, k, k * T
     final_loss = next((v for s, v in sorted(result.losses.items(), reverse=True) if v is not None), None)
-    if emit:
-        emit("run_finished", {"status": result.status, "final_step": k, "tokens_seen": k * T,
-                              "final_loss": final_loss}, step=k)
+    emit(RunFinished(status=result.status, final_step=k, tokens_seen=k * T, final_loss=final_loss), step=k)
     return result

@@ -1,12 +1,26 @@
--- Grad-norm evidence for one run ($run_id): the trailing window of steps, its slope, and how much of
--- the window goes up step over step (a trend, not one spike).
-with w as (
+-- Grad-norm evidence for one run ($run_id): the trailing $window steps (their largest grad norm), and
+-- the latest trailing window of the "grad norm rising" rule (views.sql grad_norm_rise: window_blocks
+-- blocks of block_steps steps with a grad norm, as health/grad_norm_trend takes every window).
+with run_steps as materialized (
     select step, grad_norm from steps where run_id = $run_id and grad_norm is not null
-    order by step desc limit $window
-), d as (
-    select step, grad_norm, grad_norm - lag(grad_norm) over (order by step) as diff from w
+), latest as (
+    select max(step) as step, max(grad_norm) as max_grad_norm, arg_max(grad_norm, step) as last_grad_norm,
+           count(*) as n
+    from (select * from run_steps order by step desc limit $window)
+), width as (
+    select b.block_steps, t.value::bigint as k
+    from run_blocks b
+    join run_thresholds t on t.run_id = b.run_id and t.name = 'window_blocks'
+    where b.run_id = $run_id
+), blocks as (
+    select s.step, s.grad_norm, w.k, dense_rank() over (order by (s.step - 1) // w.block_steps desc) as back
+    from run_steps s, width w
+), rising as (
+    select
+        min(step) as rise_from_step, max(step) as rise_step,
+        case when max(back) = any_value(k) and count(*) > 2
+             then grad_norm_rise(regr_slope(grad_norm, step), min(step), max(step), avg(grad_norm)) end as rise
+    from blocks
+    where back <= k
 )
-select max(step) as step, max(grad_norm) as max_grad_norm, arg_max(grad_norm, step) as last_grad_norm,
-       regr_slope(grad_norm, step) as slope, count(*) as n,
-       avg(case when diff > 0 then 1.0 else 0.0 end) filter (where diff is not null) as rising_frac
-from d
+select * from latest, rising

@@ -18,9 +18,9 @@ with attempt_starts as (
            arg_max(flops_per_token, step) as flops_per_token_now
     from steps where run_id = $run_id
 ), recent as (  -- the trailing window of steps, by step, of the latest attempt
-    select median(tokens / nullif(step_time_s, 0)) as recent_tokens_per_s, count(*) as window_steps
+    select median(tokens / nullif(step_time_s, 0)) as recent_tokens_per_s, count(*) as recent_steps
     from (select * from steps where run_id = $run_id order by step desc limit $window)
 )
-select p.*, g.step, g.tokens_seen, g.elapsed_s, g.flops_seen, g.flops_per_token_now, r.recent_tokens_per_s, r.window_steps
+select p.*, g.step, g.tokens_seen, g.elapsed_s, g.flops_seen, g.flops_per_token_now, r.recent_tokens_per_s, r.recent_steps
 from plan p, progress g, recent r
 where g.step is not null

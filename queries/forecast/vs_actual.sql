@@ -1,6 +1,6 @@
 -- Observed vs projected loss at each 5% of the token budget: residual and inside the band or not (an ASOF join).
 --
--- Observed: the mean training loss of the last block (window_steps steps) ending at or before the
+-- Observed: the mean training loss of the last block (block_steps steps) ending at or before the
 -- point (target_tokens, else fraction x the target run's token_budget); the latest forecast per
 -- (target run, fraction). A point the run has not reached yet has no observation.
 with reached as (

@@ -1,6 +1,6 @@
 -- Was the projected loss hit at each 5% of training: is the observed loss inside the forecast's band (an ASOF join)?
 --
--- Observed: the mean training loss of the last block (window_steps steps) ending at or before the
+-- Observed: the mean training loss of the last block (block_steps steps) ending at or before the
 -- forecast's point, target_tokens or fraction x token_budget. Above the band fails; below it warns
 -- (the run beat the forecast: the forecast is off). Points the run has not reached yet are left out.
 with reached as (

@@ -1,4 +1,4 @@
--- Is the gradient norm rising across a trailing window (regr_slope over window_blocks blocks, as a relative change)?
+-- Is the gradient norm rising across a trailing window (views.sql grad_norm_rise: the rule the agent reads too)?
 with threshold as (
     select run_id, value from run_thresholds where name = 'grad_norm_rise_max'
 ), width as (
@@ -20,7 +20,7 @@ with threshold as (
 ), rise as (
     select
         run_id, attempt, step_hi,
-        (n * sxy - sx * sy) / nullif(n * sxx - sx * sx, 0) * (hi - lo) / nullif(sy / n, 0) as rel_change
+        grad_norm_rise((n * sxy - sx * sy) / nullif(n * sxx - sx * sx, 0), lo, hi, sy / n) as rel_change
     from trailing_window
     where blocks = k and n > 2
 ), worst as (

@@ -1,20 +1,20 @@
 """`runledger train`: a training worker (fresh, resumed from the ledger, or forked from a parent).
 
-`register(subparsers)` adds the subcommand; `run(args)` returns the exit code. Where a run starts
-is decided by two small functions over the ledger: `resume_point` (the last checkpoint and the
-schedule in force, as attempt+1) and `fork_point` (the parent's checkpoint at or before a step). While it trains, the worker carries out the
-run's decisions from the ledger at step boundaries (`training.decisions`).
+Where a run starts is decided over the ledger by `training.resume`; while it trains, the worker
+carries out the run's decisions from the ledger at step boundaries (`training.decisions`).
+`register(subparsers)` adds the subcommand; `run(args)` returns the exit code.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
-import os
 import signal
-from pathlib import Path
 
+from ledger import settings
+from tools.args import UsageError, add_nats, add_root, resolve_nats
 from training.config import PRESETS, config_hash, preset
 from training.schedule import make_schedule, retime
 
@@ -24,69 +24,12 @@ from training.schedule import make_schedule, retime
 log = logging.getLogger(__name__)
 
 
-def ckpt_dir(root: str | Path, run_id: str) -> Path:
-    return Path(root) / "checkpoints" / run_id
-
-
-def resume_point(root: str | Path, run_id: str) -> tuple["Start", str | None]:
-    """Where a resumed run goes on: (Start as attempt+1, the run's recorded config hash).
-
-    The ledger's replay gives the last checkpoint, the schedule in force and the attempts so far;
-    without ledger events (emission was off) the newest local checkpoint is used instead.
-    """
-    from ledger.replay import replay_run
-    from training import checkpoint
-    from training.worker import Start
-
-    try:
-        state = replay_run(root, run_id)
-    except (FileNotFoundError, OSError, ValueError):
-        state = None
-    attempts = state.attempts if state is not None else {}
-    attempt = max(attempts) + 1 if attempts else 1
-    first_hash = attempts[min(attempts)]["config_hash"] if attempts else None  # before any decision
-    ckpt = state.last_checkpoint if state is not None else None
-    if ckpt is None:
-        ckpt = checkpoint.latest(ckpt_dir(root, run_id))
-    if ckpt is None:
-        return Start(attempt=attempt, schedule=(state.schedule or None) if state else None), first_hash
-    meta = checkpoint.read_meta(ckpt["path"])
-    schedule = (state.schedule if state is not None and state.schedule else None) or meta.get("schedule")
-    dispatch = (state.dispatch if state is not None and state.dispatch else None) or meta.get("dispatch")
-    return (Start(attempt=attempt, checkpoint_path=ckpt["path"], step=int(ckpt["step"]), schedule=schedule,
-                  content_hash=ckpt["content_hash"], dispatch=dispatch), first_hash or meta.get("config_hash"))
-
-
-def fork_point(root: str | Path, parent_run: str, at_step: int) -> "Start":
-    """A new run starting from `parent_run`'s newest checkpoint at or before `at_step`."""
-    from ledger.replay import run_events
-    from training import checkpoint
-    from training.worker import Start
-
-    try:
-        saved = [(e["step"], e["payload"]) for e in run_events(root, parent_run, full=True) if e["kind"] == "checkpoint"]
-    except (FileNotFoundError, OSError, ValueError):
-        saved = []
-    saved = [(s, p) for s, p in saved if s is not None and s <= at_step]
-    if saved:
-        step, payload = max(saved, key=lambda sp: sp[0])
-        path, digest = payload["path"], payload["content_hash"]
-    else:  # not in the ledger (emission off): the parent's local checkpoints
-        meta = checkpoint.latest(ckpt_dir(root, parent_run), at_or_before=at_step)
-        if meta is None:
-            raise ValueError(f"run {parent_run!r} has no checkpoint at or before step {at_step}")
-        step, path, digest = meta["step"], meta["path"], meta["content_hash"]
-    meta = checkpoint.read_meta(path)
-    return Start(attempt=0, checkpoint_path=path, step=int(step), schedule=meta.get("schedule"), content_hash=digest,
-                 dispatch=meta.get("dispatch"), parent={"run_id": parent_run, "step": int(step), "content_hash": digest, "path": path})
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="a training worker (--preset, --run-id, --resume, --fork-from)")
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     p.add_argument("--run-id", required=True)
-    p.add_argument("--nats", default=None, help="NATS URL (env RUNLEDGER_NATS; default: the server `nats up` started)")
-    p.add_argument("--root", default=os.environ.get("RUNLEDGER_ROOT", "./runledger-data"))
+    add_root(p)
+    add_nats(p)
     p.add_argument("--steps", type=int, default=None, help="stop after this step (default: the preset's horizon)")
     p.add_argument("--resume", action="store_true", help="go on from the ledger's last checkpoint as attempt+1")
     p.add_argument("--fork-from", metavar="RUN@STEP", default=None, help="start from a parent's checkpoint")
@@ -106,7 +49,6 @@ def register(subparsers) -> None:
                    help="override an agent/audit threshold for this run (recorded in run_started)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", dest="overrides",
                    help="override a config field, e.g. moe.cf_recv=0.6 (recorded, and in the config hash)")
-    p.add_argument("--creds", default=None, help="credentials file from `nats up --secure` (env RUNLEDGER_CREDS)")
     p.set_defaults(func=run)
 
 
@@ -119,12 +61,10 @@ def _pair(text: str | None, a, b):
 
 def with_overrides(cfg, overrides: list[str]):
     """The config with SECTION.FIELD=VALUE (or FIELD=VALUE) overrides; values parsed as JSON when they can be."""
-    import json
-
     for kv in overrides:
         key, sep, raw = kv.partition("=")
         if not sep:
-            raise SystemExit(f"runledger train: --set {kv!r} is not SECTION.FIELD=VALUE")
+            raise UsageError(f"--set {kv!r} is not SECTION.FIELD=VALUE")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -137,27 +77,13 @@ def with_overrides(cfg, overrides: list[str]):
             else:
                 cfg = dataclasses.replace(cfg, **{name: value})
         except (AttributeError, TypeError, ValueError) as err:
-            raise SystemExit(f"runledger train: --set {kv!r}: {err}") from None
+            raise UsageError(f"--set {kv!r}: {err}") from None
     return cfg
-
-
-def _nats_url(args) -> str:
-    if getattr(args, "creds", None) or os.environ.get("RUNLEDGER_CREDS"):
-        from ledger.natsserver import read_creds
-
-        return read_creds(args.creds or os.environ["RUNLEDGER_CREDS"])
-    if args.nats:
-        return args.nats
-    if os.environ.get("RUNLEDGER_NATS"):
-        return os.environ["RUNLEDGER_NATS"]
-    from ledger import bus, natsserver
-
-    url_file = natsserver.nats_dir(args.root) / "url"
-    return url_file.read_text().strip() if url_file.exists() else bus.DEFAULT_URL
 
 
 def run(args) -> int:
     from training.decisions import ledger_decisions
+    from training.resume import ckpt_dir, fork_point, resume_point
     from training.worker import Start, make_mesh, train
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
@@ -188,20 +114,22 @@ def run(args) -> int:
             log.error("--horizon-steps %d: %s", args.horizon_steps, err)
             return 2
 
-    emitter = None
+    from ledger.sink import NullSink
+
+    sink = NullSink()
     if args.emit:
         from ledger.emitter import Emitter
 
-        emitter = Emitter(args.run_id, args.producer, start.attempt, _nats_url(args), Path(args.root) / "spool")
+        sink = Emitter(args.run_id, args.producer, start.attempt, resolve_nats(args), settings.spool_dir(args.root))
     feed = None
     if args.decisions and args.emit:  # live from NATS; decisions applied in earlier attempts stay applied
+        from ledger import decision_state
         from ledger.decisions import DecisionFeed
         from ledger.replay import replay_run
         from training.decisions import feed_decisions
 
-        done = {did for did, d in replay_run(args.root, args.run_id).decisions.items()
-                if d.get("applied_at_step") is not None} if args.resume else set()
-        feed = DecisionFeed(args.run_id, _nats_url(args), applied=done)
+        done = decision_state.answered(replay_run(args.root, args.run_id).decisions) if args.resume else set()
+        feed = DecisionFeed(args.run_id, resolve_nats(args), applied=done)
         source = feed_decisions(feed)
     elif args.decisions:
         source = ledger_decisions(args.root, args.run_id)
@@ -223,7 +151,7 @@ def run(args) -> int:
 
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
-        result = train(cfg, run_id=args.run_id, ckpt_dir=ckpt_dir(args.root, args.run_id), emitter=emitter,
+        result = train(cfg, run_id=args.run_id, ckpt_dir=ckpt_dir(args.root, args.run_id), sink=sink,
                        start=start, steps=args.steps, preset=args.preset, mesh=make_mesh(cfg),
                        nan_steps=frozenset(args.nan_at), should_stop=lambda: stop["now"],
                        decisions=source, planned_tokens_per_s=args.planned_tokens_per_s, thresholds=thresholds,
@@ -232,8 +160,7 @@ def run(args) -> int:
         signal.signal(signal.SIGTERM, previous)
         if feed is not None:
             feed.close()
-        if emitter is not None:
-            emitter.close()
+        sink.close()
     log.info("%s: %s at step %d (%d tokens)", args.run_id, result.status, result.final_step, result.tokens_seen)
     return 0
 

@@ -11,12 +11,13 @@ import logging
 import signal
 import uuid
 
+from ledger import settings
+from tools.args import UsageError, add_nats, add_root, resolve_nats
+
 log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
-    from tools.cli import add_nats, add_root
-
     s = sub.add_parser("agents", help="the contingency agents, on the live stream")
     add_root(s)
     add_nats(s)
@@ -39,7 +40,6 @@ def register(sub) -> None:
 
 def cmd_agents(args: argparse.Namespace) -> int:
     from agents.runner import run_agents
-    from tools.cli import resolve_nats
 
     async def main():
         stop = asyncio.Event()
@@ -52,48 +52,58 @@ def cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
-def decide_payload(args: argparse.Namespace) -> dict:
-    from tools.cli import UsageError
+def decision_made(args: argparse.Namespace):
+    """The person's decision as a typed `DecisionMade`; a malformed one is a UsageError."""
+    from pydantic import ValidationError
+
+    from ledger.events import DecisionMade
 
     person = f"person:{args.by or getpass.getuser()}"
     if args.approve or args.reject:
         target = args.approve or args.reject
         action = "approve" if args.approve else "reject"
-        return {"decision_id": f"{person}:{action}:{target}", "agent": person, "rule": "review", "action": action,
-                "params": {"decision_id": target}, "rationale": args.reason or f"{action}d by {person}",
-                "evidence": {"reviewed": target}, "mode": "auto"}
-    if not args.reason:
-        raise UsageError("--action needs --reason: a decision without a reason is not auditable")
-    params = {}
-    for kv in args.param:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise UsageError(f"--param {kv!r} is not K=V")
-        try:
-            params[k] = json.loads(v)
-        except json.JSONDecodeError:
-            params[k] = v
-    return {"decision_id": f"{person}:{uuid.uuid4().hex[:12]}", "agent": person, "rule": "manual",
-            "action": args.action, "params": params, "rationale": args.reason, "evidence": {}, "mode": "auto"}
+        fields = dict(decision_id=f"{person}:{action}:{target}", agent=person, rule="review", action=action,
+                      params={"decision_id": target}, rationale=args.reason or f"{action}d by {person}",
+                      evidence={"reviewed": target})
+    else:
+        if not args.reason:
+            raise UsageError("--action needs --reason: a decision without a reason is not auditable")
+        params = {}
+        for kv in args.param:
+            k, sep, v = kv.partition("=")
+            if not sep:
+                raise UsageError(f"--param {kv!r} is not K=V")
+            try:
+                params[k] = json.loads(v)
+            except json.JSONDecodeError:
+                params[k] = v
+        fields = dict(decision_id=f"{person}:{uuid.uuid4().hex[:12]}", agent=person, rule="manual",
+                      action=args.action, params=params, rationale=args.reason, evidence={})
+    try:
+        return DecisionMade(**fields, mode="auto")
+    except ValidationError as err:
+        e = err.errors()[0]
+        raise UsageError(f"not a valid decision: {'.'.join(map(str, e['loc'])) or 'decision'}: {e['msg']}") from None
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    from agents.runner import next_attempt
+    from ledger.chains import next_attempt
     from ledger.emitter import Emitter
-    from ledger.events import check_name
     from ledger.replay import replay_run
-    from tools.cli import UsageError, resolve_nats
+    from ledger.validation import check_name
 
     check_name(args.run, "run_id")
-    payload = decide_payload(args)
+    decision = decision_made(args)
     state = replay_run(args.root, args.run)
-    target = payload["params"].get("decision_id") if payload["action"] in ("approve", "reject") else None
+    target = args.approve or args.reject
     if target is not None and target not in state.decisions:
         raise UsageError(f"no decision {target!r} in run {args.run!r}")
-    em = Emitter(args.run, "cli", next_attempt(args.root, args.run, "cli"), resolve_nats(args), f"{args.root}/spool")
-    em.emit("decision", payload, step=state.step)
+    spool = settings.spool_dir(args.root)
+    attempt = next_attempt(args.run, "cli", spool, root=args.root, continue_spooled=True)
+    em = Emitter(args.run, "cli", attempt, resolve_nats(args), spool)
+    em.emit(decision, step=state.step)
     if not em.close(timeout=30):
         log.error("the decision is spooled but NATS has not acknowledged it yet; it will be sent next time")
         return 1
-    print(payload["decision_id"])
+    print(decision.decision_id)
     return 0

@@ -4,7 +4,8 @@
 
 `--preset` is the target's preset (its compute and tokens per active parameter size the ladder);
 `--from-ledger` re-fits rungs already in the ledger instead of training them. The logic is in
-`training.ladder`; `register(subparsers)` adds the subcommand.
+`training.ladder`; `register(subparsers)` adds the subcommand. Nothing of the ladder (numpy,
+scipy, JAX) is imported until the command runs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from tools.cli import UsageError, add_nats, add_root, resolve_nats
+from tools.args import UsageError, add_nats, add_root, resolve_nats
 from training.config import PRESETS
-from training.ladder_fit import DEFAULT_E
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--tpp", type=float, default=None,
                    help="tokens per active parameter of every rung (default: the target's)")
     p.add_argument("--E", type=_e_arg, default=None,
-                   help=f"irreducible loss in nats/byte (e.g. {DEFAULT_E}: fixed, the band leave-one-rung-out), "
-                        "or 'fit' (the default: fitted, the band carries its uncertainty)")
+                   help="irreducible loss in nats/byte (a number, e.g. training.ladder_fit.DEFAULT_E: fixed, the band "
+                        "leave-one-rung-out), or 'fit' (the default: fitted, the band carries its uncertainty)")
     p.add_argument("--from-ledger", action="store_true", help="fit the rungs already in the ledger, train nothing")
     p.add_argument("--emit", action=argparse.BooleanOptionalAction, default=True, help="emit events (default on)")
     add_root(p)

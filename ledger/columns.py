@@ -1,0 +1,81 @@
+"""What the payload models hold, as storage and the fast paths need it: each field's column type
+(`payload_columns`, from which `ledger.store.arrow_schema` builds a kind's Parquet schema), the
+float fields (`FLOAT_FIELDS`: an integer there must have an exact float64) and the kinds whose
+payloads hold no free text (`NUMERIC_KINDS`). All derived from the models in `ledger.events`.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+
+from ledger.events import KINDS, Payload
+
+_UNIONS = (Union, types.UnionType)  # `Optional[X]` and `X | None`
+
+
+def _free_text_in(annotation: Any) -> bool:
+    """Whether a value of this type can hold a string that may contain "." (not a dot-free Literal)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated or origin is list:
+        return _free_text_in(args[0])
+    if origin in _UNIONS:
+        return any(_free_text_in(a) for a in args)
+    if origin is Literal:
+        return any(not isinstance(a, (int, bool)) and "." in str(a) for a in args)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return any(_free_text_in(f.annotation) for f in annotation.model_fields.values())
+    return annotation not in (float, int, bool, type(None))
+
+
+# Kinds whose payloads hold only numbers, booleans, null and dot-free Literal strings: with the
+# envelope's strings (names, ids, hex, times, none holding ".0"), their text needs no walk to find
+# integral floats (`ledger.canonical.fast_canonical`).
+NUMERIC_KINDS = frozenset(kind for kind, model in KINDS.items()
+                          if not any(_free_text_in(f.annotation) for f in model.model_fields.values()))
+
+
+def column_kind(annotation: Any) -> str:
+    """'double' | 'bigint' | 'boolean' | 'varchar' | 'json' for a payload field's annotation."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return column_kind(get_args(annotation)[0])
+    if origin in _UNIONS:
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return column_kind(args[0]) if len(args) == 1 else "json"
+    if origin is Literal:
+        return "varchar"
+    if annotation is bool:
+        return "boolean"
+    if annotation is int:
+        return "bigint"
+    if annotation is float:
+        return "double"
+    if annotation is str:
+        return "varchar"
+    return "json"  # dicts, lists, nested models: stored as canonical JSON text
+
+
+def payload_columns(kind: str) -> dict[str, str]:
+    """Typed payload columns of a kind: field name -> column kind (see `column_kind`)."""
+    return {name: column_kind(f.annotation) for name, f in KINDS[kind].model_fields.items()}
+
+
+def float_fields(model: type[Payload]) -> list[tuple[str, bool]]:
+    """(name, whether a dict of floats) for each field stored in a float column, or a dict of floats."""
+    def has_float(a: Any) -> bool:
+        return a is float or any(has_float(x) for x in get_args(a))
+
+    out = []
+    for name, f in model.model_fields.items():
+        a = f.annotation
+        if get_origin(a) is dict:
+            out += [(name, True)] if has_float(get_args(a)[1]) else []
+        elif has_float(a) and column_kind(a) == "double":
+            out.append((name, False))
+    return out
+
+
+FLOAT_FIELDS = {kind: float_fields(model) for kind, model in KINDS.items()}

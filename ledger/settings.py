@@ -1,0 +1,82 @@
+"""Where runledger finds its ledger and its server: the root, the NATS URL, the credentials file and
+its cache, each from a flag, else its environment variable, else a default. Resolved here only.
+
+| setting | flag      | environment       | default                                                    |
+|---------|-----------|-------------------|------------------------------------------------------------|
+| root    | `--root`  | `RUNLEDGER_ROOT`  | `./runledger-data`                                         |
+| creds   | `--creds` | `RUNLEDGER_CREDS` | none (a file holding a URL with user and password)         |
+| NATS    | `--nats`  | `RUNLEDGER_NATS`  | the server `runledger nats up` started for the root, else `nats://127.0.0.1:4222` |
+| cache   |           | `XDG_CACHE_HOME`  | `~/.cache`; runledger keeps what it can work out again under `runledger/` there |
+
+Credentials (flag or environment) win over a URL: they are how a role of a secured server is named.
+Only the standard library is imported here, so that any command resolves its settings without
+loading the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT_ENV = "RUNLEDGER_ROOT"
+NATS_ENV = "RUNLEDGER_NATS"
+CREDS_ENV = "RUNLEDGER_CREDS"
+DEFAULT_ROOT = "./runledger-data"
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"  # nats-server's own default port
+
+
+def root(flag: str | Path | None = None) -> str:
+    """The ledger root: `flag`, else $RUNLEDGER_ROOT, else ./runledger-data."""
+    return str(flag) if flag else os.environ.get(ROOT_ENV, DEFAULT_ROOT)
+
+
+def nats_dir(root_dir: str | Path) -> Path:
+    """Where a root's local server keeps its state, its URL and its credentials (`runledger nats up`)."""
+    return Path(root_dir).resolve() / "nats"
+
+
+def creds_dir(root_dir: str | Path) -> Path:
+    """Where `nats up --secure` writes one credentials file per role."""
+    return nats_dir(root_dir) / "creds"
+
+
+def creds_file(root_dir: str | Path, role: str) -> Path:
+    """The credentials file of a role (ledger, agent, reader, worker-RUN)."""
+    return creds_dir(root_dir) / f"{role}.creds"
+
+
+def spool_dir(root_dir: str | Path) -> Path:
+    """Where a root's producers keep the events NATS has not acknowledged yet."""
+    return Path(root_dir) / "spool"
+
+
+def cache_dir() -> Path:
+    """This user's cache of what runledger can always work out again (`queries.columns`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "runledger"
+
+
+def read_creds(path: str | Path) -> str:
+    """The server URL (with user and password) in a credentials file."""
+    return Path(path).read_text().strip()
+
+
+def env_nats_url() -> str:
+    """$RUNLEDGER_NATS, else nats://127.0.0.1:4222: the URL when no flag or root says otherwise."""
+    return os.environ.get(NATS_ENV) or DEFAULT_NATS_URL
+
+
+def nats_url(flag: str | None = None, creds: str | Path | None = None, root_dir: str | Path | None = None) -> str:
+    """The server to talk to: a credentials file (`creds`, else $RUNLEDGER_CREDS), else `flag`, else
+    $RUNLEDGER_NATS, else the server `nats up` started for the root, else nats://127.0.0.1:4222."""
+    creds = creds or os.environ.get(CREDS_ENV)
+    if creds:
+        return read_creds(creds)
+    if flag:
+        return flag
+    if os.environ.get(NATS_ENV):
+        return os.environ[NATS_ENV]
+    url_file = nats_dir(root(root_dir)) / "url"
+    if url_file.exists():
+        return url_file.read_text().strip()
+    return DEFAULT_NATS_URL

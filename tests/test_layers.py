@@ -1,0 +1,136 @@
+"""The layers run one way, `ledger` <- `queries` <- `training` / `agents` <- `tools` (then `bench`), with
+no cycles, and no module imports the command line: read from the source's imports (ast), every
+import counted, a function's deferred ones too, and the subcommand modules `tools.cli` loads by name.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RANK = {"ledger": 0, "queries": 1, "training": 2, "agents": 2, "tools": 3, "bench": 4}
+ENTRY = "tools.cli"  # the command line: what a user runs, imported by no module
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for top in RANK for p in sorted((REPO / top).rglob("*.py"))}
+
+
+def resolve(name: str) -> str | None:
+    """The project module an import names (its longest dotted prefix that is one), else None."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in MODULES:
+            return ".".join(parts[:n])
+    return None
+
+
+def imports_of(module: str) -> dict[str, int]:
+    """The project modules `module` imports, each with the line of its first import."""
+    tree = ast.parse(MODULES[module].read_text())
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level-1 steps
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            names = [f"{base}.{a.name}" for a in node.names]  # a submodule, else resolve() takes the module
+        elif (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and node.args
+              and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("__import__", "import_module")
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names = [node.args[0].value]
+        for name in names:
+            target = resolve(name)
+            if target is not None and target != module:
+                found.setdefault(target, node.lineno)
+    if module == ENTRY:  # the subcommands it loads by name (tools.cli.PLUGINS)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PLUGINS" for t in node.targets):
+                for const in ast.walk(node.value):
+                    if isinstance(const, ast.Constant) and isinstance(const.value, str) and const.value in MODULES:
+                        found.setdefault(const.value, node.lineno)
+    return found
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def test_the_graph_is_read():
+    """A sanity check of the reader: arrows that exist are seen (else the tests below pass on nothing)."""
+    assert "ledger.events" in GRAPH["ledger.store"]
+    assert "queries" in GRAPH["queries.audit"]
+    assert "tools.train" in GRAPH["tools.cli"]  # through PLUGINS
+    assert len(MODULES) > 40
+
+
+def test_imports_run_down_the_layers():
+    wrong = [f"{MODULES[m].relative_to(REPO)}:{line} imports {t}"
+             for m, targets in GRAPH.items() for t, line in targets.items()
+             if (a := m.split(".")[0]) != (b := t.split(".")[0]) and RANK[b] >= RANK[a]]
+    assert not wrong, "imports against ledger <- queries <- training / agents <- tools:\n" + "\n".join(wrong)
+
+
+def test_no_module_imports_the_command_line():
+    wrong = [f"{MODULES[m].relative_to(REPO)}:{line}" for m, targets in GRAPH.items()
+             for t, line in targets.items() if t == ENTRY]
+    assert not wrong, f"{ENTRY} is imported by: " + ", ".join(wrong)
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    found = cycles(GRAPH)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("graph, expected", [
+    ({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}, [["a", "b", "c"]]),
+    ({"a": {"b": 1}, "b": {}}, []),
+])
+def test_a_cycle_is_found(graph, expected):
+    assert cycles(graph) == expected

@@ -1,0 +1,45 @@
+"""`runledger audit {health,provenance,forecast} RUN --root DIR [--format table|json|csv]`: the audit
+suites of `queries.audit` for one run; health exits 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import duckdb
+
+from queries.audit import SUITES, format_audit, known_runs, run_suite
+from tools.args import add_root
+
+log = logging.getLogger(__name__)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    root = Path(args.root)
+    if args.run not in known_runs(root):
+        print(f"runledger audit: no events for run {args.run!r} under {root}", file=sys.stderr)
+        return 2
+    try:
+        audit = run_suite(root, args.suite, args.run)
+    except duckdb.Error as err:  # a stored file that is not Parquet, say
+        print(f"runledger audit: cannot read the ledger under {root}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    sys.stdout.write(format_audit(audit, args.format))
+    if audit.failed:
+        failed = sorted({d["check"] for d in audit.rows() if d["status"] == "fail"})
+        log.warning("run %s failed: %s", args.run, ", ".join(failed))
+        return 1
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add `audit {health,provenance,forecast} RUN --root DIR [--format ...]` to the runledger CLI."""
+    p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
+    p.add_argument("suite", choices=SUITES)
+    p.add_argument("run", help="run_id")
+    add_root(p)
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.set_defaults(func=cmd_audit)
