@@ -48,6 +48,14 @@ FILE_ROWS = 200_000
 N_EXPERTS = 64
 
 
+def schedule_lr(step: np.ndarray, peak: float, warmup: int, horizon: int, min_ratio: float) -> np.ndarray:
+    """training.schedule.lr_at, vectorised (no retime)."""
+    floor = min_ratio * peak
+    warm = peak * np.maximum(step, 1) / warmup
+    decay = peak + (floor - peak) * (step - warmup) / max(horizon - warmup, 1)
+    return np.where(step >= horizon, floor, np.where(step < warmup, warm, decay))
+
+
 def step_files(root: Path, run_id: str, n_steps: int, seq0: int, prev0: str, sched: dict, rng) -> tuple[int, str]:
     """Write a run's step events as Arrow tables in the writer's schema; return (next seq, last hash)."""
     schema = arrow_schema("step")
@@ -73,7 +81,7 @@ def step_files(root: Path, run_id: str, n_steps: int, seq0: int, prev0: str, sch
             "z_loss": 1e-3 * np.ones(m), "lb_loss": 1.0 + 0.01 * rng.random(m),
             "router_entropy": math.log(N_EXPERTS) * (0.97 + 0.01 * rng.random(m)), "mfu": mfu,
             "tokens_per_s": np.full(m, TOKENS_PER_STEP / STEP_TIME_S), "seq_len": np.full(m, 1024),
-            "skipped": np.zeros(m, dtype=bool),
+            "skipped": np.zeros(m, dtype=bool), "flops_per_token": pa.nulls(m, pa.float64()),
         }
         seq_s = pc.cast(pa.array(seqs), pa.string())
         payload = pc.binary_join_element_wise(
