@@ -523,6 +523,7 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
                     ledger.write_each(batch_in, isolate_io=failures >= IO_RETRIES)
                 else:
                     ledger.write_safely(decoded, batch_in)
+                ledger.note_taken(max(s for _, _, s in batch_in))  # (a full disk can refuse this file too)
                 break
             except OSError as err:  # e.g. the disk is full: keep the batch, ack nothing, try again
                 failures += 1
@@ -535,7 +536,6 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
                 log.warning("stopping with %d messages unwritten; JetStream will redeliver them", len(msgs))
                 await nc.close()
                 return ledger.counters
-        ledger.note_taken(max(s for _, _, s in batch_in))
         for m in msgs:
             await m.ack()
         ledger.counters.messages += len(msgs)
