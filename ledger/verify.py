@@ -118,8 +118,33 @@ def _ts_of(time_text: str):
     return pa.array([time_text]).cast(pa.timestamp("ns", tz="UTC")).cast(store.TIMESTAMP, safe=False)[0].as_py()
 
 
+VERIFY_TRIES = 5  # a live ledger may compact or write while verify reads: read again, up to this often
+
+
+def _files_now(root: Path) -> list[tuple[str, int]] | None:
+    """The files verify reads, with their mtimes (None if one vanished while looking)."""
+    paths = [*store.event_files(root), *store.quarantine_files(root), *sorted((root / heads.HEADS_DIR).glob("*.json"))]
+    try:
+        return [(str(p), p.stat().st_mtime_ns) for p in paths]
+    except FileNotFoundError:
+        return None
+
+
 def verify(root: str | Path) -> Report:
+    """Check a root (see the module docstring). A ledger serving it may compact or write meanwhile: a
+    read whose files changed under it is done again (VERIFY_TRIES), so a file compacted away is never
+    reported as a chain cut short."""
     root = Path(root)
+    report = Report()
+    for _ in range(VERIFY_TRIES):
+        before = _files_now(root)
+        report = _verify_once(root)
+        if before is not None and before == _files_now(root):
+            break
+    return report
+
+
+def _verify_once(root: Path) -> Report:
     report = Report()
     links: list[tuple] = []
     for path in store.stray_files(root):  # the views read exactly the files verify reads (paths.event_glob)
