@@ -113,23 +113,20 @@ class Rig:
     def write_failures(self) -> int:
         return (self.base / "ledger.log").read_text(errors="replace").count("not acking")
 
-    def counts(self, run_id: str) -> tuple[int, int]:
+    def ask(self, sql: str, params: list) -> tuple:
+        """One row of a query over the live ledger (asked again when compaction moved a file under it)."""
         for _ in range(50):
             try:
-                return queries.connect(self.root).execute(
-                    "select count(*), count(distinct event_id) from steps_all where run_id = ?", [run_id]).fetchone()
+                return queries.connect(self.root).execute(sql, params).fetchone()
             except duckdb.IOException:  # a file compacted away while listing: ask again
                 time.sleep(0.1)
         raise RuntimeError("could not read the ledger")
 
+    def counts(self, run_id: str) -> tuple[int, int]:
+        return self.ask("select count(*), count(distinct event_id) from steps_all where run_id = ?", [run_id])
+
     def quarantined(self, subject: str) -> int:
-        for _ in range(50):
-            try:
-                return queries.connect(self.root).execute(
-                    "select count(*) from quarantine where subject = ?", [subject]).fetchone()[0]
-            except duckdb.IOException:  # a file compacted away while listing: ask again
-                time.sleep(0.1)
-        raise RuntimeError("could not read the ledger")
+        return self.ask("select count(*) from quarantine where subject = ?", [subject])[0]
 
     def close(self) -> None:
         if self.ledger and self.ledger.poll() is None:
