@@ -10,8 +10,9 @@ import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
-from ledger.events import KINDS, Payload
+from ledger.events import KINDS, Payload, StoredAsMap, StoredWide
 
 _UNIONS = (Union, types.UnionType)  # `Optional[X]` and `X | None`
 
@@ -58,9 +59,30 @@ def column_kind(annotation: Any) -> str:
     return "json"  # dicts, lists, nested models: stored as canonical JSON text
 
 
+def field_column(f: FieldInfo) -> str:
+    """A payload field's column kind: `column_kind` of its type; for a dict marked StoredAsMap,
+    'map_double' | 'map_varchar' (a MAP column from names to values, which SQL reads without JSON); for
+    one marked StoredWide, 'wide' (a DOUBLE column per name: `wide_columns`)."""
+    if any(isinstance(m, StoredWide) for m in f.metadata):
+        return "wide"
+    if any(isinstance(m, StoredAsMap) for m in f.metadata):
+        return "map_" + column_kind(get_args(f.annotation)[1])
+    return column_kind(f.annotation)
+
+
+def wide_columns(field: str, payloads: list[dict]) -> dict[str, list]:
+    """The DOUBLE columns of a StoredWide field for these payloads: `{field}/{name}` for every name any
+    of them holds, in first-seen order, each value a float or None (absent, or not finite)."""
+    names = {}
+    for p in payloads:
+        names.update(dict.fromkeys(p.get(field) or ()))
+    return {f"{field}/{name}": [(None if (v := (p.get(field) or {}).get(name)) is None else float(v)) for p in payloads]
+            for name in names}
+
+
 def payload_columns(kind: str) -> dict[str, str]:
-    """Typed payload columns of a kind: field name -> column kind (see `column_kind`)."""
-    return {name: column_kind(f.annotation) for name, f in KINDS[kind].model_fields.items()}
+    """Typed payload columns of a kind: field name -> column kind (see `field_column`)."""
+    return {name: field_column(f) for name, f in KINDS[kind].model_fields.items()}
 
 
 def float_fields(model: type[Payload]) -> list[tuple[str, bool]]:

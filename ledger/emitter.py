@@ -24,13 +24,13 @@ import socket
 import time
 from pathlib import Path
 
-from ledger import bus
+from ledger import bus, locks
 from ledger.chains import next_attempt
 from ledger.publisher import Publisher
 from ledger.sink import ChainSink
 from ledger.spool import Spool, SpoolFull, chain_dir
 
-__all__ = ["Emitter", "SpoolFull", "origin", "unique_producer"]
+__all__ = ["Emitter", "SpoolFull", "origin", "send_leftovers", "unique_producer"]
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +139,37 @@ def _ranges(seqs: list[int]) -> str:
             out.append(str(start) if start == s else f"{start}-{s}")
             start = None
     return ", ".join(out)
+
+
+def leftover_chains(spool_dir: str | Path, run_id: str | None = None) -> list[tuple[str, str, int]]:
+    """Chains in a spool (of one run, or all) that may hold events no one is sending: no process holds
+    the chain, and its last segment was written after it recorded what was acknowledged (as when a
+    producer was killed). A chain closed cleanly records its acknowledged bound last, so it is left out."""
+    found = []
+    for d in sorted(Path(spool_dir).glob(f"{run_id or '*'}/*/*")):
+        segments = sorted(d.glob("seg-*.jsonl"))
+        if not d.name.isdigit() or not segments:
+            continue
+        acked = d / "acked"
+        if acked.exists() and acked.stat().st_mtime_ns >= segments[-1].stat().st_mtime_ns:
+            continue
+        if not locks.is_held(d / "lock"):
+            found.append((d.parent.parent.name, d.parent.name, int(d.name)))
+    return found
+
+
+def send_leftovers(spool_dir: str | Path, nats_url: str, run_id: str | None = None, timeout: float = 30.0) -> int:
+    """Publish what dead producers left unacknowledged in a spool (of one run, or all): each such chain
+    is opened as its producer would reopen it, flushed and closed. Returns the events sent."""
+    sent = 0
+    for run, producer, attempt in leftover_chains(spool_dir, run_id):
+        try:
+            em = Emitter(run, producer, attempt, nats_url, spool_dir, confirm=False)
+        except locks.Busy:  # its producer came back meanwhile
+            continue
+        pending = em.pending()
+        if em.close(timeout):
+            sent += pending
+            if pending:
+                log.info("sent %d events that %s:%s:%d had left in its spool", pending, run, producer, attempt)
+    return sent

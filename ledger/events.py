@@ -51,6 +51,27 @@ Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
 Json = dict[str, Any]
 Dispatch = Literal["capacity", "dropless"]
 
+# Free-form metrics (`runledger.log`): any names, up to MAX_METRIC_NAME characters, at most MAX_METRICS
+# per event (2,048 names of 256 characters fit MAX_EVENT_BYTES).
+MAX_METRIC_NAME = 256
+MAX_METRICS = 2048
+MetricName = Annotated[str, Field(min_length=1, max_length=MAX_METRIC_NAME, pattern=r"^[^\x00-\x1f\x7f]+$")]
+NonFinite = Literal["nan", "inf", "-inf"]
+
+
+class StoredAsMap:
+    """Marks a dict field stored as a Parquet MAP column rather than JSON text (`ledger.columns`)."""
+
+
+class StoredWide:
+    """Marks a dict of numbers stored as one DOUBLE column per name, `{field}/{name}` (`ledger.columns`):
+    a query of one metric reads one column, as in a columnar time-series store. A name a row lacks, or
+    whose value was not finite, is null there."""
+
+
+Metrics = Annotated[dict[MetricName, Finite | None], Field(max_length=MAX_METRICS), StoredWide()]
+NonFiniteNames = Annotated[dict[MetricName, NonFinite], Field(max_length=MAX_METRICS), StoredAsMap()]
+
 
 class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -115,9 +136,11 @@ class RunStarted(Payload):
     config_hash: str
     code_commit: str | None = None
     preset: str | None = None
-    token_budget: NonNeg
+    project: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    token_budget: NonNeg | None = Field(None, description="null: not planned (a user's own loop, `runledger.init`)")
     tokens_per_step: NonNeg | None = None
-    schedule: Schedule
+    schedule: Schedule | None = None
     data_mixture: dict[str, Finite] = Field(default_factory=dict)
     planned_tokens_per_s: Finite | None = None
     deadline_s: Finite | None = None
@@ -376,6 +399,53 @@ class RunFinished(Payload):
     tokens_seen: NonNeg | None = None
     final_loss: Finite | None = None
     reason: str | None = None
+    summary: dict[MetricName, Finite | str | bool | None] = Field(
+        default_factory=dict, description="`run.summary`: by default each metric's last value (null if not finite)")
+
+
+def _nonfinite_named(cls, data: Any) -> Any:
+    """A model validator (before): a metric is null exactly when `nonfinite` names it (JSON has no NaN)."""
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        nonfinite = data.get("nonfinite", {})
+        if not nonfinite and None not in data["metrics"].values():
+            return data  # (the common case, at C speed)
+        if isinstance(nonfinite, dict):
+            for name, value in data["metrics"].items():
+                if (value is None) != (name in nonfinite):
+                    raise ValueError(f"metrics.{name}: null exactly when nonfinite names it (its kind: nan, inf, -inf)"
+                                     if value is None else f"nonfinite.{name}: names a metric that is not null")
+            for name in nonfinite:
+                if name not in data["metrics"]:
+                    raise ValueError(f"nonfinite.{name}: names no metric")
+    return data
+
+
+class MetricsLogged(Payload):
+    """Any named numbers a loop logged at a step (`runledger.log`). JSON cannot carry NaN or infinity:
+    a value that is not finite is null in `metrics` and named in `nonfinite` with its kind, so it is
+    recorded, never dropped."""
+
+    metrics: Metrics
+    nonfinite: NonFiniteNames = Field(default_factory=dict)
+
+    _named = model_validator(mode="before")(classmethod(_nonfinite_named))
+
+
+class SystemSampled(Payload):
+    """The machine a run is on, sampled every few seconds (`runledger.init(system_metrics=)`): CPU, memory,
+    disk and network (psutil), each GPU (NVML) and each JAX device's memory. Names as in MetricsLogged."""
+
+    metrics: Metrics
+    nonfinite: NonFiniteNames = Field(default_factory=dict)
+    interval_s: Finite | None = None
+
+    _named = model_validator(mode="before")(classmethod(_nonfinite_named))
+
+
+class ConfigUpdated(Payload):
+    """Config keys set after the run started (`run.config[k] = v`): the keys and their new values."""
+
+    config: Json
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,22 +455,25 @@ class RunFinished(Payload):
 
 class Kind(NamedTuple):
     model: type[Payload]
-    view: str  # the SQL view of all its rows (queries/views.sql), which a one-run audit scopes to the run
-    publisher: str | None  # the NATS role that may publish it on a secure server (ledger/natsserver.py)
+    view: str  # the SQL view of all its rows as stored (queries/views.sql), which a one-run audit scopes to the run
+    publishers: tuple[str, ...]  # the NATS roles that may publish it on a secure server (ledger/natsserver.py)
 
 
 REGISTRY: dict[str, Kind] = {
-    "run_started": Kind(RunStarted, "runs", "worker"),
-    "step": Kind(StepCompleted, "steps_all", "worker"),
-    "drops": Kind(TokensDropped, "drops_all", "worker"),
-    "eval": Kind(EvalCompleted, "evals", "worker"),
-    "checkpoint": Kind(CheckpointSaved, "checkpoints", "worker"),
-    "data": Kind(DataRecorded, "data", "worker"),
-    "forecast": Kind(ForecastMade, "forecasts", None),  # the ladder's, on an open server
-    "alert": Kind(AlertRaised, "alerts", "agent"),
-    "decision": Kind(DecisionMade, "decisions", "agent"),
-    "decision_applied": Kind(DecisionApplied, "decisions_applied", "worker"),
-    "run_finished": Kind(RunFinished, "runs_finished", "worker"),
+    "run_started": Kind(RunStarted, "runs", ("worker",)),
+    "step": Kind(StepCompleted, "step_events", ("worker",)),  # steps_all adds `runledger.log` runs'
+    "drops": Kind(TokensDropped, "drops_all", ("worker",)),
+    "eval": Kind(EvalCompleted, "eval_events", ("worker",)),  # evals adds `runledger.log` runs'
+    "checkpoint": Kind(CheckpointSaved, "checkpoints", ("worker",)),
+    "data": Kind(DataRecorded, "data", ("worker",)),
+    "forecast": Kind(ForecastMade, "forecasts", ()),  # the ladder's, on an open server
+    "alert": Kind(AlertRaised, "alerts", ("agent", "worker")),  # a worker's on its own run (`runledger.alert`)
+    "decision": Kind(DecisionMade, "decisions", ("agent",)),
+    "decision_applied": Kind(DecisionApplied, "decisions_applied", ("worker",)),
+    "run_finished": Kind(RunFinished, "runs_finished", ("worker",)),
+    "metrics": Kind(MetricsLogged, "metric_events", ("worker",)),  # long form: metrics_all, metrics
+    "system": Kind(SystemSampled, "system_events", ("worker",)),  # long form: system_metrics
+    "config": Kind(ConfigUpdated, "config_updates", ("worker",)),
 }
 KINDS: dict[str, type[Payload]] = {kind: k.model for kind, k in REGISTRY.items()}
 VIEWS: dict[str, str] = {kind: k.view for kind, k in REGISTRY.items()}
@@ -408,7 +481,7 @@ VIEWS: dict[str, str] = {kind: k.view for kind, k in REGISTRY.items()}
 
 def kinds_of(role: str) -> tuple[str, ...]:
     """The kinds a NATS role may publish."""
-    return tuple(kind for kind, k in REGISTRY.items() if k.publisher == role)
+    return tuple(kind for kind, k in REGISTRY.items() if role in k.publishers)
 
 
 class Envelope(BaseModel):

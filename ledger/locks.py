@@ -40,6 +40,21 @@ class Lock:
         self.release()
 
 
+PROBE_S = 0.5  # a taker that another process may be probing (is_held) waits this long for the probe
+
+
+def is_held(path: Path) -> bool:
+    """Whether a live process holds the lock at `path` (a lock whose holder died is free). The probe
+    takes the lock for a moment: a taker it may race passes wait_s=PROBE_S to `hold`."""
+    try:
+        hold(path, "").release()
+        return False
+    except Busy:
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def holder(path: Path) -> str:
     """Who holds (or last held) the lock at `path`, as text for an error message."""
     for _ in range(20):  # the holder writes its name just after taking the lock: give it a moment
@@ -53,16 +68,23 @@ def holder(path: Path) -> str:
     return "another process (its pid is not recorded yet)"
 
 
-def hold(path: str | Path, what: str) -> Lock:
-    """Take the exclusive lock at `path` for `what` (a phrase such as "ledger root /data"), or raise Busy."""
+def hold(path: str | Path, what: str, wait_s: float = 0.0) -> Lock:
+    """Take the exclusive lock at `path` for `what` (a phrase such as "ledger root /data"), waiting up
+    to `wait_s` for its holder to let go, or raise Busy."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise Busy(f"{what} is in use by {holder(path)}") from None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            os.close(fd)
+            raise Busy(f"{what} is in use by {holder(path)}") from None
     me = {"pid": os.getpid(), "host": socket.gethostname(),
           "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     os.ftruncate(fd, 0)

@@ -265,9 +265,9 @@ def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure
        runs: tuple[str, ...] = (), cluster: int = 0) -> str:
     """Start detached server(s) for `root` unless they already answer; return the URL (or URLs)."""
     d = nats_dir(root)
-    url_file = d / "url"
-    if url_file.exists() and all(_pid_alive(_read_pid(p)) for p in _pid_files(d)) and _pid_files(d):
-        return url_file.read_text().strip()
+    url = running_url(root)
+    if url is not None:
+        return url
     if cluster and secure:
         raise ValueError("--secure and --cluster together are not supported yet")
     if cluster:
@@ -286,8 +286,17 @@ def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure
         if users:
             users.write_creds(creds_dir(root), server.port)
     d.mkdir(parents=True, exist_ok=True)
-    url_file.write_text(url + "\n")
+    (d / "url").write_text(url + "\n")
     return url
+
+
+def running_url(root: str | Path) -> str | None:
+    """The URL of the server(s) `up` started for `root`, if they all still run; else None."""
+    d = nats_dir(root)
+    url_file, pids = d / "url", _pid_files(d)
+    if url_file.exists() and pids and all(_pid_alive(_read_pid(p)) for p in pids):
+        return url_file.read_text().strip()
+    return None
 
 
 def add_worker(root: str | Path, run_id: str) -> Path:

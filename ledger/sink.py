@@ -232,6 +232,11 @@ class ListSink:
         self.events += map(Emitted, map(kind_of, events), steps, events)
         return []
 
+    def emit_dict(self, kind: str, payload: dict, step: int | None = None) -> None:
+        """The dict form of `emit`, as a sealing sink's: checked, then kept as its typed event."""
+        check_payload(kind, payload)
+        self.events.append(Emitted(kind, step, KINDS[kind].model_validate(payload)))
+
     def of(self, kind: str) -> list[tuple[int | None, Payload]]:
         return [(e.step, e.event) for e in self.events if e.kind == kind]
 
@@ -257,6 +262,9 @@ class NullSink:
 
     def emit_many(self, events: Sequence[Payload], steps: Sequence[int | None] | None = None) -> list[str]:
         return []
+
+    def emit_dict(self, kind: str, payload: dict, step: int | None = None) -> None:
+        return None
 
     def close(self) -> bool:
         return True

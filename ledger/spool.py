@@ -59,7 +59,8 @@ class Spool:
     def __init__(self, dir: Path, max_bytes: int, full_hint: str = "") -> None:
         self.dir, self.max_bytes, self.full_hint = dir, max_bytes, full_hint
         dir.mkdir(parents=True, exist_ok=True)
-        self._chain_lock = locks.hold(dir / "lock", f"chain {':'.join(dir.parts[-3:])} (spool {dir})")
+        self._chain_lock = locks.hold(dir / "lock", f"chain {':'.join(dir.parts[-3:])} (spool {dir})",
+                                      wait_s=locks.PROBE_S)  # (a local supervisor may be probing it: emitter.leftover_chains)
         try:
             self.lock = threading.Lock()
             self.pending: collections.deque[Spooled] = collections.deque()  # to publish, in seq order

@@ -28,11 +28,12 @@ import pyarrow.parquet as pq
 
 from ledger import heads
 from ledger.canonical import canonical_json
-from ledger.columns import payload_columns
+from ledger.columns import payload_columns, wide_columns
 from ledger.events import KINDS
 from ledger.paths import event_files, quarantine_files
 
-ARROW_TYPES = {"double": pa.float64(), "bigint": pa.int64(), "boolean": pa.bool_(), "varchar": pa.string(), "json": pa.string()}
+ARROW_TYPES = {"double": pa.float64(), "bigint": pa.int64(), "boolean": pa.bool_(), "varchar": pa.string(), "json": pa.string(),
+               "map_double": pa.map_(pa.string(), pa.float64()), "map_varchar": pa.map_(pa.string(), pa.string())}
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 ENVELOPE_SCHEMA = [
     ("event_id", pa.string()), ("run_id", pa.string()), ("producer", pa.string()), ("attempt", pa.int64()),
@@ -69,8 +70,8 @@ _COLUMNS = {kind: payload_columns(kind) for kind in KINDS}
 def arrow_schema(kind: str) -> pa.Schema:
     """The Parquet schema of one kind: envelope columns, then one typed column per payload field."""
     fields = [pa.field(n, t) for n, t in ENVELOPE_SCHEMA]
-    fields += [pa.field(n, ARROW_TYPES[c]) for n, c in _COLUMNS[kind].items()]
-    return pa.schema(fields)
+    fields += [pa.field(n, ARROW_TYPES[c]) for n, c in _COLUMNS[kind].items() if c != "wide"]
+    return pa.schema(fields)  # (a StoredWide field's columns follow, one per name: `columns.wide_columns`)
 
 
 def typed_columns(kind: str, payloads: list[dict]) -> dict[str, list]:
@@ -79,7 +80,9 @@ def typed_columns(kind: str, payloads: list[dict]) -> dict[str, list]:
     cols = {}
     for name, ck in _COLUMNS[kind].items():
         d = defaults[name]
-        if ck == "json":
+        if ck == "wide":
+            cols.update(wide_columns(name, payloads))
+        elif ck == "json":
             cols[name] = [None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads]
         else:
             cols[name] = [p.get(name, d) for p in payloads]
@@ -114,7 +117,7 @@ for _kind, _model in KINDS.items():  # events_table reads a null typed field as 
         assert _DEFAULTS[_kind][_name] is None or not (_COLUMNS[_kind][_name] != "json" and type(None) in get_args(_f.annotation)), \
             f"{_kind}.{_name}: a nullable field with a non-null default"
 _TYPED_STRUCT = {  # a kind's payload fields that are not JSON text, converted by pyarrow in one pass
-    kind: pa.struct([(n, ARROW_TYPES[c]) for n, c in cols.items() if c != "json"]) for kind, cols in _COLUMNS.items()
+    kind: pa.struct([(n, ARROW_TYPES[c]) for n, c in cols.items() if c not in ("json", "wide")]) for kind, cols in _COLUMNS.items()
 }
 
 
@@ -143,6 +146,11 @@ def events_table(kind: str, rows: list[StoredEvent] | Rows, ingested_at: datetim
             d = _DEFAULTS[kind][name]
             data[name] = pa.array([None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads], pa.string())
     schema = arrow_schema(kind)
+    for name, ck in _COLUMNS[kind].items():
+        if ck == "wide":
+            for column, values in wide_columns(name, payloads).items():
+                data[column] = pa.array(values, pa.float64())
+                schema = schema.append(pa.field(column, pa.float64()))
     return pa.table([data[f.name] for f in schema], schema=schema)
 
 

@@ -80,7 +80,10 @@ def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list)
     if not store.digest_ok(path, table):
         report.problems.append(f"{path}: the ledger's columns (event_id, stream_seq, ts, ingested_at) do not match "
                                "the digest it recorded for this file (changed after it was written?)")
-    typed = list(store.payload_columns(kind)) if kind in KINDS else []
+    columns = store.payload_columns(kind) if kind in KINDS else {}
+    typed = [c for c, ck in columns.items() if ck != "wide"]
+    maps = {c for c in typed if columns[c].startswith("map_")}  # read back as [(name, value)]
+    wide = [c for c in table.column_names if c.split("/", 1)[0] in columns and columns[c.split("/", 1)[0]] == "wide"]
     for row in table.to_pylist():
         eid = row.get("event_id")
         where = f"{eid} ({path.relative_to(path.parents[2])})"
@@ -102,8 +105,12 @@ def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list)
             check_payload(kind, payload)
             expected = store.typed_columns(kind, [payload])
             for col in typed:
-                if row[col] != expected[col][0]:
+                if (dict(row[col]) if col in maps and row[col] is not None else row[col]) != expected[col][0]:
                     raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says {expected[col][0]!r}")
+            for col in wide:  # a DOUBLE column per name: null where the payload has no such name
+                if row[col] != (expected[col][0] if col in expected else None):
+                    raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says "
+                                       f"{expected[col][0] if col in expected else 'nothing'}")
         except (InvalidEvent, ValueError, TypeError, KeyError) as err:
             report.problems.append(f"{where}: {err}")
         if any(row.get(c) is None for c in _LINK):

@@ -23,7 +23,8 @@ from ledger import settings
 
 ARROW_TO_DUCK = {
     "string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN", "binary": "BLOB",
-    "timestamp[us, tz=UTC]": "TIMESTAMPTZ",
+    "timestamp[us, tz=UTC]": "TIMESTAMPTZ", "map<string, double>": "MAP(VARCHAR, DOUBLE)",
+    "map<string, string>": "MAP(VARCHAR, VARCHAR)",
 }
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a kind's or a column's name, safe to write into SQL
 Columns = list[tuple[str, str]]  # (name, DuckDB type), in the stored order

@@ -10,9 +10,58 @@ create or replace view events as
 create or replace view runs as
 select * from {{kind:run_started}};
 
--- every step of every attempt (a resumed run re-does the steps after its checkpoint)
-create or replace view steps_all as
+-- the typed `step` events of runledger's own trainer, as stored
+create or replace view step_events as
 select * from {{kind:step}};
+
+-- every `metrics` event (`runledger.log`), as stored: one DOUBLE column per name logged, "metrics/NAME"
+-- (null where the event has no such name, or its value was not finite: then `nonfinite` names it)
+create or replace view metric_events as
+select * from {{kind:metrics}};
+
+-- the same, with a column for each name the health checks read (below), even where no run logged it
+create or replace view metrics_wide as
+select * from metric_events
+union all by name
+select null::double as "metrics/loss", null::double as "metrics/train/loss", null::double as "metrics/grad_norm",
+       null::double as "metrics/train/grad_norm", null::double as "metrics/optim/grad_norm", null::double as "metrics/lr",
+       null::double as "metrics/learning_rate", null::double as "metrics/train/lr", null::double as "metrics/optim/learning_rate",
+       null::double as "metrics/tokens", null::double as "metrics/train/tokens", null::double as "metrics/step_time_s",
+       null::double as "metrics/train/step_time_s", null::double as "metrics/throughput/duration",
+       null::double as "metrics/param_norm", null::double as "metrics/train/param_norm", null::double as "metrics/optim/param_norm",
+       null::double as "metrics/router_entropy", null::double as "metrics/train/router_entropy", null::double as "metrics/mfu",
+       null::double as "metrics/train/mfu", null::double as "metrics/throughput/mfu", null::double as "metrics/tokens_per_s",
+       null::double as "metrics/throughput/tokens_per_second", null::double as "metrics/eval/loss",
+       null::double as "metrics/val/loss"
+where false;
+
+-- every step of every attempt (a resumed run re-does the steps after its checkpoint): the typed
+-- `step` events, and for a run that has none (a loop logging with `runledger.log`) one row per metrics
+-- event holding a loss, read under the names below (the first one logged wins; a value logged by
+-- another call at the same step counts too), so the health checks read that run too; a check whose
+-- column no name gives says `skip`. A loss that was not finite is a skipped step, as in a typed `step`.
+create or replace view steps_all as
+select * from step_events
+union all by name
+select * exclude (has_loss) from (
+    select event_id, run_id, producer, attempt, seq, kind, time, ts, step, schema_version, prev_hash, hash, payload,
+           stream_seq, ingested_at,
+           coalesce("metrics/loss", "metrics/train/loss") as loss,
+           coalesce("metrics/loss", "metrics/train/loss") is not null
+               or coalesce(nonfinite['loss'], nonfinite['train/loss']) is not null as has_loss,
+           coalesce(nonfinite['loss'], nonfinite['train/loss']) is not null as skipped,
+           max(coalesce("metrics/grad_norm", "metrics/train/grad_norm", "metrics/optim/grad_norm")) over w as grad_norm,
+           max(coalesce("metrics/lr", "metrics/learning_rate", "metrics/train/lr", "metrics/optim/learning_rate")) over w as lr,
+           max(cast(coalesce("metrics/tokens", "metrics/train/tokens") as bigint)) over w as tokens,
+           max(coalesce("metrics/step_time_s", "metrics/train/step_time_s", "metrics/throughput/duration")) over w as step_time_s,
+           max(coalesce("metrics/param_norm", "metrics/train/param_norm", "metrics/optim/param_norm")) over w as param_norm,
+           max(coalesce("metrics/router_entropy", "metrics/train/router_entropy")) over w as router_entropy,
+           max(coalesce("metrics/mfu", "metrics/train/mfu", "metrics/throughput/mfu")) over w as mfu,
+           max(coalesce("metrics/tokens_per_s", "metrics/throughput/tokens_per_second")) over w as tokens_per_s
+    from metrics_wide
+    where run_id not in (select run_id from step_events)
+    window w as (partition by run_id, producer, attempt, step))
+where has_loss;
 
 -- one row per (run_id, step): the latest attempt's
 create or replace view steps as
@@ -31,8 +80,19 @@ select * from drops_all where not coalesce(probe, false);
 create or replace view drop_probes as
 select * from drops_all where coalesce(probe, false);
 
-create or replace view evals as
+create or replace view eval_events as
 select * from {{kind:eval}};
+
+-- every eval: the typed `eval` events, and for a run that has none, its metrics events holding an
+-- eval loss (`eval/loss` or `val/loss`), as `steps_all` reads a `runledger.log` run's steps
+create or replace view evals as
+select * from eval_events
+union all by name
+select event_id, run_id, producer, attempt, seq, kind, time, ts, step, schema_version, prev_hash, hash, payload,
+       stream_seq, ingested_at, coalesce("metrics/eval/loss", "metrics/val/loss") as loss
+from metrics_wide
+where coalesce("metrics/eval/loss", "metrics/val/loss") is not null
+  and run_id not in (select run_id from eval_events);
 
 create or replace view checkpoints as
 select * from {{kind:checkpoint}};
@@ -54,6 +114,35 @@ select * from {{kind:decision_applied}};
 
 create or replace view runs_finished as
 select * from {{kind:run_finished}};
+
+-- free-form metrics (`runledger.log`) in long form: one row per name logged, every attempt; `nonfinite`
+-- is 'nan', 'inf' or '-inf' where the value was not finite (its value is null: JSON has no NaN). (A query
+-- of one metric reads faster from its own column: "metrics/NAME" of metric_events.)
+create or replace view metrics_all as
+select run_id, producer, attempt, seq, step, time, substr(key, 9) as key, value, null::varchar as nonfinite
+from (unpivot metrics_wide on columns('^metrics/') into name key value value)
+union all
+select run_id, producer, attempt, seq, step, time, key, null::double as value, kind_of_value as nonfinite
+from (select *, unnest(map_keys(nonfinite)) as key, unnest(map_values(nonfinite)) as kind_of_value from metric_events);
+
+-- the same, for each (run, step) only the latest attempt's (a resumed run re-logs the steps after its checkpoint)
+create or replace view metrics as
+select run_id, attempt, step, key, value, time, nonfinite from metrics_all
+where (run_id, producer, step, attempt) in (select run_id, producer, step, max(attempt) from metric_events group by all);
+
+-- the machine's metrics (`runledger.init(system_metrics=...)`), as stored ("metrics/NAME" columns) and in
+-- long form: CPU, memory, disk, network (psutil), GPUs (NVML), JAX devices' memory
+create or replace view system_events as
+select * from {{kind:system}};
+
+create or replace view system_metrics as
+select run_id, producer, attempt, seq, step, time, substr(key, 9) as key, value
+from (unpivot (select * from system_events union all by name select null::double as "metrics/cpu/percent" where false)
+      on columns('^metrics/') into name key value value);
+
+-- config keys set after a run started (`run.config[k] = v`)
+create or replace view config_updates as
+select * from {{kind:config}};
 
 -- input the ledger refused, with the raw bytes, the subject and the reason
 create or replace view quarantine as

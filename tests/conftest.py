@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # fixtures that start a server, a child process or a browser; a fixture built on one is caught through
 # pytest's closure of fixture names, and one that starts them itself by the names its body uses
-SLOW_FIXTURES = frozenset({"nats_server", "ledger_process", "chromium"})
+SLOW_FIXTURES = frozenset({"nats_server", "ledger_process", "chromium", "local_root"})
 # names that, used in a test's or a fixture's own body, make it slow: a child process or a server
 # (runledger, subprocess, Popen, NatsServer, LedgerProcess, natsserver.up), a training run (the
 # worker's train), a JAX program compiled (jax, jit), whole synthetic runs (audit_ledger.write_run),
@@ -68,6 +68,20 @@ def root(tmp_path) -> Path:
     r = tmp_path / "ledger"
     r.mkdir()
     return r
+
+
+@pytest.fixture
+def local_root(tmp_path, monkeypatch):
+    """A root for `runledger.init`'s embedded local server and ledger (no NATS configured), which are
+    stopped after the test."""
+    from ledger import local
+
+    r = tmp_path / "local-root"
+    for var in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RUNLEDGER_ROOT", str(r))
+    yield r
+    local.down(r)
 
 
 def runledger(*args: str, input: str | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -39,6 +39,9 @@ MINIMAL = {
                  "rationale": "drop fraction above 7%"},
     "decision_applied": {"decision_id": "d1", "action": "set_capacity_factor"},
     "run_finished": {"status": "completed"},
+    "metrics": {"metrics": {"val/accuracy": 0.5, "router/layer_3/entropy": 2.0}},
+    "system": {"metrics": {"cpu/percent": 12.5}},
+    "config": {"config": {"lr": 0.001}},
 }
 
 

@@ -54,6 +54,14 @@ def cmd_nats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_down(args: argparse.Namespace) -> int:
+    from ledger import local
+
+    stopped = local.down(args.root)
+    log.info("the local server and ledger of %s %s", args.root, "stopped" if stopped else "were not running")
+    return 0
+
+
 async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) -> None:
     """Create the stream now (a cluster needs a few seconds to elect a JetStream leader)."""
     import asyncio
@@ -289,6 +297,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     s = sub.add_parser("schema", help="JSON Schema of every event kind")
     s.set_defaults(func=cmd_schema)
+
+    s = sub.add_parser("down", help="stop the embedded local server and ledger of a root (`runledger.init` starts them)")
+    add_root(s)
+    s.set_defaults(func=cmd_down)
 
     if command in sub.choices:  # one of the commands above: the plugins are not needed
         return p

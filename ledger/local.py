@@ -1,0 +1,222 @@
+"""The embedded local default: one nats-server and one ledger per root, started on demand, shared by
+every process that logs to the root, stopped when no one has used them for a while.
+
+`attach(root)` is what `runledger.init` calls when no server is configured. Under the root's start
+lock it registers the calling process as a client (a lock file that the OS frees when the process
+dies), starts the root's supervisor unless one runs, and returns the server's URL. The supervisor
+(`python -m ledger.local ROOT`, detached from the caller) starts nats-server (`natsserver.up`, or
+takes the one `runledger nats up` left running), serves the ledger (`service.serve`) and, every
+POLL_S, sends what dead producers left in the root's spool (`emitter.send_leftovers`) and looks at
+its clients. Once no client has been alive for `idle_s` and the ledger has taken every message, it
+stops: the ledger drains, the server it started stops, and it exits. `down(root)` stops it now.
+
+Starting and stopping happen under the start lock, so a process attaching while the supervisor stops
+waits, then starts a new one: never two at a time.
+
+Layout: {root}/local/start.lock, supervisor.lock (held by the running supervisor), state.json
+({"pid", "url"}), clients/*.lock, owns-nats (the server is the supervisors' to stop), supervisor.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import locks, natsserver
+from ledger.events import STREAM
+
+log = logging.getLogger(__name__)
+
+IDLE_S = float(os.environ.get("RUNLEDGER_IDLE_S", 60))  # no client alive this long: the supervisor stops
+POLL_S = 1.0  # how often the supervisor looks at its clients and the spool
+START_TIMEOUT_S = 60.0  # nats-server and the ledger up
+
+
+def local_dir(root: str | Path) -> Path:
+    return Path(root).resolve() / "local"
+
+
+@dataclass
+class Attachment:
+    """A process's use of its root's local server: `url`, held until `release()` (or its death)."""
+
+    url: str
+    lease: locks.Lock
+
+    def release(self) -> None:
+        self.lease.release()
+        self.lease.path.unlink(missing_ok=True)
+
+
+def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIMEOUT_S) -> Attachment:
+    """Register this process as a client of the root's local server and ledger, starting them unless
+    they run; returns the server's URL with the client's lease."""
+    d = local_dir(root)
+    with locks.hold(d / "start.lock", f"the local server of {root}", wait_s=timeout):
+        lease = locks.hold(d / "clients" / f"{os.getpid()}-{secrets.token_hex(4)}.lock", "a client")
+        try:
+            url = running_url(root)
+            if url is None:
+                url = _start_supervisor(root, idle_s, timeout)
+        except BaseException:
+            lease.release()
+            raise
+    return Attachment(url, lease)
+
+
+def running_url(root: str | Path) -> str | None:
+    """The URL of the root's local server if its supervisor runs, else None."""
+    d = local_dir(root)
+    if not locks.is_held(d / "supervisor.lock"):
+        return None
+    try:
+        return json.loads((d / "state.json").read_text())["url"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:
+    d = local_dir(root)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "state.json").unlink(missing_ok=True)
+    with open(d / "supervisor.log", "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "ledger.local", str(Path(root).resolve()), "--idle-s", str(idle_s)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": _source_path()})
+    deadline = time.monotonic() + timeout
+    while (url := running_url(root)) is None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the local runledger server of {root} exited with {proc.returncode}; see {d / 'supervisor.log'}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the local runledger server of {root} did not start within {timeout:.0f}s; see {d / 'supervisor.log'}")
+        time.sleep(0.05)
+    return url
+
+
+def _source_path() -> str:
+    """PYTHONPATH for the supervisor: where this package is, ahead of the caller's."""
+    here = str(Path(__file__).resolve().parent.parent)
+    return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+
+
+def live_clients(root: str | Path) -> int:
+    """Clients still alive; the lease files of dead ones are removed."""
+    alive = 0
+    for lease in (local_dir(root) / "clients").glob("*.lock"):
+        if locks.is_held(lease):
+            alive += 1
+        else:
+            lease.unlink(missing_ok=True)
+    return alive
+
+
+def down(root: str | Path, timeout: float = 60.0) -> bool:
+    """Stop the root's supervisor (the ledger drains, the server it started stops); True if one ran."""
+    d = local_dir(root)
+    if not locks.is_held(d / "supervisor.lock"):
+        return False
+    pid = json.loads((d / "supervisor.lock").read_text() or "{}").get("pid")
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while locks.is_held(d / "supervisor.lock"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the local runledger server of {root} (pid {pid}) did not stop within {timeout:.0f}s")
+        time.sleep(0.05)
+    return True
+
+
+# ------------------------------------------------------------------------------------ the supervisor
+
+
+async def _pending(nats_url: str) -> int:
+    """Messages the ledger has not yet acknowledged (0 when it has taken every one)."""
+    from ledger import bus
+    from ledger.service import DURABLE
+
+    nc = await bus.connect(nats_url, name="local-supervisor", max_reconnect_attempts=0)
+    try:
+        info = await nc.jetstream().consumer_info(STREAM, DURABLE)
+        return info.num_pending + info.num_ack_pending
+    except Exception:  # no stream or consumer yet: nothing was published
+        return 0
+    finally:
+        await nc.close()
+
+
+async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
+    """Serve the root's local server and ledger until idle (see the module docstring) or SIGTERM."""
+    from ledger import emitter, service, settings
+
+    d = local_dir(root)
+    me = locks.hold(d / "supervisor.lock", f"the local server of {root}", wait_s=locks.PROBE_S)
+    owned = d / "owns-nats"  # a server a supervisor started (a killed one's is taken over); one `nats up` started stays up
+    ours = natsserver.running_url(root) is None or owned.exists()
+    url = natsserver.up(root)
+    if ours:
+        owned.touch()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ledger = asyncio.create_task(service.serve(root, url, stop))
+    tmp = d / f".state.{os.getpid()}"
+    tmp.write_text(json.dumps({"pid": os.getpid(), "url": url}))
+    os.replace(tmp, d / "state.json")
+    log.info("local server of %s up at %s (ledger pid %d)", root, url, os.getpid())
+    idle_since = time.monotonic()
+    start_lock = None
+    while not stop.is_set() and not ledger.done():
+        try:
+            await asyncio.wait_for(stop.wait(), POLL_S)
+        except asyncio.TimeoutError:
+            pass
+        await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url)
+        try:  # a process attaching now holds it: look again next time
+            start_lock = locks.hold(d / "start.lock", "")
+        except locks.Busy:
+            continue
+        if live_clients(root):
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= idle_s and await _pending(url) == 0:
+            log.info("no client for %.0fs and nothing pending: stopping", idle_s)
+            (d / "state.json").unlink(missing_ok=True)
+            break  # keeping the start lock until this process is gone
+        start_lock.release()
+        start_lock = None
+    stop.set()
+    try:
+        await ledger
+    except locks.Busy as err:  # another ledger serves this root: it takes the messages
+        log.warning("%s", err)
+    if ours:
+        natsserver.down(root)
+        owned.unlink(missing_ok=True)
+    (d / "state.json").unlink(missing_ok=True)
+    me.release()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m ledger.local", description="the supervisor of a root's local server")
+    p.add_argument("root", type=Path)
+    p.add_argument("--idle-s", type=float, default=IDLE_S)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(supervise(args.root, args.idle_s))
+    except locks.Busy as err:  # another supervisor was started meanwhile: it serves the root
+        log.warning("%s", err)
+
+
+if __name__ == "__main__":
+    main()

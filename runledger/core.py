@@ -1,0 +1,516 @@
+"""A run of any training loop: `init` starts one, `Run.log` records any named numbers, `Run.finish` ends it.
+
+Each call becomes an event of the contract (`ledger.events`), sealed into the run's hash chain and
+written to the spool on local disk before the call returns (`ledger.emitter.Emitter`), so a SIGKILL of
+the script loses nothing `log` accepted: the next `init(resume=True)` of the run, or the root's local
+supervisor, sends what was left. `init` emits `run_started` (the config, tags, host), `log` a `metrics`
+event per step (a value that is not finite is kept as null and named in `nonfinite`), `run.config[k] = v`
+after the start a `config` event, `alert` an `alert`, and `finish` a `run_finished` with the summary.
+A crash finishes the run as `failed`, Ctrl-C or SIGTERM as `stopped` (atexit and signal handlers).
+
+Where the events go: with $RUNLEDGER_NATS or $RUNLEDGER_CREDS (or `nats=`) set, to that server; else to
+the root's embedded local server and ledger (`ledger.local`), started on first use and shared by every
+process logging to the root.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import platform
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ledger import local, settings
+from ledger.canonical import canonical_json
+from ledger.chains import ledger_attempts, next_attempt
+from ledger.emitter import Emitter, origin, send_leftovers
+from ledger.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
+from ledger.sink import NullSink
+from queries.thresholds import THRESHOLDS
+from runledger.system import SystemSampler
+
+log = logging.getLogger("runledger")
+
+PRODUCER = "main"  # the producer name of a run's own process (several processes of one run: pass producer=)
+LEDGER_WAIT_S = 60.0  # for the ledger to say a run's attempts (the local one may be starting)
+FINISH_TIMEOUT_S = 60.0  # for the ledger to store what the run logged
+_BAD_NAME = re.compile(r"[\x00-\x1f\x7f]")
+_NUMBERS = frozenset({float, int})
+
+
+class LogError(ValueError):
+    """Input `log` (or `init`, `alert`) refuses; the message is the one-line reason. Nothing already
+    accepted is affected."""
+
+
+class AlertLevel:
+    """W&B's alert levels, as `runledger.alert(level=...)` takes them."""
+
+    INFO = "INFO"
+    WARN = "WARN"
+    ERROR = "ERROR"
+
+
+_SEVERITY = {"INFO": "info", "WARN": "warn", "WARNING": "warn", "ERROR": "fail"}
+_RESUME = (None, False, True, "allow", "must", "never", "auto")
+
+
+def _json_value(v: Any) -> Any:
+    """A config value as JSON can hold it: numbers, strings, booleans, null, lists and dicts;
+    numpy/JAX scalars as numbers, a float that is not finite as its name ("nan"), anything else as str."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if v - v == 0.0 else repr(v)
+    if isinstance(v, dict):
+        return {str(k): _json_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
+        return _json_value(v.item())
+    return str(v)
+
+
+class AttrDict(dict):
+    """A dict whose keys also read and set as attributes (`config.lr`), as W&B's config and summary do."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+class Config(AttrDict):
+    """`run.config`. Set after the run started, a key is recorded as a `config` event."""
+
+    def __init__(self, data: dict, run: "Run | None" = None) -> None:
+        super().__init__({str(k): _json_value(v) for k, v in data.items()})
+        object.__setattr__(self, "_run", run)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.update({key: value})
+
+    def update(self, data: dict | None = None, allow_val_change: bool | None = None, **kw) -> None:
+        changes = {str(k): _json_value(v) for k, v in {**(data or {}), **kw}.items()}
+        changes = {k: v for k, v in changes.items() if k not in self or self[k] != v}
+        super().update(changes)
+        if changes and self._run is not None:
+            self._run._config_changed(changes)
+
+    def setdefaults(self, data: dict) -> None:
+        self.update({k: v for k, v in data.items() if k not in self})
+
+
+class Summary(AttrDict):
+    """`run.summary`: what `finish` records as the run's summary: each metric's last logged value
+    unless set here."""
+
+
+def metrics_payload(data: dict, ok_names: set[str], prefix: str = "", out: dict | None = None) -> dict:
+    """The `metrics` payload of one `log` call: {"metrics": {name: float | None}} plus, when a value is
+    not finite, "nonfinite": {name: "nan" | "inf" | "-inf"}. A nested dict's names join with "/".
+    Raises LogError naming the first bad name or value. `ok_names`: names already checked (they repeat
+    every step, and checking each once is cheaper)."""
+    if out is None and not prefix and ok_names.issuperset(data) and len(data) <= MAX_METRICS:
+        types = set(map(type, data.values()))  # the common case at C speed: known names, finite floats
+        if types <= _NUMBERS and (total := sum(data.values())) - total == 0.0:
+            return {"metrics": dict(data)}  # (a finite sum: every value finite; else the loop below)
+    out = {"metrics": {}} if out is None else out
+    metrics = out["metrics"]
+    for key, v in data.items():
+        name = prefix + key if type(key) is str else None
+        if name not in ok_names:
+            _check_name(key, name)
+            ok_names.add(name)
+        t = type(v)
+        if t is not float:
+            if t is int or t is bool:
+                v = float(v)
+            elif t is dict:
+                metrics_payload(v, ok_names, name + "/", out)
+                continue
+            elif v is None or isinstance(v, (str, bytes)):
+                raise LogError(f"metric {name!r}: {t.__name__} {str(v)[:40]!r} is not a number")
+            else:
+                try:  # numpy and JAX scalars, 0-d arrays
+                    v = float(v)
+                except (TypeError, ValueError):
+                    raise LogError(f"metric {name!r}: a {t.__name__} is not a number (log a scalar)") from None
+        if v - v == 0.0:
+            metrics[name] = v
+        else:  # nan (nan - nan is nan), inf, -inf (inf - inf is nan)
+            metrics[name] = None
+            out.setdefault("nonfinite", {})[name] = "nan" if v != v else ("inf" if v > 0 else "-inf")
+    if len(metrics) > MAX_METRICS:
+        raise LogError(f"{len(metrics)} metrics in one call: at most {MAX_METRICS}")
+    return out
+
+
+def _check_name(key: Any, name: str | None) -> None:
+    if name is None:
+        raise LogError(f"metric name {key!r} is not a string")
+    if not name or len(name) > MAX_METRIC_NAME:
+        raise LogError(f"metric name {name[:40]!r}... has {len(name)} characters: 1 to {MAX_METRIC_NAME}")
+    if _BAD_NAME.search(name):
+        raise LogError(f"metric name {name!r} holds a control character")
+
+
+def run_id_for(name: str | None, project: str | None) -> str:
+    """A run id from a name ("My Run 3" -> "my-run-3"), or a new one from the project and the time."""
+    if name:
+        slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:64]
+        if not NAME_RE.fullmatch(slug or "-"):
+            raise LogError(f"run name {name!r} gives no run id: use letters or digits")
+        return slug
+    base = re.sub(r"[^a-z0-9_-]+", "-", (project or "run").lower()).strip("-_")[:36] or "run"
+    return f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _code_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _last_step(root: Path, spool: Path, run_id: str) -> int | None:
+    """The last step this run logged: stored under `root`, or left in this machine's spool."""
+    from ledger import store  # pyarrow: only on resume
+
+    steps = []
+    try:
+        t = store.read_events(root, run_id=run_id, columns=["step"])
+        steps += [s for s in t.column("step").to_pylist() if s is not None]
+    except (OSError, ValueError):
+        pass
+    for seg in spool.glob(f"{run_id}/*/*/seg-*.jsonl"):
+        for line in seg.read_bytes().splitlines()[-3:]:
+            m = re.search(rb'"step":(\d+)', line)
+            steps += [int(m.group(1))] if m else []
+    return max(steps, default=None)
+
+
+class Run:
+    """One attempt of a run, logging through a sink; made by `init`."""
+
+    def __init__(self, run_id: str, *, project: str | None, name: str | None, root: Path, sink, attempt: int,
+                 config: dict, tags: list[str], first_step: int, attachment: local.Attachment | None) -> None:
+        self.id = self.run_id = run_id
+        self.name, self.project, self.root, self.attempt, self.tags = name or run_id, project, root, attempt, tags
+        self._sink, self._attachment = sink, attachment
+        self._step = first_step  # the next step `log` takes when not given one
+        self._pending: dict | None = None  # log(commit=False) data waiting for its step's commit
+        self._pending_step: int | None = None
+        self._names: set[str] = set()
+        self._last: dict = {}  # each metric's last value: the summary's default
+        self.finished = False
+        self.config = Config({})
+        self.config.update(config)
+        object.__setattr__(self.config, "_run", self)
+        self.summary = Summary()
+        self._sampler: SystemSampler | None = None
+
+    # -- logging
+
+    @property
+    def step(self) -> int:
+        """The step the next `log` without a step is recorded at."""
+        return self._step
+
+    def log(self, data: dict, step: int | None = None, commit: bool | None = None) -> None:
+        """Record named numbers at `step` (default: one past the last step logged). With commit=False
+        they wait for the next call that commits that step, and are recorded with it."""
+        if self.finished:
+            raise LogError(f"run {self.run_id} is finished: start another with runledger.init()")
+        if type(data) is not dict:
+            raise LogError(f"log takes a dict of names to numbers, not a {type(data).__name__}")
+        if step is None:
+            step = self._step if self._pending_step is None else self._pending_step
+        elif type(step) is not int or step < 0:
+            if hasattr(step, "__index__") and not isinstance(step, bool) and step.__index__() >= 0:
+                step = step.__index__()
+            else:
+                raise LogError(f"step {step!r} is not an integer >= 0")
+        if self._pending is not None and step != self._pending_step:
+            self._commit()
+        payload = metrics_payload(data, self._names, out=self._pending)
+        if commit is False:
+            self._pending, self._pending_step = payload, step
+            return
+        self._pending = None
+        self._pending_step = None
+        self._emit_metrics(payload, step)
+
+    def _commit(self) -> None:
+        payload, step = self._pending, self._pending_step
+        self._pending = self._pending_step = None
+        if payload and payload["metrics"]:
+            self._emit_metrics(payload, step)
+
+    def _emit_metrics(self, payload: dict, step: int) -> None:
+        with _Deferred.signals():
+            self._sink.emit_dict("metrics", payload, step)
+        self._last.update(payload["metrics"])
+        if step >= self._step:  # (a step below the last is recorded too, but the count goes on from the last)
+            self._step = step + 1
+
+    def alert(self, title: str, text: str, level: str = AlertLevel.INFO, wait_duration: Any = None) -> None:
+        """Record an alert (W&B's `alert`): INFO, WARN or ERROR (as info, warn, fail)."""
+        severity = _SEVERITY.get(str(getattr(level, "value", level)).upper())
+        if severity is None:
+            raise LogError(f"alert level {level!r}: INFO, WARN or ERROR")
+        with _Deferred.signals():
+            self._sink.emit_dict("alert", {"alert_id": f"{self.run_id}:{self.attempt}:{secrets.token_hex(6)}",
+                                           "agent": self._producer, "rule": str(title), "severity": severity,
+                                           "message": str(text)}, self._step - 1 if self._step else None)
+
+    def define_metric(self, name: str, step_metric: str | None = None, **kw: Any) -> None:
+        """Accepted for W&B scripts; every metric is kept at every step, so there is nothing to define."""
+
+    def _config_changed(self, changes: dict) -> None:
+        if not self.finished:
+            with _Deferred.signals():
+                self._sink.emit_dict("config", {"config": changes}, self._step - 1 if self._step else None)
+
+    @property
+    def _producer(self) -> str:
+        return getattr(self._sink, "producer", None) or PRODUCER
+
+    # -- the end
+
+    def finish(self, status: str | None = None, exit_code: int | None = None, reason: str | None = None,
+               quiet: bool | None = None, timeout: float = FINISH_TIMEOUT_S) -> bool:
+        """Record `run_finished` (completed, failed or stopped; exit_code != 0 is failed) with the summary,
+        and wait up to `timeout` for the ledger to store the run's events. True if it did."""
+        if self.finished:
+            return True
+        status = status or ("failed" if exit_code else "completed")
+        if status not in ("completed", "failed", "stopped"):
+            raise LogError(f"status {status!r}: completed, failed or stopped")
+        if self._pending is not None:
+            self._commit()
+        if self._sampler is not None:
+            self._sampler.stop()
+        self.finished = True
+        summary = {k: v for k, v in {**self._last, **{k: _json_value(v) for k, v in self.summary.items()}}.items()
+                   if v is None or isinstance(v, (int, float, str, bool))}
+        summary = dict(list(summary.items())[-MAX_METRICS:])
+        loss = summary.get("loss", summary.get("train/loss"))
+        payload = {"status": status, "summary": {k: (None if isinstance(v, float) and v - v != 0.0 else v)
+                                                  for k, v in summary.items()}}
+        if self._step:
+            payload["final_step"] = self._step - 1
+        if isinstance(loss, float) and loss - loss == 0.0:
+            payload["final_loss"] = loss
+        if reason:
+            payload["reason"] = reason[:2000]
+        self._sink.emit_dict("run_finished", payload, self._step - 1 if self._step else None)
+        ok = self._sink.close(timeout) if isinstance(self._sink, Emitter) else self._sink.close()
+        if self._attachment is not None:
+            self._attachment.release()
+        _Current.finished(self)
+        if not ok:
+            log.warning("run %s: the ledger has not confirmed every event yet; they stay in the spool and are sent later",
+                        self.run_id)
+        return ok
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finish()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.finish("stopped", reason=_Deferred.reason or "KeyboardInterrupt")
+        else:
+            self.finish("failed", reason=f"{exc_type.__name__}: {exc}")
+
+    def __repr__(self) -> str:
+        return f"<runledger Run {self.run_id} attempt {self.attempt} at step {self._step}>"
+
+
+class _Deferred:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, but not inside an emit, where a
+    half-written spool line would be left: there they wait until the emit is done."""
+
+    depth = 0
+    pending: int | None = None
+    reason: str | None = None
+    installed: dict = {}
+
+    class signals:
+        def __enter__(self) -> None:
+            _Deferred.depth += 1
+
+        def __exit__(self, *exc) -> None:
+            _Deferred.depth -= 1
+            if _Deferred.depth == 0 and _Deferred.pending is not None:
+                signum, _Deferred.pending = _Deferred.pending, None
+                _Deferred.raise_for(signum)
+
+    @staticmethod
+    def handler(signum: int, frame) -> None:
+        if _Deferred.depth:
+            _Deferred.pending = signum
+        else:
+            _Deferred.raise_for(signum)
+
+    @staticmethod
+    def raise_for(signum: int) -> None:
+        _Deferred.reason = signal.Signals(signum).name
+        raise KeyboardInterrupt(_Deferred.reason)
+
+    @staticmethod
+    def install() -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+            if signal.getsignal(signum) is default:  # a handler of the user's own stays
+                _Deferred.installed[signum] = default
+                signal.signal(signum, _Deferred.handler)
+
+    @staticmethod
+    def uninstall() -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, default in _Deferred.installed.items():
+            if signal.getsignal(signum) is _Deferred.handler:
+                signal.signal(signum, default)
+        _Deferred.installed.clear()
+
+
+class _Current:
+    """The process's current run (`runledger.run`), and the hooks that finish it if the script ends first."""
+
+    run: Run | None = None
+    exc: tuple | None = None
+    _hooked = False
+
+    @classmethod
+    def started(cls, run: Run) -> None:
+        if cls.run is not None and not cls.run.finished:
+            cls.run.finish()  # (W&B's reinit: the previous run ends)
+        cls.run, cls.exc = run, None
+        if not cls._hooked:
+            cls._hooked = True
+            previous = sys.excepthook
+
+            def excepthook(tp, value, tb):  # an uncaught exception: atexit then finishes the run as failed
+                cls.exc = (tp, value)
+                previous(tp, value, tb)
+
+            sys.excepthook = excepthook
+            atexit.register(cls.at_exit)
+        _Deferred.install()
+
+    @classmethod
+    def finished(cls, run: Run) -> None:
+        if cls.run is run:
+            cls.run = None
+            _Deferred.uninstall()
+
+    @classmethod
+    def at_exit(cls) -> None:
+        run = cls.run
+        if run is None or run.finished:
+            return
+        if cls.exc is None:
+            run.finish()
+        elif issubclass(cls.exc[0], KeyboardInterrupt):
+            run.finish("stopped", reason=_Deferred.reason or "KeyboardInterrupt")
+        else:
+            run.finish("failed", reason=f"{cls.exc[0].__name__}: {cls.exc[1]}")
+
+
+def init(project: str | None = None, name: str | None = None, config: dict | Any = None, tags: list[str] | None = None,
+         resume: bool | str | None = None, id: str | None = None, *, root: str | Path | None = None,
+         nats: str | None = None, producer: str = PRODUCER, system_metrics: bool | float = True,
+         thresholds: dict[str, float] | None = None, mode: str = "online", **ignored: Any) -> Run:
+    """Start a run (or, with `resume`, the run's next attempt) and make it the current one.
+
+    project, name, config, tags: as W&B's; the run id is `id`, else `name` made a valid id, else a new one.
+    resume: None/False/"never" refuse a run that exists; True/"allow"/"auto" go on with it as its next
+        attempt if it exists; "must" requires it. A resumed run first sends what its last attempt left
+        in the spool, and `log` counts on from the last step it logged.
+    root: the ledger root ($RUNLEDGER_ROOT, ./runledger-data); nats: a server URL instead of the root's
+        embedded one ($RUNLEDGER_NATS, or $RUNLEDGER_CREDS for a secured server).
+    system_metrics: sample the machine every 10 s (a number: every that many seconds); False: never.
+    thresholds: overrides of the health checks' thresholds (`runledger audit health`), by name
+        (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
+    mode: "disabled" records nothing (every call still works). Other W&B arguments (entity, group,
+    notes, dir, reinit, ...) are accepted; group, job_type and notes go into the config's `_wandb` key.
+    """
+    if resume not in _RESUME:
+        raise LogError(f"resume={resume!r}: True, False, 'allow', 'must' or 'never'")
+    if config is not None and not isinstance(config, dict):
+        config = vars(config) if hasattr(config, "__dict__") else dict(config)
+    config = dict(config or {})
+    extra = {k: ignored[k] for k in ("group", "job_type", "notes") if ignored.get(k) is not None}
+    if extra:
+        config["_wandb"] = extra
+    unknown = sorted(set(thresholds or ()) - set(THRESHOLDS))
+    if unknown:
+        raise LogError(f"unknown thresholds {', '.join(map(str, unknown))} (known: {', '.join(THRESHOLDS)})")
+    run_id = id or run_id_for(name, project)
+    if not NAME_RE.fullmatch(run_id):
+        raise LogError(f"run id {run_id!r}: 1-64 of a-z 0-9 _ - starting with a letter or digit")
+    root = Path(settings.root(root))
+    if mode == "disabled":
+        run = Run(run_id, project=project, name=name, root=root, sink=NullSink(), attempt=0, config=config,
+                  tags=list(tags or []), first_step=0, attachment=None)
+        _Current.started(run)
+        return run
+    remote = nats or os.environ.get(settings.NATS_ENV) or os.environ.get(settings.CREDS_ENV)
+    attachment = None if remote else local.attach(root)
+    url = settings.nats_url(nats) if remote else attachment.url
+    spool = settings.spool_dir(root)
+    try:
+        stored = ledger_attempts(run_id, producer, url, LEDGER_WAIT_S)
+        exists = bool(stored) or (spool / run_id).exists()
+        if exists and resume in (None, False, "never"):
+            raise LogError(f"run {run_id!r} exists; pass resume=True to go on with it, or another name")
+        if not exists and resume == "must":
+            raise LogError(f"run {run_id!r} does not exist, and resume='must'")
+        first_step = 0
+        if exists:
+            send_leftovers(spool, url, run_id)
+            last = _last_step(root, spool, run_id)
+            first_step = 0 if last is None else last + 1
+        attempt = next_attempt(run_id, producer, spool, nats_url=url, wait_s=LEDGER_WAIT_S)
+        sink = Emitter(run_id, producer, attempt, url, spool)
+    except BaseException:
+        if attachment is not None:
+            attachment.release()
+        raise
+    interval = None if system_metrics is False else (10.0 if system_metrics is True else float(system_metrics))
+    run = Run(run_id, project=project, name=name, root=root, sink=sink, attempt=attempt, config=config,
+              tags=[str(t) for t in tags or []], first_step=first_step, attachment=attachment)
+    started = {"config": dict(run.config), "config_hash": hashlib.sha256(canonical_json(dict(run.config)).encode()).hexdigest(),
+               "tags": run.tags, "hardware": {**origin(producer), "python": platform.python_version(),
+                                              "platform": platform.platform(), "cpus": os.cpu_count()}}
+    if project:
+        started["project"] = str(project)
+    if thresholds:
+        started["thresholds"] = {k: float(v) for k, v in thresholds.items()}
+    if commit := _code_commit():
+        started["code_commit"] = commit
+    sink.emit_dict("run_started", started, first_step if first_step else None)
+    if interval:
+        run._sampler = SystemSampler(sink, interval, root).start()
+    _Current.started(run)
+    return run
