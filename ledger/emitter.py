@@ -89,9 +89,6 @@ class Emitter(ChainSink):
     def _keep(self, kind: str, ids: list[str], hashes: list[str], texts: list[bytes]) -> None:
         self.spool.append(kind, ids, hashes, texts)
 
-    def _kept(self) -> None:
-        self.publisher.wake()
-
     def pending(self) -> int:
         """Events emitted but not yet acknowledged by JetStream."""
         return self.spool.unacknowledged()

@@ -39,6 +39,8 @@ FSYNC_INTERVAL_S = 0.2
 CONFIRM_POLL_S = 0.05  # stop(): how often to ask the ledger how far it has got
 IO_SLICE_S = 0.001  # while busy: the event loop runs this long per round...
 TICK_S = 0.01  # ...and the thread sleeps this long between rounds
+IDLE_POLL_S = 0.01  # idle, it looks for new events this often: the producer never wakes it (a wake-up per
+# event, a write to the loop's pipe, let this thread take the GIL in the middle of the producer's emit)
 
 
 def batch_msg_id(items: list[Spooled]) -> str:
@@ -61,7 +63,6 @@ class Publisher:
         self.published = 0  # messages acknowledged by JetStream (for progress and benches)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._idle = True
         self._next_key = 0
         self._thread = threading.Thread(target=self._thread_main, name=f"emitter-{run_id}-{producer}", daemon=True)
 
@@ -69,11 +70,6 @@ class Publisher:
         self._thread.start()
         return self
 
-    def wake(self) -> None:
-        """New events are queued (called by the producer after each append)."""
-        if self._idle and self._loop is not None:
-            self._idle = False
-            self._loop.call_soon_threadsafe(self._wake.set)
 
     def stop(self, confirm_by: float | None, join_s: float) -> None:
         """Finish what is in flight (and, until `confirm_by`, wait for the ledger's verdict), then stop."""
@@ -182,14 +178,11 @@ class Publisher:
                     if self.confirm_by is not None and not inflight:
                         await self._await_verdict(nc, js, self.confirm_by)
                     break
-                if not spool.pending and not inflight:  # idle: until the producer wakes us
-                    self._idle = True
-                    self._wake.clear()
+                if not spool.pending and not inflight:  # idle: look again in a moment (or at stop())
                     try:
-                        await asyncio.wait_for(self._wake.wait(), 0.25)
+                        await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
                     except asyncio.TimeoutError:
                         pass
-                    self._idle = False
                 else:
                     # busy: let the connection write and read (PubAcks), then sleep with the loop stopped
                     # while events gather for the next message, so that no wake-up takes the GIL from

@@ -145,7 +145,7 @@ class ChainSink:
         raise NotImplementedError
 
     def _kept(self) -> None:
-        """After the lock is released (the Emitter wakes its publisher here)."""
+        """After the lock is released (ParquetSink writes a full batch here)."""
 
 
 def _time_text(at: str | datetime | None) -> str | None:

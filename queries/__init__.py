@@ -24,6 +24,7 @@ HERE = Path(__file__).parent
 # what each statement of views.sql defines
 _DEFINED = re.compile(r"^create or replace (?:view|macro) (\w+)", re.MULTILINE)
 _WORD = re.compile(r"\w+")
+_NAMED = re.compile(r"'(\w+)'")  # a string that is a name: a view a macro reads (`query_table('metrics_wide')`)
 _STRING = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")  # a string, or a quoted column name ("metrics/loss")
 _COMMENT = re.compile(r"--[^\n]*")
 
@@ -164,10 +165,12 @@ def reachable(statements: list[str], uses: str) -> list[str]:
     """The statements of views.sql that the text `uses` can reach, in their order: those defining a
     view or macro it names, then those that these name, and so on. Every word of `uses` counts as a
     name (in a string too), so nothing a query could use is left out; in the definitions, strings
-    are file paths, quoted names are columns and comments are prose, and none names a view. The audit helpers, the slowest views to define, are left
+    are file paths (a string that is one word names a view: `query_table('metrics_wide')`), quoted
+    names are columns and comments are prose. The audit helpers, the slowest views to define, are left
     out of a query that does not name them."""
     defining = {_DEFINED.search(st).group(1).lower(): st for st in statements}
-    names = {name: set(_WORD.findall(_STRING.sub("", _COMMENT.sub("", st)).lower())) for name, st in defining.items()}
+    names = {name: set(_WORD.findall(_STRING.sub("", _COMMENT.sub("", st)).lower()))
+                   | set(_NAMED.findall(_COMMENT.sub("", st).lower())) for name, st in defining.items()}
     todo, reached = set(_WORD.findall(uses.lower())) & set(defining), set()
     while todo:
         name = todo.pop()

@@ -32,7 +32,7 @@ select null::double as "metrics/loss", null::double as "metrics/train/loss", nul
        null::double as "metrics/router_entropy", null::double as "metrics/train/router_entropy", null::double as "metrics/mfu",
        null::double as "metrics/train/mfu", null::double as "metrics/throughput/mfu", null::double as "metrics/tokens_per_s",
        null::double as "metrics/throughput/tokens_per_second", null::double as "metrics/eval/loss",
-       null::double as "metrics/val/loss"
+       null::double as "metrics/val/loss", null::double as no_metric
 where false;
 
 -- every step of every attempt (a resumed run re-does the steps after its checkpoint): the typed
@@ -115,20 +115,45 @@ select * from {{kind:decision_applied}};
 create or replace view runs_finished as
 select * from {{kind:run_finished}};
 
--- free-form metrics (`runledger.log`) in long form: one row per name logged, every attempt; `nonfinite`
--- is 'nan', 'inf' or '-inf' where the value was not finite (its value is null: JSON has no NaN). (A query
--- of one metric reads faster from its own column: "metrics/NAME" of metric_events.)
-create or replace view metrics_all as
+-- where each attempt of a run's producer stops counting: the first step a later attempt logged (a
+-- resumed run re-does the steps after its checkpoint, so the earlier attempt's from there on are
+-- superseded); null for the last attempt
+create or replace view metric_attempts as
+select run_id, producer, attempt,
+       min(first_step) over (partition by run_id, producer order by attempt desc
+                             rows between unbounded preceding and 1 preceding) as superseded_from
+from (select run_id, producer, attempt, min(step) as first_step from metric_events group by all);
+
+-- the metrics events that count: each step from the latest attempt that logged it (the steps an
+-- attempt logged before the next one started, and all of the last one's)
+create or replace view metric_events_latest as
+select m.* from metrics_wide m join metric_attempts a using (run_id, producer, attempt)
+where a.superseded_from is null or m.step < a.superseded_from;
+
+-- the long form of metrics events (a view's name): one row per name logged; `nonfinite` is 'nan',
+-- 'inf' or '-inf' where the value was not finite (its value is null: JSON has no NaN)
+create or replace macro metrics_long(events) as table
 select run_id, producer, attempt, seq, step, time, substr(key, 9) as key, value, null::varchar as nonfinite
-from (unpivot metrics_wide on columns('^metrics/') into name key value value)
+from (unpivot (select * exclude (no_metric) from query_table(events)) on columns('^metrics/') into name key value value)
 union all
 select run_id, producer, attempt, seq, step, time, key, null::double as value, kind_of_value as nonfinite
-from (select *, unnest(map_keys(nonfinite)) as key, unnest(map_values(nonfinite)) as kind_of_value from metric_events);
+from (select *, unnest(map_keys(nonfinite)) as key, unnest(map_values(nonfinite)) as kind_of_value from query_table(events));
 
--- the same, for each (run, step) only the latest attempt's (a resumed run re-logs the steps after its checkpoint)
+-- free-form metrics (`runledger.log`) in long form, every attempt. (A query of one metric is faster
+-- through `metric(name)` below, which reads that metric's own column.)
+create or replace view metrics_all as
+select * from metrics_long('metrics_wide');
+
+-- the same, each step from the latest attempt that logged it
 create or replace view metrics as
-select run_id, attempt, step, key, value, time, nonfinite from metrics_all
-where (run_id, producer, step, attempt) in (select run_id, producer, step, max(attempt) from metric_events group by all);
+select run_id, attempt, step, key, value, time, nonfinite from metrics_long('metric_events_latest');
+
+-- one metric by its name, each step from the latest attempt that logged it: `select step, value from
+-- metric('train/loss') where run_id = 'r'`. It reads that metric's own column, where the long form
+-- above unpivots every name first: the fast way to ask for one metric (value null where not logged).
+create or replace macro metric(name) as table
+select run_id, attempt, step, time, value, case when value is null then nonfinite[name] end as nonfinite
+from (select *, coalesce(*columns(lambda c: c = 'metrics/' || name or c = 'no_metric')) as value from metric_events_latest);
 
 -- the machine's metrics (`runledger.init(system_metrics=...)`), as stored ("metrics/NAME" columns) and in
 -- long form: CPU, memory, disk, network (psutil), GPUs (NVML), JAX devices' memory

@@ -309,3 +309,21 @@ def test_the_local_ledger_killed_mid_run_loses_nothing(local_root):
         "select count(*), count(distinct step), min(step), max(step) from metrics where run_id = 'survivor'").fetchall()
     assert rows == [(400, 400, 0, 399)]
     assert runledger_cli("verify", "--root", str(local_root)).returncode == 0
+
+
+def test_a_resumed_run_supersedes_the_steps_it_redoes(local_root):
+    first = runledger.init(name="redo", system_metrics=False)
+    for step in range(100):
+        runledger.log({"loss": 1.0, "lr": 0.1}, step=step)
+    first.finish()
+    second = runledger.init(name="redo", resume=True, system_metrics=False)  # back to a checkpoint at step 50
+    for step in range(50, 80):
+        runledger.log({"loss": 2.0, "lr": 0.2}, step=step)
+    second.finish()
+    db = reader(local_root)
+    expected = [(0, 0, 49, 50), (1, 50, 79, 30)]  # attempt 0's steps from 50 on were redone: superseded
+    assert db.execute("select attempt, min(step), max(step), count(*) from metrics where run_id = 'redo' "
+                      "and key = 'loss' group by attempt order by attempt").fetchall() == expected
+    assert db.execute("select attempt, min(step), max(step), count(*) from metric('loss') where run_id = 'redo' "
+                      "group by attempt order by attempt").fetchall() == expected
+    assert db.execute("select count(*) from metrics_all where run_id = 'redo' and key = 'loss'").fetchall() == [(130,)]
