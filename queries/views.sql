@@ -115,19 +115,25 @@ select * from {{kind:decision_applied}};
 create or replace view runs_finished as
 select * from {{kind:run_finished}};
 
--- where each attempt of a run's producer stops counting: the first step a later attempt logged (a
--- resumed run re-does the steps after its checkpoint, so the earlier attempt's from there on are
--- superseded); null for the last attempt
+-- where an attempt of a run's producer stops counting: the first step a later attempt logged (a resumed
+-- run re-does the steps after its checkpoint, so the earlier attempt's from there on are superseded).
+-- Only attempts that have a later one are listed, found from `run_started` (one per attempt), so that
+-- a run of one attempt, the common case, costs no scan of its metrics.
 create or replace view metric_attempts as
-select run_id, producer, attempt,
-       min(first_step) over (partition by run_id, producer order by attempt desc
-                             rows between unbounded preceding and 1 preceding) as superseded_from
-from (select run_id, producer, attempt, min(step) as first_step from metric_events group by all);
+select * from (
+    select run_id, producer, attempt,
+           min(first_step) over (partition by run_id, producer order by attempt desc
+                                 rows between unbounded preceding and 1 preceding) as superseded_from
+    from (select run_id, producer, attempt, min(step) as first_step
+          from (select run_id, producer from runs group by all having count(distinct attempt) > 1)
+               join metric_events using (run_id, producer)
+          group by all))
+where superseded_from is not null;
 
 -- the metrics events that count: each step from the latest attempt that logged it (the steps an
 -- attempt logged before the next one started, and all of the last one's)
 create or replace view metric_events_latest as
-select m.* from metrics_wide m join metric_attempts a using (run_id, producer, attempt)
+select m.* from metrics_wide m left join metric_attempts a using (run_id, producer, attempt)
 where a.superseded_from is null or m.step < a.superseded_from;
 
 -- the long form of metrics events (a view's name): one row per name logged; `nonfinite` is 'nan',

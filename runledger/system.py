@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
