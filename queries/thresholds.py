@@ -84,6 +84,7 @@ RULE_BOOK: tuple[Threshold, ...] = (
 
 THRESHOLDS: dict[str, Threshold] = {t.name: t for t in RULE_BOOK}
 DEFAULTS: dict[str, float] = {t.name: t.default for t in RULE_BOOK}
+NAMES = frozenset(THRESHOLDS) | {t.formerly for t in RULE_BOOK if t.formerly}  # what a run may set
 
 
 def _sql_str(s: str | None) -> str:

@@ -36,7 +36,7 @@ from ledger.chains import ledger_attempts, next_attempt
 from ledger.emitter import Emitter, origin, send_leftovers
 from ledger.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
 from ledger.sink import NullSink
-from queries.thresholds import THRESHOLDS
+from queries.thresholds import NAMES
 from runledger.system import SystemSampler
 
 log = logging.getLogger("runledger")
@@ -463,9 +463,9 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     extra = {k: ignored[k] for k in ("group", "job_type", "notes") if ignored.get(k) is not None}
     if extra:
         config["_wandb"] = extra
-    unknown = sorted(set(thresholds or ()) - set(THRESHOLDS))
+    unknown = sorted(map(str, set(thresholds or ()) - NAMES))
     if unknown:
-        raise LogError(f"unknown thresholds {', '.join(map(str, unknown))} (known: {', '.join(THRESHOLDS)})")
+        raise LogError(f"unknown thresholds {', '.join(unknown)} (known: {', '.join(sorted(NAMES))})")
     run_id = id or run_id_for(name, project)
     if not NAME_RE.fullmatch(run_id):
         raise LogError(f"run id {run_id!r}: 1-64 of a-z 0-9 _ - starting with a letter or digit")

@@ -104,3 +104,18 @@ def test_the_audit_and_the_agents_read_the_same_thresholds_and_a_run_overrides_t
     source = dict(con.execute("select name, source from run_thresholds where run_id = 'strict'").fetchall())
     assert source["grad_norm_max"] == "run_started.thresholds"
     assert source["drop_fraction_max"] == THRESHOLDS["drop_fraction_max"].anchor
+
+
+def test_a_run_may_set_only_thresholds_of_the_rule_book():
+    """`runledger train --threshold` and `runledger.init(thresholds=)` refuse a name the rule book lacks
+    (a typo would otherwise be recorded and silently never read), and take the former names too."""
+    import runledger
+    from tools.args import UsageError
+    from tools.train import parse_thresholds
+
+    assert parse_thresholds(["grad_norm_max=5", "window_steps=20"]) == {"grad_norm_max": 5.0, "window_steps": 20.0}
+    for bad, reason in ((["grad_norm_mx=5"], "no threshold 'grad_norm_mx'"), (["grad_norm_max=high"], "is not a number")):
+        with pytest.raises(UsageError, match=reason):
+            parse_thresholds(bad)
+    with pytest.raises(runledger.LogError, match="unknown thresholds grad_norm_mx"):
+        runledger.init(name="typo", thresholds={"grad_norm_mx": 5.0}, mode="disabled")

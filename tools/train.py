@@ -81,6 +81,22 @@ def with_overrides(cfg, overrides: list[str]):
     return cfg
 
 
+def parse_thresholds(pairs: list[str]) -> dict[str, float]:
+    """--threshold NAME=VALUE pairs: names of the rule book (queries/thresholds.py), numeric values."""
+    from queries.thresholds import NAMES
+
+    out = {}
+    for kv in pairs:
+        name, _, value = kv.partition("=")
+        if name not in NAMES:
+            raise UsageError(f"--threshold {kv!r}: no threshold {name!r} (known: {', '.join(sorted(NAMES))})")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--threshold {kv!r}: {value!r} is not a number") from None
+    return out
+
+
 def run(args) -> int:
     from training.decisions import ledger_decisions
     from training.resume import ckpt_dir, fork_point, resume_point
@@ -139,10 +155,7 @@ def run(args) -> int:
     if args.slow:
         until, _, secs = args.slow.partition(":")
         slow = (int(until), float(secs))
-    thresholds = {}
-    for kv in args.threshold:
-        name, _, value = kv.partition("=")
-        thresholds[name] = float(value)
+    thresholds = parse_thresholds(args.threshold)
     stop = {"now": False}
 
     def on_signal(signum, _frame):
