@@ -431,15 +431,12 @@ class MetricsLogged(Payload):
     _named = model_validator(mode="before")(classmethod(_nonfinite_named))
 
 
-class SystemSampled(Payload):
+class SystemSampled(MetricsLogged):
     """The machine a run is on, sampled every few seconds (`runledger.init(system_metrics=)`): CPU, memory,
-    disk and network (psutil), each GPU (NVML) and each JAX device's memory. Names as in MetricsLogged."""
+    disk and network (psutil), each GPU (NVML) and each JAX device's memory, named and kept as in
+    MetricsLogged."""
 
-    metrics: Metrics
-    nonfinite: NonFiniteNames = Field(default_factory=dict)
     interval_s: Finite | None = None
-
-    _named = model_validator(mode="before")(classmethod(_nonfinite_named))
 
 
 class ConfigUpdated(Payload):

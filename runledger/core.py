@@ -32,7 +32,7 @@ from typing import Any
 
 from ledger import local, settings
 from ledger.canonical import canonical_json
-from ledger.chains import ledger_attempts, next_attempt
+from ledger.chains import next_attempt
 from ledger.emitter import Emitter, origin, send_leftovers
 from ledger.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
 from ledger.sink import NullSink
@@ -480,8 +480,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     url = settings.nats_url(nats) if remote else attachment.url
     spool = settings.spool_dir(root)
     try:
-        stored = ledger_attempts(run_id, producer, url, LEDGER_WAIT_S)
-        exists = bool(stored) or (spool / run_id).exists()
+        attempt = next_attempt(run_id, producer, spool, nats_url=url, wait_s=LEDGER_WAIT_S)  # 0: none known
+        exists = attempt > 0 or (spool / run_id).exists()
         if exists and resume in (None, False, "never"):
             raise LogError(f"run {run_id!r} exists; pass resume=True to go on with it, or another name")
         if not exists and resume == "must":
@@ -491,7 +491,6 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
             send_leftovers(spool, url, run_id)
             last = _last_step(root, spool, run_id)
             first_step = 0 if last is None else last + 1
-        attempt = next_attempt(run_id, producer, spool, nats_url=url, wait_s=LEDGER_WAIT_S)
         sink = Emitter(run_id, producer, attempt, url, spool)
     except BaseException:
         if attachment is not None:
