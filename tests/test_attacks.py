@@ -441,3 +441,63 @@ def test_verify_prints_the_heads_to_publish_elsewhere(attacked):
     last = reader(attacked).execute("select hash from steps_all where run_id = 'tr' and producer = 'worker-0' "
                                     "and seq = 29").fetchone()[0]
     assert summary["heads"]["tr:worker-0:0"]["hash"] == last
+
+
+# ---------------------------------------------------------------------------------------- the free-form kinds (issue 16)
+
+
+def test_a_worker_may_alert_and_log_metrics_on_its_own_run_only(secure, tmp_path):
+    """A run's worker role publishes `metrics` and `alert` for its run (`runledger.log`, `runledger.alert`),
+    never for another run, and still no decision."""
+    root, urls, ledger = secure
+    alert = {"alert_id": "a1", "agent": "main", "rule": "loss spike", "message": "loss 9.1"}
+    own = Emitter("r1", "main", 0, urls["worker-r1"], tmp_path / "spool")
+    own.emit_dict("metrics", {"metrics": {"val/accuracy": 0.5}}, step=0)
+    own.emit_dict("alert", alert, step=0)
+    assert own.close(60)
+    other = Emitter("r2", "main", 0, urls["worker-r1"], tmp_path / "spool")  # r1's credentials, r2's subjects
+    other.emit_dict("metrics", {"metrics": {"val/accuracy": 0.0}}, step=0)
+    other.emit_dict("alert", alert, step=0)
+    assert not other.close(timeout=8)
+    assert {"runledger.r2.metrics", "runledger.r2.alert"} <= other.refused
+    assert wait_for_count(root, "select count(*) from alerts", 1, timeout=60) == 1
+    db = reader(root)
+    assert db.execute("select run_id, key, value from metrics").fetchall() == [("r1", "val/accuracy", 0.5)]
+    assert db.execute("select run_id from alerts").fetchall() == [("r1",)]
+
+
+def test_hostile_metrics_payloads_are_quarantined_and_the_honest_ones_stored(secure):
+    """What `runledger.log` refuses at the call site, a hand-made client sends anyway: a null no one
+    names as non-finite, a name with a control character, one past 256 characters, more than 2,048
+    names, a string value. Each is quarantined with its reason; the ledger stays up."""
+    root, urls, ledger = secure
+    hostile = [{"metrics": {"loss": None}}, {"metrics": {"a\nb": 1.0}}, {"metrics": {"x" * 257: 1.0}},
+               {"metrics": {f"k{i}": 1.0 for i in range(2049)}}, {"metrics": {"loss": "9.1"}},
+               {"metrics": {"loss": 1.0}, "nonfinite": {"loss": "nan"}}]
+    bodies = [canonical_json(hand_sealed("r1", "hostile", i, p, kind="metrics")).encode() for i, p in enumerate(hostile)]
+    asyncio.run(publish_raw(urls["worker-r1"], "runledger.r1.metrics", *bodies))
+    honest = Emitter("r1", "main", 0, urls["worker-r1"], root.parent / "spool")
+    honest.emit_dict("metrics", {"metrics": {"loss": 2.5}}, step=0)
+    assert honest.close(60)
+    assert wait_for_count(root, "select count(*) from quarantine", len(hostile), timeout=60) == len(hostile)
+    assert ledger.proc.poll() is None
+    assert reader(root).execute("select producer, key, value from metrics_all").fetchall() == [("main", "loss", 2.5)]
+
+
+def test_a_metric_column_edited_in_a_stored_file_is_named_by_verify(tmp_path):
+    """A DOUBLE column per name (`metrics/NAME`) beside the hashed payload: an edit to the column (with
+    the ledger's digest recomputed, as an attacker who knows the format would) is found by verify."""
+    from ledger.sink import ParquetSink
+
+    root = tmp_path / "root"
+    with ParquetSink(root, "m1") as sink:
+        sink.emit_dicts("metrics", [{"metrics": {"loss": 1.0 / (i + 1)}} for i in range(10)], list(range(10)))
+    assert cli("verify", "--root", str(root)).returncode == 0
+
+    def lower_loss(table: pa.Table) -> pa.Table:
+        i = table.schema.get_field_index("metrics/loss")
+        return table.set_column(i, "metrics/loss", pc.multiply(table.column(i), 0.5))
+
+    rewrite_partition(root, "metrics", "m1", lambda r: True, lower_loss)
+    out = cli("verify", "--root", str(root))
+    assert out.returncode == 1 and "column metrics/loss = 0.5 but the payload says 1.0" in out.stdout
