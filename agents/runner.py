@@ -14,6 +14,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -88,19 +89,54 @@ def recorded_ids(root: str | Path, run_id: str) -> set[str]:
     return ids
 
 
+# (root, run_id, decision ids revised already) -> [(decision_id, its revision's forecast events)]
+Revise = Callable[[Path, str, set[str]], list[tuple[str, list]]]
+
+
 class Runner:
     """The agents process: its emitters (one per run and agent) and what it has sent."""
 
-    def __init__(self, root: str | Path, nats_url: str):
+    def __init__(self, root: str | Path, nats_url: str, revise: Revise | None = None):
         self.root, self.nats_url = Path(root), nats_url
         self.emitters: dict[tuple[str, str], Emitter] = {}
         self.sent: set[str] = set()
+        self.revise = revise
+        self.revised: set[str] = set()  # decision ids whose plan this process re-forecast
+        self.considered: set[str] = set()  # applied decisions `revise` was asked about
 
-    def emitter(self, run_id: str, producer: str) -> Emitter:
+    def reforecast(self, run_id: str, state) -> int:
+        """Record the revised forecast of each plan change not yet re-forecast (asked only when the replayed
+        `state` has an applied decision not asked about before); returns the events sent."""
+        applied = {did for did, d in state.decisions.items() if d.get("status") == "applied"}
+        if self.revise is None or applied <= self.considered:
+            return 0
+        try:
+            pending = self.revise(self.root, run_id, set(self.revised))
+        except (ValueError, OSError, duckdb.IOException) as err:  # a fit that cannot say, or files moving
+            log.warning("re-forecasting %s: %s; trying again next round", run_id, str(err).splitlines()[0])
+            return 0
+        except Exception:  # a re-forecasting bug must not stop the agents: said, and not asked again
+            log.exception("re-forecasting %s failed", run_id)
+            self.considered |= applied
+            return 0
+        self.considered |= applied
+        sent = 0
+        for decision_id, events in pending:
+            em = self.emitter(run_id, "ladder", continue_spooled=False)
+            for e in events:
+                em.emit(e, step=max(e.from_step - 1, 0))
+            self.revised.add(decision_id)
+            sent += len(events)
+            log.info("ladder: %s re-forecast for decision %s (%d points)", run_id, decision_id, len(events))
+        return sent
+
+    def emitter(self, run_id: str, producer: str, continue_spooled: bool = True) -> Emitter:
+        """The producer's emitter for the run (its spooled chain again, unless `continue_spooled` is False:
+        the ladder's chains belong to the ladder's own runs, and a revision starts an attempt of its own)."""
         key = (run_id, producer)
         if key not in self.emitters:
             spool = self.root / "spool"
-            attempt = next_attempt(run_id, producer, spool, root=self.root, continue_spooled=True)
+            attempt = next_attempt(run_id, producer, spool, root=self.root, continue_spooled=continue_spooled)
             self.emitters[key] = Emitter(run_id, producer, attempt, self.nats_url, spool)
         return self.emitters[key]
 
@@ -111,6 +147,7 @@ class Runner:
         except (duckdb.IOException, OSError) as err:  # a file compacted away while reading: next time
             log.debug("evaluating %s: %s; trying again next round", run_id, err)
             return []
+        self.reforecast(run_id, state)
         if not actions:
             return []
         known = recorded_ids(self.root, run_id) | self.sent
@@ -138,10 +175,11 @@ class Runner:
 
 
 async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None, stop: asyncio.Event | None = None,
-                     poll_s: float = 1.0) -> None:
-    """Until `stop`: wake on new events, evaluate the runs they belong to, record decisions."""
+                     poll_s: float = 1.0, revise: Revise | None = None) -> None:
+    """Until `stop`: wake on new events, evaluate the runs they belong to, record decisions (and, with
+    `revise`, re-forecast plans that applied decisions changed)."""
     stop = stop or asyncio.Event()
-    runner = Runner(root, nats_url)
+    runner = Runner(root, nats_url, revise)
     durable = DURABLE if run_id is None else f"{DURABLE}-{run_id}"
     subject = f"runledger.{run_id}.>" if run_id else "runledger.>"
     nc = await bus.connect(nats_url, name="agents")

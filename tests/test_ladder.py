@@ -88,7 +88,9 @@ def test_forecasts_reach_the_ledger_and_the_audit_compares_them(nats_server, roo
                          "from forecasts where run_id = 'target' and target_run = 'target' group by all").fetchall()
     assert stored == [("ladder", 0, 20, pytest.approx(worst), pytest.approx(worst))]
 
-    rows = run_suite(root, "forecast", "target").rows()
+    results = {r.name: [dict(zip(r.columns, row)) for row in r.rows] for r in run_suite(root, "forecast", "target").results}
+    assert [(p["revision"], p["decision_id"], p["points"]) for p in results["forecast/plans"]] == [(0, None, 20)]
+    rows = results["forecast/vs_actual"]
     assert [r["fraction"] for r in rows] == list(FRACTIONS)
     assert all(r["reached"] for r in rows)
     residuals = np.array([r["residual"] for r in rows])

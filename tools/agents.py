@@ -1,4 +1,4 @@
-"""`runledger agents` (the contingency agents on the live stream) and `runledger decide RUN` (a person's
+"""`runledger agents` (the contingency agents on the live stream, re-forecasting plans their decisions change) and `runledger decide RUN` (a person's
 decision, recorded like an agent's)."""
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ def register(sub) -> None:
 
 def cmd_agents(args: argparse.Namespace) -> int:
     from agents.runner import run_agents
+    from training.reforecast import revisions  # the ladder's forecast again when a decision changes the plan
 
     async def main():
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await run_agents(args.root, resolve_nats(args), args.run_id, stop)
+        await run_agents(args.root, resolve_nats(args), args.run_id, stop, revise=revisions)
 
     asyncio.run(main())
     return 0

@@ -107,7 +107,8 @@ class Demo:
     def ladder(self, progress: Progress) -> None:
         task = progress.add_task("ladder: 4 rungs + forecast", total=None)
         p = self.spawn("ladder", "ladder", "--preset", self.plan.preset, "--rungs", "4", "--target", RUN,
-                       "--root", str(self.root), "--nats", self.nats.url, "--steps-scale", str(self.plan.ladder_scale))
+                       "--root", str(self.root), "--nats", self.nats.url, "--steps-scale", str(self.plan.ladder_scale),
+                       "--horizon-steps", str(self.plan.horizon))  # the main run's plan, not the preset's
         rc = p.wait()
         progress.update(task, total=1, completed=1,
                         description=f"ladder: {self.sql(f'select count(*) from forecasts where target_run = {RUN!r}', 0)} forecast points")

@@ -3,7 +3,10 @@
     runledger ladder --preset small --rungs 4 --target main --root data --nats nats://127.0.0.1:4222
 
 `--preset` is the target's preset (its compute and tokens per active parameter size the ladder);
-`--from-ledger` re-fits rungs already in the ledger instead of training them. The logic is in
+`--from-ledger` re-fits rungs already in the ledger instead of training them; `--fit` chooses every
+fraction fitted at once (joint, the default) or one law per fraction; `--revise` trains nothing and re-issues
+the forecast for each plan change an applied decision made to the target (the agents process does the
+same on its own). The logic is in
 `training.ladder`; `register(subparsers)` adds the subcommand. Nothing of the ladder (numpy,
 scipy, JAX) is imported until the command runs.
 """
@@ -41,6 +44,13 @@ def register(subparsers) -> None:
                    help="irreducible loss in nats/byte (a number, e.g. training.ladder_fit.DEFAULT_E: fixed, the band "
                         "leave-one-rung-out), or 'fit' (the default: fitted, the band carries its uncertainty)")
     p.add_argument("--from-ledger", action="store_true", help="fit the rungs already in the ledger, train nothing")
+    p.add_argument("--fit", choices=["joint", "per-fraction"], default="joint",
+                   help="joint (default): every fraction fitted at once (one E, an exponent smooth in the "
+                        "fraction); per-fraction: a law per fraction")
+    p.add_argument("--horizon-steps", type=int, default=None,
+                   help="the target's planned horizon when it is not its preset's (as `train --horizon-steps`)")
+    p.add_argument("--revise", action="store_true",
+                   help="train nothing: re-forecast each plan change an applied decision made to the target")
     p.add_argument("--emit", action=argparse.BooleanOptionalAction, default=True, help="emit events (default on)")
     add_root(p)
     add_nats(p)
@@ -56,10 +66,21 @@ def run(args) -> int:
         raise UsageError(f"--rungs must be 1..4 (the presets rung0..rung3), not {args.rungs}")
     if args.steps_scale <= 0:
         raise UsageError("--steps-scale must be > 0")
+    if args.horizon_steps is not None and args.horizon_steps < 1:
+        raise UsageError("--horizon-steps must be >= 1")
+    if args.revise:
+        from training.reforecast import emit_revisions
+
+        if not args.emit:
+            raise UsageError("--revise emits the revisions: it cannot go with --no-emit")
+        n = emit_revisions(args.root, args.target, resolve_nats(args))
+        log.info("ladder: %d revised forecast points for %s", n, args.target)
+        return 0
     try:
         result = run_ladder(args.target, root=args.root, nats_url=resolve_nats(args) if args.emit else None,
                             target_preset=args.preset, n_rungs=args.rungs, ladder=args.ladder,
-                            steps_scale=args.steps_scale, tpp=args.tpp, E=args.E, from_ledger=args.from_ledger)
+                            steps_scale=args.steps_scale, tpp=args.tpp, E=args.E, from_ledger=args.from_ledger,
+                            method=args.fit.replace("-", "_"), horizon_steps=args.horizon_steps)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if not result.forecasts:

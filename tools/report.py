@@ -1,5 +1,6 @@
 """`runledger report RUN --out F.html`: one self-contained HTML file (inline SVG, no network) with the
-run's plots and tables, all read from the ledger: loss against the forecast and its band, grad norm,
+run's plots and tables, all read from the ledger: loss against the forecast in force and its band (the
+plan as registered until a decision changed it, then that decision's revision, each revision marked), grad norm,
 drop fraction per layer, MFU, LR with the decisions marked on it, data mixture realised vs declared,
 the decision trail and the health table.
 """
@@ -133,9 +134,14 @@ def gather(root: Path, run_id: str) -> dict:
     steps = _rows(con, "select step, loss, grad_norm, lr, mfu, tokens from steps where run_id = $r order by step", r=run_id)
     plan = _rows(con, "select tokens_per_step, data_mixture from runs where run_id = $r order by stream_seq desc limit 1", r=run_id)
     tps = (plan[0]["tokens_per_step"] if plan else None) or 1
+    # the forecast in force: each plan's points where it governed the run (views.sql forecast_points)
     forecasts = _rows(con, """
-        select fraction, target_tokens, projected_loss, band_low, band_high from forecasts where target_run = $r
-        qualify row_number() over (partition by fraction order by stream_seq desc) = 1 order by fraction""", r=run_id)
+        select fraction, at_tokens as target_tokens, projected_loss, band_low, band_high, revision, decision_id
+        from forecast_points where run_id = $r and in_force order by at_tokens""", r=run_id)
+    revisions = _rows(con, """
+        select revision, decision_id, any_value(from_step) as from_step, count(*) as points,
+               coalesce(any_value(horizon_tokens), max(at_tokens)) as horizon_tokens, bool_and(supported) as supported
+        from forecast_points where run_id = $r group by all order by revision""", r=run_id)
     layers = _rows(con, """
         select d.step, l.layer, l.drop_fraction
         from (select * from drops where run_id = $r
@@ -162,7 +168,7 @@ def gather(root: Path, run_id: str) -> dict:
         health = run_suite(root, "health", run_id)
     except Exception as err:  # the report still shows everything else
         log.warning("health suite unavailable: %s", err)
-    return {"steps": steps, "tps": tps, "forecasts": forecasts, "layers": layers, "drop_totals": totals,
+    return {"steps": steps, "tps": tps, "forecasts": forecasts, "revisions": revisions, "layers": layers, "drop_totals": totals,
             "decisions": decisions, "realised": realised, "declared": declared, "health": health}
 
 
@@ -186,11 +192,12 @@ def render(run_id: str, d: dict) -> str:
     fc = [f for f in d["forecasts"] if f["target_tokens"] is not None]
     applied = [r for r in d["decisions"] if r["applied_at"] is not None]
     markers = [(r["applied_at"], r["action"].replace("set_", "")) for r in applied]
+    revised = [(r["from_step"], f"forecast r{r['revision']}") for r in d.get("revisions", []) if r["revision"]]
     charts = [
-        line_chart("Loss vs forecast", [("loss", xs, [s["loss"] for s in steps], SERIES["loss"])],
+        line_chart("Loss vs forecast in force", [("loss", xs, [s["loss"] for s in steps], SERIES["loss"])],
                    band=(fx, [f["band_low"] for f in fc], [f["band_high"] for f in fc]) if fc else None,
-                   points=[("forecast (ladder)", fx, [f["projected_loss"] for f in fc], SERIES["forecast"])] if fc else [],
-                   y_label="loss"),
+                   points=[("forecast in force (ladder)", fx, [f["projected_loss"] for f in fc], SERIES["forecast"])] if fc else [],
+                   markers=revised, y_label="loss"),
         line_chart("Grad norm", [("grad norm", xs, [s["grad_norm"] for s in steps], SERIES["grad_norm"])], y_label="‖g‖"),
     ]
     by_layer: dict[int, tuple[list, list]] = {}
@@ -215,6 +222,10 @@ def render(run_id: str, d: dict) -> str:
              f"<h1>Run {html.escape(run_id)}</h1><p>{len(steps)} steps in the ledger; every figure below is read "
              "from it and can be re-derived with <code>runledger sql</code>.</p>",
              "<h2>Training</h2><div class='grid-2'>" + "".join(charts) + "</div>",
+             "<h2>Forecast plans</h2>",
+             table(["revision", "decision_id", "from_step", "horizon_tokens", "points", "supported"],
+                   [[r[c] for c in ("revision", "decision_id", "from_step", "horizon_tokens", "points", "supported")]
+                    for r in d.get("revisions", [])]) if d.get("revisions") else "<p>No forecast.</p>",
              "<h2>Decision trail</h2>",
              table(["decided_at", "agent", "action", "mode", "applied_at", "status", "rationale"],
                    [[r[c] for c in ("decided_at", "agent", "action", "mode", "applied_at", "status", "rationale")]

@@ -8,8 +8,11 @@ optimizer, data), each trained for the tokens that keep the tokens per active pa
 the ladder (the target's ratio by default: the target is the ladder's next rung, as in Marin's
 ladders), so compute grows with the square of the active parameters. Each rung's
 loss curve is recorded as its worker emits it (a rung that dies keeps what it reached); the fit
-itself is `training.ladder_fit` (E fitted by default, a fixed E the option). Forecasts are emitted
-by producer `ladder` on the target run's subjects, one per fraction; a re-run forecasts as the next attempt, and the audits read the latest.
+itself is `training.ladder_joint` (every fraction at once: one E, an exponent smooth in the
+fraction; the default) or `training.ladder_fit` (a law per fraction); E fitted by default, a fixed E
+the option. Forecasts are emitted by producer `ladder` on the target run's subjects, one per fraction;
+a re-run forecasts as the next attempt, and the audits read the latest. When a decision changes the
+plan, `training.reforecast` issues a revision of them for the new plan.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from ledger.chains import next_attempt
 from ledger.events import ForecastMade, Payload, RunFinished, RunStarted, StepCompleted
 from ledger.sink import EventSink, NullSink, payload_of
 from training.config import TrainConfig, preset
-from training.flops import active_params, flops_per_token
 from training.ladder_fit import FRACTIONS, Curve, Forecast, forecast, self_check
+from training.ladder_joint import fit_joint
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +57,13 @@ class LadderResult:
     self_check_error: float | None
     self_check_errors: dict[str, float] = field(default_factory=dict)
     refusals: dict[float, str] = field(default_factory=dict)  # fraction -> why no forecast there
+    method: str = "joint"
+    E: float | None = None  # the irreducible loss given (None: fitted)
 
 
 def tokens_per_param(cfg: TrainConfig) -> float:
+    from training.flops import active_params  # (JAX: not for what only fits or re-forecasts)
+
     return cfg.token_budget / active_params(cfg)
 
 
@@ -66,6 +73,8 @@ def rung_configs(n_rungs: int, tpp: float, steps_scale: float = 1.0,
     target's `recipe` (sequence length, batch, optimizer, data, router settings; the presets' own when
     None), each trained for `tpp` tokens per active parameter (times `steps_scale`, a knob for quick
     ladders), with warmup the same fraction of training as the recipe's and cadences scaled alike."""
+    from training.flops import active_params
+
     out = []
     for i in range(n_rungs):
         name = f"rung{i}"
@@ -132,7 +141,7 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
     `stop_after` {rung index: step} ends those rungs early (a drill: a rung that died partway)."""
     from ledger.emitter import Emitter
     from training.resume import ckpt_dir
-    from training.flops import measure_peak_flops
+    from training.flops import active_params, measure_peak_flops
     from training.worker import train
 
     spool = Path(root) / "spool"
@@ -179,35 +188,60 @@ def curves_from_ledger(root: str | Path, run_ids: list[str]) -> list[Curve]:
     return curves
 
 
+METHODS = ("joint", "per_fraction")
+
+
 def fit_ladder(curves: list[Curve], target_flops: float, E: float | None = None,
                fractions=FRACTIONS, extra_flags: list[str] | None = None,
-               refusals: dict[float, str] | None = None) -> tuple[list[Forecast], float | None, dict]:
+               refusals: dict[float, str] | None = None, method: str = "joint") -> tuple[list[Forecast], float | None, dict]:
     """A forecast per fraction, and the self-check (worst error, error per rung).
 
-    A fraction the rungs cannot forecast is logged (one line, naming the rung) and, when `refusals` is
-    given, recorded there as {fraction: reason}; it is never emitted as a forecast."""
+    `method` "joint" (the default): every fraction fitted at once (`training.ladder_joint`);
+    "per_fraction": one law per fraction (`training.ladder_fit.forecast`). A fraction the rungs cannot
+    forecast is logged (one line, naming the rung) and, when `refusals` is given, recorded there as
+    {fraction: reason}; it is never emitted as a forecast."""
+    if method not in METHODS:
+        raise ValueError(f"unknown fit method {method!r} (methods: {', '.join(METHODS)})")
     usable = [c for c in curves if len(c.tokens) >= 2]
     flags = list(extra_flags or [])
     flags += [f"{c.name}: dropped (fewer than 2 finite losses)" for c in curves if len(c.tokens) < 2]
     worst, errors = self_check(usable)
+    refused: dict[float, str] = {}
     out = []
-    for g in fractions:
+    if method == "joint":
         try:
-            f = forecast(usable, target_flops, g, E)
+            joint = fit_joint(usable, E, fractions, refused)
         except ValueError as err:
-            log.warning("no forecast at %.0f%%: %s", 100 * g, err)
-            if refusals is not None:
-                refusals[g] = str(err)
-            continue
-        out.append(dataclasses.replace(f, flags=flags + f.flags))
-    return out, worst, errors
+            joint, refused = None, {g: str(err) for g in fractions}
+        for g in fractions:
+            if joint is None or g in refused:
+                continue
+            try:
+                out.append(joint.forecast(target_flops, g))
+            except ValueError as err:
+                refused[g] = str(err)
+    else:
+        for g in fractions:
+            try:
+                out.append(forecast(usable, target_flops, g, E))
+            except ValueError as err:
+                refused[g] = str(err)
+    for g, why in sorted(refused.items()):
+        log.warning("no forecast at %.0f%%: %s", 100 * g, why)
+    if refusals is not None:
+        refusals.update(refused)
+    return [dataclasses.replace(f, flags=flags + f.flags) for f in out], worst, errors
 
 
-def forecast_made(f: Forecast, target_run: str, target_tokens: int, self_check_error: float | None) -> ForecastMade:
+def forecast_made(f: Forecast, target_run: str, target_tokens: int, self_check_error: float | None,
+                  method: str | None = None, E: float | None = None, **plan) -> ForecastMade:
+    """The `forecast` event of one point: of the registered plan (`target_tokens` its horizon), or with
+    `plan` (revision, decision_id, from_step, from_tokens, supported) of a revision."""
     return ForecastMade(target_run=target_run, fraction=f.fraction, target_tokens=int(round(f.fraction * target_tokens)),
                         target_flops=f.target_flops, projected_loss=f.projected_loss, band_low=f.band_low,
                         band_high=f.band_high, fit=f.law.as_dict(), rungs=f.rungs, flags=f.flags,
-                        self_check_error=self_check_error)
+                        self_check_error=self_check_error, method=method, e_fixed=E,
+                        horizon_tokens=int(target_tokens), **plan)
 
 
 def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> int:
@@ -218,8 +252,8 @@ def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> 
     attempt = next_attempt(result.target_run, "ladder", spool, nats_url=nats_url, wait_s=LEDGER_WAIT_S)
     em = Emitter(result.target_run, "ladder", attempt, nats_url, spool)
     try:
-        em.emit_many([forecast_made(f, result.target_run, result.target_tokens, result.self_check_error)
-                      for f in result.forecasts])
+        em.emit_many([forecast_made(f, result.target_run, result.target_tokens, result.self_check_error,
+                                    result.method, result.E) for f in result.forecasts])
     finally:
         em.close()
     return len(result.forecasts)
@@ -228,10 +262,16 @@ def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> 
 def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, target_preset: str = "small",
                n_rungs: int = 4, ladder: str | None = None, steps_scale: float = 1.0, tpp: float | None = None,
                E: float | None = None, peak_flops: float | None = None,
-               from_ledger: bool = False, stop_after: dict[int, int] | None = None) -> LadderResult:
+               from_ledger: bool = False, stop_after: dict[int, int] | None = None, method: str = "joint",
+               horizon_steps: int | None = None) -> LadderResult:
     """Train the ladder for `target_run` (or read its rungs back from the ledger), fit it at every 5% of
-    training, and emit the forecasts when `nats_url` is given."""
+    training, and emit the forecasts when `nats_url` is given. `horizon_steps`: the target's planned
+    horizon when it is not its preset's (the run's `--horizon-steps`)."""
+    from training.flops import flops_per_token
+
     target = preset(target_preset)
+    if horizon_steps is not None:
+        target = dataclasses.replace(target, steps=int(horizon_steps))
     ladder = ladder or f"{target_run}-ladder"
     tpp = tpp if tpp is not None else tokens_per_param(target)
     rungs = [Rung(f"{ladder}-r{i}", name, cfg, i)
@@ -243,9 +283,9 @@ def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, targe
                              peak_flops=peak_flops, stop_after=stop_after)
     target_flops = flops_per_token(target) * target.token_budget
     refusals: dict[float, str] = {}
-    forecasts, worst, errors = fit_ladder(curves, target_flops, E, refusals=refusals)
+    forecasts, worst, errors = fit_ladder(curves, target_flops, E, refusals=refusals, method=method)
     result = LadderResult(ladder, target_run, target_flops, target.token_budget, curves, forecasts, worst, errors,
-                          refusals)
+                          refusals, method, E)
     for c in curves:
         log.info("rung %s: %.3g FLOPs planned, reached %.0f%%, self-check error %s", c.name, c.planned_flops,
                  100 * c.reached, f"{errors[c.name]:+.3f}" if c.name in errors else "n/a")
