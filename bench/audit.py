@@ -1,5 +1,6 @@
 """Benchmark of the health audit: 10M synthetic step events over 100 runs, the suite over all runs,
-one 400,000-step run, and the ratio to a bare count(*) scan of the same Parquet files.
+one 400,000-step run, and the ratio to a bare count(*) scan of the same Parquet files; on the same
+files as Iceberg tables (the default layout) and as the plain layout of before, side by side.
 
     python -m bench.audit [--small] [--root DIR] [--threads 2]
 
@@ -15,6 +16,8 @@ What is timed (best of --repeat): the suite over all runs on one open connection
 ledger (its helper tables rebuilt each time), and one run the way `runledger audit health RUN`
 does it, connection over the run's files included. Each is shown in wall and CPU seconds (this
 process's user+sys): on a machine busy with other work, wall time grows and CPU time much less.
+The ledger is written in the plain layout, then copied and migrated to tables (`ledger.migrate`,
+without its verify: the synthetic hashes would fail it), so both read the same files.
 """
 
 from __future__ import annotations
@@ -163,6 +166,31 @@ SCAN_ALL_READ = """select count(*), sum(loss), sum(grad_norm), sum(lr), sum(para
     from steps_all"""
 
 
+def measure(root: Path, threads: int, repeat: int) -> dict:
+    """The timed measures over one root (see the module docstring)."""
+    import queries
+    from queries import audit
+    from queries.columns import kind_columns
+
+    big = "run-big"
+    t0, c0 = time.perf_counter(), time.process_time()
+    con = queries.connect(root, threads=threads)
+    out = {"connect": (time.perf_counter() - t0, time.process_time() - c0)}
+    out["n_steps"] = con.execute("select count(*) from steps_all").fetchone()[0]
+    out["count"] = best_of(repeat, lambda: con.execute("select count(*) from steps_all").fetchall())
+    out["scan"] = best_of(repeat, lambda: con.execute(SCAN_ALL_READ).fetchall())
+    all_runs = {}
+    out["suite"] = best_of(repeat, lambda: all_runs.update(a=audit.run_suite(root, "health", None, con=con)))
+    # one run as `runledger audit health RUN` does it: its own connection over the run's files
+    out["one"] = best_of(repeat, lambda: audit.run_suite(root, "health", big, threads=threads))
+    out["one_count"] = best_of(repeat, lambda: con.execute(
+        f"select count(*) from {queries._scan_files(event_files(root, 'step', big), kind_columns('step'))}").fetchall())
+    out["rows"] = all_runs["a"].rows()
+    out["statuses"] = {s: sum(1 for r in out["rows"] if r["status"] == s) for s in audit.STATUSES}
+    out["slowest"] = sorted(all_runs["a"].results, key=lambda r: -r.seconds)[:3]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="1M steps over 10 runs, one of 40,000 steps")
@@ -173,59 +201,55 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("queries.audit").setLevel(logging.WARNING)
 
-    import queries
-    from queries import audit
-    from queries.columns import kind_columns
-
     n_runs, total, big_steps = (10, 1_000_000, 40_000) if args.small else (100, 10_000_000, 400_000)
     tmp = None
     if args.root:
         root = Path(args.root)
     else:
         tmp = tempfile.mkdtemp(prefix="runledger-bench-audit-")
-        root = Path(tmp)
+        root = Path(tmp) / "plain"
     try:
         if not (root / "events").exists():
+            (root / "events" / "kind=step").mkdir(parents=True)  # the plain layout (no tables)
             t0 = time.perf_counter()
             make_ledger(root, n_runs, total, big_steps)
             log.info("wrote %d steps over %d runs in %.1fs", total, n_runs, time.perf_counter() - t0)
-        big = "run-big"
-        t0 = time.perf_counter()
-        con = queries.connect(root, threads=args.threads)
-        connect_s = time.perf_counter() - t0
-        n_steps = con.execute("select count(*) from steps_all").fetchone()[0]
-        count_s = best_of(args.repeat, lambda: con.execute("select count(*) from steps_all").fetchall())
-        scan_s = best_of(args.repeat, lambda: con.execute(SCAN_ALL_READ).fetchall())
-        all_runs = {}
-        suite_s = best_of(args.repeat, lambda: all_runs.update(a=audit.run_suite(root, "health", None, con=con)))
-        # one run as `runledger audit health RUN` does it: its own connection over the run's files
-        one_s = best_of(args.repeat, lambda: audit.run_suite(root, "health", big, threads=args.threads))
-        one_count_s = best_of(args.repeat, lambda: con.execute(
-            f"select count(*) from {queries._scan_files(event_files(root, 'step', big), kind_columns('step'))}").fetchall())
-        rows = all_runs["a"].rows()
-        statuses = {s: sum(1 for r in rows if r["status"] == s) for s in audit.STATUSES}
-        slowest = sorted(all_runs["a"].results, key=lambda r: -r.seconds)[:3]
+        tables_root = root.with_name(root.name + "-tables")
+        if not (tables_root / "tables.json").exists():
+            from ledger.migrate import migrate
 
+            shutil.rmtree(tables_root, ignore_errors=True)
+            shutil.copytree(root, tables_root)
+            t0 = time.perf_counter()
+            migrate(tables_root, check=False)
+            log.info("migrated a copy to tables in %.1fs", time.perf_counter() - t0)
+        results = {layout: measure(r, args.threads, args.repeat) for layout, r in (("plain", root), ("tables", tables_root))}
+        plain, tables = results["plain"], results["tables"]
         size = sum(f.stat().st_size for f in (root / "events").rglob("*.parquet"))
         load = os.getloadavg()[0]
 
-        def line(what: str, t: tuple[float, float], base: float | None, target: str = "") -> str:
-            ratio = f"{t[0] / base:11.1f}" if base else " " * 11
-            return f"{what:52s} {t[0]:8.3f} {t[1]:8.3f} {ratio} {target:>8s}"
+        def line(what: str, key: str, target: str = "") -> str:
+            p, t = plain[key], tables[key]
+            return (f"{what:52s} {p[0]:8.3f} {p[1]:8.3f} {t[0]:8.3f} {t[1]:8.3f} {t[0] / p[0]:13.2f} "
+                    f"{t[0] / tables['count'][0] if key != 'connect' else math.nan:11.1f} {target:>8s}")
 
         lines = [
-            f"ledger: {n_steps:,} step events over {n_runs} runs ({size / 2**30:.2f} GiB of Parquet); "
+            f"ledger: {plain['n_steps']:,} step events over {n_runs} runs ({size / 2**30:.2f} GiB of Parquet); "
             f"DuckDB threads={args.threads}; {os.cpu_count()} cpus, load average {load:.1f}; best of {args.repeat}",
-            f"{'measure':52s} {'wall s':>8s} {'cpu s':>8s} {'x count(*)':>11s} {'target':>8s}",
-            line("bare count(*) over all step files", count_s, count_s[0]),
-            line("scan of every step column the suite reads", scan_s, count_s[0]),
-            line("health suite (16 checks), all runs", suite_s, count_s[0], "< 5 s"),
-            line(f"health suite, one run of {big_steps:,} steps (incl. connect)", one_s, one_count_s[0], "< 0.5 s"),
-            f"  (the one-run ratio is to count(*) over that run's files: {one_count_s[0]:.4f} s)",
-            line("connect over the whole ledger (binds every view)", (connect_s, math.nan), None),
-            f"all-runs suite: {len(rows)} rows {statuses}; slowest: "
-            + ", ".join(f"{r.name} {r.seconds:.2f}s" for r in slowest),
+            f"{'measure':52s} {'plain wall/cpu s':>17s} {'tables wall/cpu s':>17s} {'tables/plain':>13s} "
+            f"{'x count(*)':>11s} {'target':>8s}",
+            line("bare count(*) over all step files", "count"),
+            line("scan of every step column the suite reads", "scan"),
+            line("health suite (16 checks), all runs", "suite", "< 5 s"),
+            line(f"health suite, one run of {big_steps:,} steps (incl. connect)", "one", "< 0.5 s"),
+            line("connect over the whole ledger (binds every view)", "connect"),
+            f"(x count(*): to the tables' count(*) over all step files; for the one run, over that run's files: "
+            f"{tables['one_count'][0]:.4f} s, one run {tables['one'][0] / tables['one_count'][0]:.1f}x)",
         ]
+        for layout, r in results.items():
+            lines.append(f"{layout}: all-runs suite: {len(r['rows'])} rows {r['statuses']}; slowest: "
+                         + ", ".join(f"{x.name} {x.seconds:.2f}s" for x in r["slowest"]))
+        assert plain["statuses"] == tables["statuses"] and plain["n_steps"] == tables["n_steps"]
         print("\n".join(lines))
         return 0
     finally:

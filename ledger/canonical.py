@@ -232,10 +232,11 @@ def event_hash(env: dict, payload_text: str) -> str:
 
 
 
-def fast_canonical_texts(objs: list[dict], numeric: bool) -> list[bytes] | None:
+def fast_canonical_texts(objs: list[dict], numeric: bool, parsed: bool = False) -> list[bytes] | None:
     """Each dict's canonical text, by one orjson call for all; None where that text might not be
-    RFC 8785's (see fast_canonical) or cannot be cut apart (a "},{" in a nested dict or a string)."""
-    if not all(map(_plain, objs)):
+    RFC 8785's (see fast_canonical) or cannot be cut apart (a "},{" in a nested dict or a string).
+    `parsed`: the dicts came from a JSON parser, so they hold only the plain types (no need to look)."""
+    if not parsed and not all(map(_plain, objs)):
         return None
     out = fast_canonical(objs, parsed=True, numeric=numeric)  # (types checked just above)
     if out is None or (not numeric and b"null" in out and _non_finite_in(objs)):  # (orjson's null for NaN)

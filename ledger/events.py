@@ -232,7 +232,9 @@ class DataRecorded(Payload):
 
 
 class ForecastMade(Payload):
-    """The ladder's projected loss for the target run at one fraction of training."""
+    """The ladder's projected loss for the target run at one fraction of training: of the plan as
+    registered (revision 0, no decision), or of a plan an applied decision changed (a revision, which
+    names that decision and the step from which its plan is in force)."""
 
     target_run: str
     fraction: Finite
@@ -245,6 +247,15 @@ class ForecastMade(Payload):
     rungs: list[str] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
     self_check_error: Finite | None = None
+    method: Literal["joint", "per_fraction"] | None = Field(
+        None, description="joint: every fraction fitted at once (one E); per_fraction: a law per fraction")
+    e_fixed: Finite | None = Field(None, description="the irreducible loss the fit was given (null: fitted)")
+    revision: NonNeg = Field(0, description="0: the plan as registered; n: the n-th plan change re-forecast")
+    decision_id: str | None = Field(None, description="the applied decision whose new plan this revision forecasts")
+    horizon_tokens: NonNeg | None = Field(None, description="the horizon of the plan the fractions are of")
+    from_step: NonNeg | None = Field(None, description="the first update the plan governs (after its decision)")
+    from_tokens: NonNeg | None = Field(None, description="tokens seen before from_step")
+    supported: bool = Field(True, description="false: the ladder cannot speak for this plan (flags say why)")
 
 
 class AlertRaised(Payload):

@@ -1,16 +1,54 @@
-"""The files of a root that a reader reads: the one pattern of stored event files and of quarantined
-input (`ledger.store` writes them; the SQL views, `verify`, replay and the ledger read exactly these).
-Only the standard library is imported here, so that a query can find its files without loading Arrow.
+"""The files of a root that a reader reads (`ledger.store` writes them; the SQL views, `verify`, replay
+and the ledger itself read exactly these).
+
+A root keeps its events as Apache Iceberg tables (`ledger.tables`): one table per kind, partitioned
+by run, plus one of quarantined input, in a SQL catalog (`{root}/catalog.db`). A reader reads the
+files of one snapshot of each table: a file that compaction replaced stays until no reader that
+started within the retention window can need it, and a file written but not committed is read by no
+one. So no read meets a vanished file or counts a row twice.
+
+Listing is lean on purpose: the catalog with sqlite3, the table metadata as JSON, the manifests with
+fastavro (what pyiceberg's scan planning would read, without its 0.3-1 s import), so that `runledger
+sql` still starts in the time DuckDB takes to load. Only sqlite catalogs are listed this way.
+
+A root written before the tables (no `tables.json`) keeps its plain layout: the files matching
+`events/kind=*/run_id=*/*.parquet` and `quarantine/*.parquet`. `runledger migrate` moves it to tables.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
+
+MARKER = "tables.json"  # {"format": "iceberg", "root": the root's path when the tables were made}
+CATALOG_FILE = "catalog.db"
+CATALOG_NAME = "runledger"
+NAMESPACE = "runledger"
+QUARANTINE = "quarantine"  # the quarantine's table (a kind is never called that: ledger.events.KINDS)
+COMMIT_KEY = "runledger.commit"  # a snapshot's ledger commit number (see Cut)
+EXPIRED_KEY = "runledger.oldest-commit"  # a table property: the oldest ledger snapshot its expiry kept
+
+
+class SnapshotGone(LookupError):
+    """The named ledger snapshot has expired, or never was."""
+
+
+def is_tables(root: Path) -> bool:
+    """Whether `root` keeps its events as Iceberg tables (else the plain layout, or nothing yet)."""
+    return (Path(root) / MARKER).exists()
+
+
+def is_plain(root: Path) -> bool:
+    """A root in the plain layout of before the tables: event files, and no tables."""
+    root = Path(root)
+    return not is_tables(root) and (any((root / "events").glob("kind=*")) or any((root / "quarantine").glob("*.parquet")))
 
 
 def event_glob(root: Path, kind: str | None = None, run_id: str | None = None) -> Path:
-    """The one pattern of stored event files: the SQL views, `verify`, replay and the ledger all read
-    exactly the files it matches (anything else under events/ is a stray file, and `verify` says so)."""
+    """The pattern every stored event file matches (a table's data files included)."""
     return Path(root) / "events" / f"kind={kind or '*'}" / f"run_id={run_id or '*'}" / "*.parquet"
 
 
@@ -18,13 +56,187 @@ def quarantine_glob(root: Path) -> Path:
     return Path(root) / "quarantine" / "*.parquet"
 
 
-def _matching(pattern: Path) -> list[Path]:
+def matching(pattern: Path) -> list[Path]:
     return sorted(Path(pattern.anchor).glob(str(pattern.relative_to(pattern.anchor))))
 
 
-def event_files(root: Path, kind: str | None = None, run_id: str | None = None) -> list[Path]:
-    return _matching(event_glob(root, kind, run_id))
+# --------------------------------------------------------------------------------------------
+# A table's files in one snapshot, read without pyiceberg
+# --------------------------------------------------------------------------------------------
 
 
-def quarantine_files(root: Path) -> list[Path]:
-    return _matching(quarantine_glob(root))
+@dataclass(frozen=True)
+class DataFile:
+    path: Path
+    run_id: str | None  # its partition (None in the quarantine's table)
+    rows: int
+
+
+@dataclass
+class Cut:
+    """One snapshot of every table: what a reader reads. `commit` names it: the ledger numbers its
+    commits, and a table's snapshot in cut N is its last one of a commit ≤ N (`runledger verify
+    --snapshot N`, `replay --snapshot N`)."""
+
+    commit: int
+    snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> its snapshot id (None: empty)
+    files: dict[str, list[DataFile]] = field(default_factory=dict)  # table -> the snapshot's data files
+
+    def event_files(self, kind: str | None = None, run_id: str | None = None) -> list[Path]:
+        tables = [kind] if kind else [t for t in self.files if t != QUARANTINE]
+        return sorted(f.path for t in tables for f in self.files.get(t, ())
+                      if run_id is None or f.run_id == run_id)
+
+
+_MANIFESTS: dict[str, list[tuple[str, str | None, int]]] = {}  # manifest path -> its live entries (files never change)
+
+
+# what a reader needs of a manifest entry: decoding only these is 2x faster than the whole entry
+_ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
+    {"name": "status", "type": "int"},
+    {"name": "data_file", "type": {"type": "record", "name": "r2", "fields": [
+        {"name": "file_path", "type": "string"},
+        {"name": "partition", "type": {"type": "record", "name": "r102", "fields": [
+            {"name": "run_id", "type": ["null", "string"], "default": None}]}},
+        {"name": "record_count", "type": "long"}]}}]}
+
+
+def _avro(path: Path, projection: dict | None = None) -> list[dict]:
+    import fastavro  # (only where there are tables: a plain root lists by glob)
+
+    with open(path, "rb") as f:
+        if projection is not None:
+            try:
+                return list(fastavro.reader(f, reader_schema=projection))
+            except fastavro.read.SchemaResolutionError:  # another writer's names: read it whole
+                f.seek(0)
+        return list(fastavro.reader(f))
+
+
+class _Rebase:
+    """Paths recorded when the tables were made, read from where the root is now (a copied root)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(Path(root).resolve())
+        try:
+            self.recorded = json.loads((Path(root) / MARKER).read_text()).get("root", self.root)
+        except (OSError, ValueError):
+            self.recorded = self.root
+
+    def __call__(self, location: str) -> Path:
+        location = location.removeprefix("file://")
+        if self.recorded != self.root and (location == self.recorded or location.startswith(self.recorded + "/")):
+            location = self.root + location[len(self.recorded):]
+        return Path(location)
+
+
+def _catalog_rows(root: Path) -> dict[str, str]:
+    """table -> its current metadata file, from the root's sqlite catalog."""
+    path = Path(root) / CATALOG_FILE
+    if not path.exists():
+        return {}
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute("select table_name, metadata_location from iceberg_tables where catalog_name = ? and "
+                           "table_namespace = ?", (CATALOG_NAME, NAMESPACE)).fetchall()
+    except sqlite3.OperationalError:  # the catalog is being created
+        rows = []
+    finally:
+        con.close()
+    return dict(rows)
+
+
+def _snapshot_of(metadata: dict, commit: int | None) -> dict | None:
+    """The table's snapshot in cut `commit` (None: its current one)."""
+    snapshots = metadata.get("snapshots") or []
+    if commit is None:
+        current = metadata.get("current-snapshot-id")
+        return next((s for s in snapshots if s["snapshot-id"] == current), None)
+    best = None
+    for s in snapshots:  # (in commit order)
+        n = int(s.get("summary", {}).get(COMMIT_KEY, -1))
+        if n <= commit and (best is None or n >= int(best["summary"][COMMIT_KEY])):
+            best = s
+    return best
+
+
+def _files_of(snapshot: dict | None, rebase: _Rebase) -> list[DataFile]:
+    if snapshot is None:
+        return []
+    out = []
+    for manifest in _avro(rebase(snapshot["manifest-list"])):
+        if manifest.get("content", 0) != 0:  # delete files: the ledger never writes them
+            continue
+        path = manifest["manifest_path"]
+        entries = _MANIFESTS.get(path)
+        if entries is None:
+            entries = []
+            for e in _avro(rebase(path), _ENTRY):
+                if e["status"] != 2:  # 2: deleted in this manifest's snapshot
+                    d = e["data_file"]
+                    entries.append((d["file_path"], (d.get("partition") or {}).get("run_id"), d["record_count"]))
+            _MANIFESTS[path] = entries
+        out += [DataFile(rebase(p), run, n) for p, run, n in entries]
+    return out
+
+
+def cut(root: Path, commit: int | None = None) -> Cut:
+    """The files of every table in ledger snapshot `commit` (None: the current snapshots). Raises
+    SnapshotGone if a table has no snapshot that old left while it had one then."""
+    root = Path(root)
+    rebase = _Rebase(root)
+    if commit is not None and commit < 1:
+        raise SnapshotGone(f"ledger snapshot {commit}: snapshots are numbered from 1")
+    out = Cut(commit or 0)
+    for table, location in sorted(_catalog_rows(root).items()):
+        metadata = json.loads(rebase(location).read_bytes())
+        if commit is not None and commit < int(metadata.get("properties", {}).get(EXPIRED_KEY, 0)):
+            raise SnapshotGone(f"ledger snapshot {commit} has expired: the oldest kept is "
+                               f"{metadata['properties'][EXPIRED_KEY]}")
+        snapshot = _snapshot_of(metadata, commit)
+        out.snapshots[table] = None if snapshot is None else snapshot["snapshot-id"]
+        out.files[table] = _files_of(snapshot, rebase)
+        if snapshot is not None and commit is None:
+            out.commit = max(out.commit, int(snapshot.get("summary", {}).get(COMMIT_KEY, 0)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# What readers call
+# --------------------------------------------------------------------------------------------
+
+
+def event_files(root: Path, kind: str | None = None, run_id: str | None = None, at: Cut | None = None) -> list[Path]:
+    """The stored event files a reader reads (of `kind`, of `run_id`): the current snapshot's (or the cut
+    `at`'s) that exist. One the snapshot names but that is gone (deleted by hand) is `missing_files`."""
+    if not is_tables(root):
+        return matching(event_glob(root, kind, run_id))
+    at = at or cut(root)
+    return [f for f in at.event_files(kind, run_id) if os.path.exists(f)]
+
+
+def quarantine_files(root: Path, at: Cut | None = None) -> list[Path]:
+    if not is_tables(root):
+        return matching(quarantine_glob(root))
+    at = at or cut(root)
+    return sorted(f.path for f in at.files.get(QUARANTINE, ()) if os.path.exists(f.path))
+
+
+def held_files(root: Path) -> set[Path]:
+    """Every data file some snapshot of some table holds (current or kept for readers)."""
+    root = Path(root)
+    rebase = _Rebase(root)
+    out: set[Path] = set()
+    for location in _catalog_rows(root).values():
+        metadata = json.loads(rebase(location).read_bytes())
+        for snapshot in metadata.get("snapshots") or []:
+            out.update(f.path for f in _files_of(snapshot, rebase))
+    return out
+
+
+def missing_files(root: Path, at: Cut | None = None) -> list[Path]:
+    """Files the snapshot holds that are not on disk: removed by hand (verify names them)."""
+    if not is_tables(root):
+        return []
+    at = at or cut(root)
+    return sorted(f.path for files in at.files.values() for f in files if not os.path.exists(f.path))

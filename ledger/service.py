@@ -2,10 +2,12 @@
 
 One loop (`runledger ledger serve`): fetch a batch from the durable pull consumer `ledger`, validate
 every event (`ledger.validation.check_envelope`), drop the ones already stored (by event_id: the stored
-set is rebuilt from Parquet at start, so a crash between write and ack stores nothing twice), write
-the rest and the rejected input (to quarantine, with raw bytes, subject and reason) atomically, and
-only then ack. A write that fails (a full disk) is retried without acking; the service keeps running
-and says so. SIGTERM/SIGINT: finish the batch in hand, drain, exit 0.
+set is rebuilt from the tables' current snapshot at start, so a crash between write and ack stores
+nothing twice), write the rest and the rejected input (to quarantine, with raw bytes, subject and
+reason) atomically, commit the files to the tables, and only then ack. A commit takes the batches
+that came within COMMIT_EVERY_S of the first, so that an ack waits well under a second. A
+write or commit that fails (a full disk) is retried without acking; the service keeps running and
+says so. SIGTERM/SIGINT: finish and commit the batch in hand, drain, exit 0.
 
 One ledger per root: `serve` holds the root's lock ({root}/ledger.lock, released by the OS when the
 process dies), and its durable consumer carries the root's id, so neither a second ledger on the same
@@ -25,11 +27,13 @@ import logging
 import signal
 import socket
 import time
+from collections import deque
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import bus, heads, locks, store
+from ledger.paths import QUARANTINE
 from ledger.batch import check_batch
 from ledger.canonical import envelope_text, orjson
 from ledger.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
@@ -46,6 +50,8 @@ FETCH_TIMEOUT_S = 0.5
 COMPACT_BUSY_FILES = 64  # while busy, a partition is compacted once this many new files are in it
 IO_RETRIES = 5  # a batch that fails this often on I/O not of the disk is taken a message at a time
 MAX_BATCH_ENTRIES = 10_000  # envelopes in one batch message (an Emitter sends at most 1,000); past it: one quarantine row
+COMMIT_EVERY_S = 0.2  # a written batch is committed (and acked) within this, with those that came meanwhile
+EXPIRE_EVERY_S = 60.0  # when idle, this often: snapshots past tables.KEEP_SNAPSHOTS expire, files past RETENTION_S go
 
 
 @dataclass
@@ -56,9 +62,12 @@ class Counters:
     quarantined: int = 0
     write_retries: int = 0
     compactions: int = 0
+    commits: int = 0
+    # the last commits' waits: seconds from the arrival of a commit's first batch to its ack
+    ack_waits: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
 
     def line(self) -> str:
-        return ", ".join(f"{k} {v}" for k, v in self.__dict__.items())
+        return ", ".join(f"{k} {v}" for k, v in self.__dict__.items() if not isinstance(v, deque))
 
 
 @dataclass
@@ -73,7 +82,6 @@ class Decoded:
     written_groups: set[tuple[str, str]] = field(default_factory=set)
     quarantine_written: bool = False
     unwritable: set[str] = field(default_factory=set)  # event_ids its columns could not hold: quarantined
-    heads_moved: set[str] = field(default_factory=set)  # runs whose chain heads moved, to record before the ack
 
 
 def _entry_bytes(entry, data: bytes) -> bytes:
@@ -189,6 +197,11 @@ class Ledger:
         self.heads = self._load_heads()
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
+        self.tables = store.tables_of(self.root)  # None: a root in the plain layout
+        self._pending: dict[str, list[Path]] = {}  # table -> files written and not yet committed
+        self._heads_moved: set[str] = set()  # runs whose chain heads moved since the last commit
+        self._taken = self.taken_upto  # the last stream seq written, recorded at the next commit
+        self._expired_at = time.monotonic()
         log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
 
     def _load_heads(self) -> dict[str, dict[heads.Chain, heads.Head]]:
@@ -239,6 +252,7 @@ class Ledger:
                     batch_hashes[eid] = env["hash"]
                     out.events.append(StoredEvent(env, payload_text, sseq))
         if maybe_dup:  # redelivered after a crash, or resent by a producer: same hash = same event
+            self.commit()  # (the stored hashes are read from the tables: what this ledger wrote too)
             by_part: dict[tuple[str, str], set[str]] = {}
             for env, *_ in maybe_dup:
                 by_part.setdefault((env["kind"], env["run_id"]), set()).add(env["event_id"])
@@ -300,22 +314,22 @@ class Ledger:
             if decoded.unwritable:
                 rows = _without(rows, decoded.unwritable)
             try:
-                parts.append(store.write_group(self.root, kind, run_id, rows, now).parent)
+                path = store.write_group(self.root, kind, run_id, rows, now, self.tables)
             except OSError:
                 raise
             except Exception as err:  # a value its column cannot hold: quarantine that event, write the rest
                 rows = self._set_aside_unwritable(decoded, kind, rows, now, err)
-                if rows.envs:
-                    parts.append(store.write_group(self.root, kind, run_id, rows, now).parent)
+                path = store.write_group(self.root, kind, run_id, rows, now, self.tables) if rows.envs else None
+            if path is not None:
+                parts.append(path.parent)
+                self._pending.setdefault(kind, []).append(path)
             decoded.written_groups.add((kind, run_id))
             self.counters.stored += len(rows.envs)
             self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in rows.envs])
-            decoded.heads_moved |= heads.advance(self.heads, rows.envs)
-        if decoded.heads_moved:  # before the ack: every acked event is at or below a recorded head
-            heads.write(self.root, self.heads, decoded.heads_moved)
-            decoded.heads_moved = set()
+            self._heads_moved |= heads.advance(self.heads, rows.envs)
         if decoded.rejected and not decoded.quarantine_written:
-            store.write_quarantine(self.root, decoded.rejected, now)
+            path = store.write_quarantine(self.root, decoded.rejected, now, self.tables)
+            self._pending.setdefault(QUARANTINE, []).append(path)
             decoded.quarantine_written = True
             self.quarantined.update(q.stream_seq for q in decoded.rejected)
             self.counters.quarantined += len(decoded.rejected)
@@ -327,10 +341,24 @@ class Ledger:
                 self._compact(part)
 
     def note_taken(self, stream_seq: int) -> None:
-        """Before acking: messages up to `stream_seq` are stored or quarantined (see store.write_position)."""
-        if stream_seq > self.taken_upto:
-            self.taken_upto = stream_seq
-            store.write_position(self.root, stream_seq)
+        """Messages up to `stream_seq` are written (stored or quarantined): the next commit records it."""
+        self._taken = max(self._taken, stream_seq)
+
+    def commit(self) -> None:
+        """Make what was written readable and record how far it goes: what must happen before an ack.
+        The files go into the tables' snapshots in one commit; then the chain heads (every acked event
+        is at or below a recorded head) and the position (see store.write_position) are written.
+        Raises on failure (OSError: the disk; anything else: the catalog); calling it again is safe."""
+        if self._pending:
+            if self.tables is not None:
+                self.tables.commit(self._pending)
+            self._pending = {}
+        if self._heads_moved:
+            heads.write(self.root, self.heads, self._heads_moved)
+            self._heads_moved = set()
+        if self._taken > self.taken_upto:
+            store.write_position(self.root, self._taken)
+            self.taken_upto = self._taken
 
     def write_safely(self, decoded: Decoded, messages: list[tuple[str, bytes, int]]) -> None:
         """`write`, and if it fails for any reason but the disk's (a bug on some message), the messages
@@ -387,9 +415,18 @@ class Ledger:
         return ok
 
     def compact_idle(self) -> None:
-        """Compact the partitions written since their last compaction (call when there is no work)."""
+        """Compact the partitions written since their last compaction, and now and then expire old
+        snapshots (call when there is no work, and nothing uncommitted)."""
         for part in list(self._unmerged):
             self._compact(part)
+        if self.tables is not None and time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
+            self._expired_at = time.monotonic()
+            try:
+                expired, removed = self.tables.expire(), self.tables.sweep()
+                if expired or removed:
+                    log.info("expired %d snapshots; removed %d files no reader can need any more", expired, removed)
+            except Exception as err:  # the events are safe; expiry can wait
+                log.warning("snapshot expiry postponed: %s", _error_line(err))
 
     def _compact(self, part: Path) -> None:
         try:
@@ -401,6 +438,33 @@ class Ledger:
         except Exception as err:  # a stored file was changed, say: never a reason to stop; verify reports it
             log.error("compaction of %s skipped: %s", part, err)
             self._unmerged.pop(part, None)
+
+
+async def _commit_and_ack(ledger: Ledger, unacked: list, stop: asyncio.Event | None, since: float) -> bool:
+    """Commit what `unacked` wrote, then ack it (and empty the list). A commit that fails is retried
+    every second without acking; False if `stop` came first (the messages are redelivered later)."""
+    while True:
+        try:
+            ledger.commit()
+            break
+        except Exception as err:  # the disk or the catalog: keep the messages, ack nothing, try again
+            ledger.counters.write_retries += 1
+            log.error("cannot commit to %s (%s); not acking %d messages, retrying", ledger.root, _error_line(err),
+                      len(unacked))
+            if stop is None:
+                return False
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+                return False
+            except asyncio.TimeoutError:
+                continue
+    for m in unacked:
+        await m.ack()
+    ledger.counters.messages += len(unacked)
+    ledger.counters.commits += 1
+    ledger.counters.ack_waits.append(time.monotonic() - since)
+    unacked.clear()
+    return True
 
 
 def _of_the_disk(err: OSError) -> bool:
@@ -500,16 +564,24 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
         return ledger.counters
     log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
     last_report = time.monotonic()
+    unacked: list = []  # messages written, waiting for their commit
+    since = 0.0  # when the first of them arrived
+    every = COMMIT_EVERY_S if ledger.tables is not None else 0.0  # (a plain root's files are read once written)
     while not stop.is_set():
+        wait = FETCH_TIMEOUT_S if not unacked else max(0.005, since + every - time.monotonic())
         try:
-            msgs = await sub.fetch(batch, timeout=FETCH_TIMEOUT_S)  # [] when nothing came in time
+            msgs = await sub.fetch(batch, timeout=wait)  # [] when nothing came in time
         except Exception as err:  # disconnected: nats-py reconnects; keep trying
             log.debug("fetch failed: %s", err)
             await asyncio.sleep(0.2)
             continue
         if not msgs:
-            ledger.compact_idle()
+            if not unacked:
+                ledger.compact_idle()
+            elif not await _commit_and_ack(ledger, unacked, stop, since):
+                break
             continue
+        arrived = time.monotonic()
         batch_in = [(m.subject, m.data, stream_seq(m)) for m in msgs]
         try:
             decoded = ledger.decode(batch_in)
@@ -533,17 +605,23 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
                     await asyncio.wait_for(stop.wait(), 1.0)
                 except asyncio.TimeoutError:
                     continue
-                log.warning("stopping with %d messages unwritten; JetStream will redeliver them", len(msgs))
+                log.warning("stopping with %d messages unwritten; JetStream will redeliver them", len(msgs) + len(unacked))
                 await nc.close()
                 return ledger.counters
-        for m in msgs:
-            await m.ack()
-        ledger.counters.messages += len(msgs)
-        if until_stored is not None and ledger.counters.stored >= until_stored:
+        if not unacked:
+            since = arrived
+        unacked += msgs
+        if (time.monotonic() - since >= every or stop.is_set()
+                or (until_stored is not None and ledger.counters.stored >= until_stored)):
+            if not await _commit_and_ack(ledger, unacked, stop, since):
+                break
+        if until_stored is not None and ledger.counters.stored >= until_stored and not unacked:
             stop.set()
         if time.monotonic() - last_report > 10:
             log.info("ledger: %s", ledger.counters.line())
             last_report = time.monotonic()
+    if unacked:
+        await _commit_and_ack(ledger, unacked, None, since)
     await nc.flush()  # the acks are out; nothing else is in hand
     await nc.close()
     log.info("ledger stopped: %s", ledger.counters.line())

@@ -4,9 +4,14 @@ Layout (DESIGN.md, Storage):
     {root}/events/kind={kind}/run_id={run_id}/part-{first}-{last}-{tag}.parquet
     {root}/quarantine/part-{first}-{last}-{tag}.parquet
 where first/last are the NATS stream sequences the file holds. Every file is written atomically
-(hidden temp file, fsync, rename, fsync dir) and never modified afterwards; compaction writes one
-new file listing the files it replaces in its metadata, then deletes them, and `recover()` finishes
-a compaction that a crash interrupted, so no row is lost or doubled.
+(hidden temp file, fsync, rename, fsync dir) and never modified afterwards.
+
+A root keeps these files as Apache Iceberg tables (`ledger.tables`, one per kind and one of the
+quarantine): a file is read once a commit puts it in the table's snapshot, and compaction commits a
+snapshot that swaps small files for one, leaving the old ones to readers until they expire. A root
+written before the tables (`paths.is_plain`) keeps the plain layout: a file is read once it is
+renamed into place, and compaction writes one new file listing the files it replaces in its
+metadata, then deletes them (`recover()` finishes one that a crash interrupted).
 """
 
 from __future__ import annotations
@@ -20,17 +25,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, get_args
+from typing import TYPE_CHECKING, Iterable, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ledger import heads
+from ledger import heads, paths
 from ledger.canonical import canonical_json
 from ledger.columns import payload_columns, wide_columns
 from ledger.events import KINDS
-from ledger.paths import event_files, quarantine_files
+from ledger.paths import QUARANTINE, event_files, quarantine_files
+
+if TYPE_CHECKING:
+    from ledger.tables import Tables
 
 ARROW_TYPES = {"double": pa.float64(), "bigint": pa.int64(), "boolean": pa.bool_(), "varchar": pa.string(), "json": pa.string(),
                "map_double": pa.map_(pa.string(), pa.float64()), "map_varchar": pa.map_(pa.string(), pa.string())}
@@ -236,22 +244,53 @@ def group_events(rows: list[StoredEvent]) -> dict[tuple[str, str], list[StoredEv
     return groups
 
 
-def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | Rows, ingested_at: datetime) -> Path:
-    """Durably write one partition's events as one new file; return it."""
+_TABLES: dict[Path, "Tables"] = {}
+
+
+def tables_of(root: Path) -> "Tables | None":
+    """The writer's handle on a root's tables (made on first use), or None for a root in the plain
+    layout (`paths.is_plain`): a new root gets tables."""
+    root = Path(root).resolve()
+    if root not in _TABLES:
+        if paths.is_plain(root):
+            return None
+        from ledger.tables import Tables
+
+        _TABLES[root] = Tables(root)
+    return _TABLES[root]
+
+
+def forget_tables(root: Path) -> None:
+    """Drop the cached handle (a test that rebuilds a root in place)."""
+    _TABLES.pop(Path(root).resolve(), None)
+
+
+def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | Rows, ingested_at: datetime,
+                tables: "Tables | None" = None) -> Path:
+    """Durably write one partition's events as one new file (with `tables`' field ids, for a commit to
+    follow); return it."""
     rows = group if isinstance(group, Rows) else Rows.of(group)
     path = partition_dir(root, kind, run_id) / _file_name("part", rows.stream_seqs)
-    write_atomic(with_digest(events_table(kind, rows, ingested_at)), path, fast=True)
+    table = with_digest(events_table(kind, rows, ingested_at))
+    write_atomic(table if tables is None else tables.with_field_ids(kind, table), path, fast=True)
     return path
 
 
 def write_events(root: Path, rows: list[StoredEvent], ingested_at: datetime | None = None) -> list[Path]:
-    """Durably write validated events, one file per (kind, run_id), and advance the chain heads (see
-    ledger.heads); return the files written."""
+    """Durably write validated events, one file per (kind, run_id), commit them, and advance the chain
+    heads (see ledger.heads); return the files written."""
     ingested_at = ingested_at or datetime.now(timezone.utc)
+    tables = tables_of(root)
     start_heads(root)
-    paths = [write_group(root, kind, run_id, group, ingested_at) for (kind, run_id), group in group_events(rows).items()]
+    written = {(kind, run_id): write_group(root, kind, run_id, group, ingested_at, tables)
+               for (kind, run_id), group in group_events(rows).items()}
+    if tables is not None:
+        by_kind: dict[str, list[Path]] = defaultdict(list)
+        for (kind, _), path in written.items():
+            by_kind[kind].append(path)
+        tables.commit(by_kind)
     heads.record(root, [r.env for r in rows])
-    return paths
+    return list(written.values())
 
 
 def stored_heads(root: Path) -> dict[str, dict[heads.Chain, heads.Head]]:
@@ -288,7 +327,9 @@ def _utf8(text: str | None) -> str | None:
     return text if text is None or text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime | None = None) -> Path | None:
+def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime | None = None,
+                     tables: "Tables | None" = None) -> Path | None:
+    """Durably write refused input as one new file (with `tables`' field ids, for a commit to follow)."""
     if not items:
         return None
     received_at = received_at or datetime.now(timezone.utc)
@@ -301,7 +342,7 @@ def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime
         "event_id": [_utf8(q.event_id) for q in items],
     }, schema=QUARANTINE_SCHEMA)
     path = Path(root) / "quarantine" / _file_name("part", (q.stream_seq for q in items))
-    write_atomic(table, path)
+    write_atomic(table if tables is None else tables.with_field_ids(QUARANTINE, table), path)
     return path
 
 
@@ -311,10 +352,23 @@ def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime
 
 
 def stray_files(root: Path) -> list[Path]:
-    """Parquet files under events/ or quarantine/ that the pattern does not match: read by no one."""
+    """Parquet files under events/ or quarantine/ outside the layout's pattern: never the ledger's,
+    read by no one (planted?). (A file in the pattern but in no snapshot of the tables is one the
+    ledger wrote and never committed: read by no one either, see `uncommitted_files`.)"""
     root = Path(root)
-    read = set(event_files(root)) | set(quarantine_files(root))
-    return sorted(f for d in ("events", "quarantine") for f in (root / d).rglob("*.parquet") if f not in read)
+    layout = set(paths.matching(paths.event_glob(root))) | set(paths.matching(paths.quarantine_glob(root)))
+    return sorted(f for d in ("events", "quarantine") for f in (root / d).rglob("*.parquet")
+                  if f not in layout and "metadata" not in f.relative_to(root).parts)
+
+
+def uncommitted_files(root: Path) -> list[Path]:
+    """Files in the layout that no snapshot of the tables holds: written by a ledger that died before
+    committing them (or planted), read by no one, removed when a ledger next serves the root."""
+    if not paths.is_tables(root):
+        return []
+    held = paths.held_files(root)
+    return [f for f in paths.matching(paths.event_glob(root)) + paths.matching(paths.quarantine_glob(root))
+            if f not in held]
 
 
 def read_events(root: Path, kind: str | None = None, run_id: str | None = None,
@@ -420,10 +474,11 @@ def stored_quarantine_seqs(root: Path) -> set[int]:
     return set(pa.concat_tables([pq.read_table(f, columns=["stream_seq"]) for f in files]).column(0).to_pylist())
 
 
-def stored_conflicts(root: Path) -> dict[tuple[str, str, int], set[int]]:
-    """(run_id, producer, attempt) -> the seqs at which a different event came under a stored event_id."""
+def stored_conflicts(root: Path, at: paths.Cut | None = None) -> dict[tuple[str, str, int], set[int]]:
+    """(run_id, producer, attempt) -> the seqs at which a different event came under a stored event_id
+    (in the cut `at`, else now)."""
     out: dict[tuple[str, str, int], set[int]] = {}
-    for f in quarantine_files(root):
+    for f in quarantine_files(root, at=at):
         t = pq.read_table(f, columns=["reason", "event_id"])
         for reason, eid in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
             parts = (eid or "").split(":")
@@ -487,12 +542,16 @@ def stored_hashes(root: Path, kind: str, run_id: str, event_ids: set[str]) -> di
 
 
 def recover(root: Path) -> dict[str, int]:
-    """Make the root consistent after a crash: drop temp files, finish interrupted compactions."""
+    """Make the root consistent after a crash (call holding the root's lock): drop temp files, and the
+    files no commit took (tables), or finish interrupted compactions (plain layout)."""
     root = Path(root)
     removed_tmp = finished = 0
     for tmp in list(root.glob("events/*/*/.*.tmp")) + list(root.glob("quarantine/.*.tmp")):
         tmp.unlink(missing_ok=True)
         removed_tmp += 1
+    tables = tables_of(root)
+    if tables is not None:
+        return {"temp_files_removed": removed_tmp, "uncommitted_files_removed": tables.remove_orphans()}
     for f in sorted(root.glob("events/*/*/compact-*.parquet")):
         if not f.exists():  # a later compaction replaced this compacted file, and it was removed just above
             continue
@@ -512,13 +571,40 @@ def _first_seq(f: Path) -> int:
     return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
 
 
+def _partition_files(part: Path) -> list[Path]:
+    """A partition's files as readers read them (its table's snapshot), or every file (plain layout)."""
+    if tables_of(part.parent.parent.parent) is None:
+        return sorted(part.glob("*.parquet"))
+    return event_files(part.parent.parent.parent, part.parent.name.removeprefix("kind="), part.name.removeprefix("run_id="))
+
+
+def _swap(part: Path, old: list[Path], table: pa.Table, name: str) -> Path:
+    """Write `table` (the rows of the files `old`) as one file and put it in their place: a snapshot
+    that swaps them (tables; the old files stay for readers until they expire), or the new file listing
+    the ones it replaces, which are then deleted (plain layout; `recover` finishes a crashed one)."""
+    bounds = pc.min_max(table.column("stream_seq")).as_py()
+    out = part / _file_name(name, (bounds["min"], bounds["max"]))
+    table = with_digest(table)
+    tables = tables_of(part.parent.parent.parent)
+    if tables is not None:
+        kind = part.parent.name.removeprefix("kind=")
+        write_atomic(tables.with_field_ids(kind, table), out)
+        tables.replace(kind, old, [out])
+        return out
+    write_atomic(table, out, {REPLACES_KEY: json.dumps([f.name for f in old]).encode()})
+    for f in old:
+        f.unlink()
+    fsync_dir(part)
+    return out
+
+
 def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | None:
     """Merge small files into one, in stream order; None if there is nothing to do.
 
     By tiers, so that a row is rewritten a few times, not once per compaction: the files under
     1 MiB once there are `min_files` of them, else the files under 16 MiB once there are as many.
     """
-    sizes = {f: f.stat().st_size for f in part.glob("*.parquet")}
+    sizes = {f: f.stat().st_size for f in _partition_files(part)}
     for upper in TIER_BYTES:
         small = sorted(f for f, size in sizes.items() if size < upper)
         if len(small) >= min_files:
@@ -526,22 +612,15 @@ def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | 
     else:
         return None
     small.sort(key=_first_seq)  # then the rows are mostly in stream order already
-    tables = [pq.read_table(f) for f in small]
-    changed = [f.name for f, t in zip(small, tables) if not digest_ok(f, t)]
+    read = [pq.read_table(f) for f in small]
+    changed = [f.name for f, t in zip(small, read) if not digest_ok(f, t)]
     if changed:  # compaction must not give changed rows a fresh digest: leave them for `verify` to report
         raise ValueError(f"not compacting {part}: {', '.join(changed[:3])} changed since the ledger wrote them")
-    table = pa.concat_tables(tables, promote_options="default").replace_schema_metadata(None)
+    table = pa.concat_tables(read, promote_options="default").replace_schema_metadata(None)
     seqs = table.column("stream_seq")
     if len(seqs) > 1 and not pc.all(pc.greater_equal(seqs[1:], seqs[:-1])).as_py():
         table = table.sort_by("stream_seq")
-        seqs = table.column("stream_seq")
-    bounds = pc.min_max(seqs).as_py()
-    out = part / _file_name("compact", (bounds["min"], bounds["max"]))
-    write_atomic(with_digest(table), out, {REPLACES_KEY: json.dumps([f.name for f in small]).encode()})
-    for f in small:
-        f.unlink()
-    fsync_dir(part)
-    return out
+    return _swap(part, small, table, "compact")
 
 
 _CONTENT = [n for n, _ in ENVELOPE_SCHEMA if n not in ("stream_seq", "ingested_at")]  # what the producer sent
@@ -553,14 +632,14 @@ def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
     The first copy by stream_seq is kept. Crash-safe like compaction: one new file that lists the
     files it replaces, then they are deleted. Returns (event_ids removed once per extra copy,
     event_ids stored more than once with different content, which are left for a person to judge)."""
-    files = sorted(part.glob("*.parquet"), key=_first_seq)
+    files = sorted(_partition_files(part), key=_first_seq)
     if not files:
         return [], []
-    tables = [pq.read_table(f) for f in files]
-    changed = [f.name for f, t in zip(files, tables) if not digest_ok(f, t)]
+    read = [pq.read_table(f) for f in files]
+    changed = [f.name for f, t in zip(files, read) if not digest_ok(f, t)]
     if changed:  # a rewrite must not give changed rows a fresh digest
         raise ValueError(f"{part}: {', '.join(changed[:3])} changed since the ledger wrote them; not repairing it")
-    table = pa.concat_tables(tables, promote_options="default").sort_by("stream_seq")
+    table = pa.concat_tables(read, promote_options="default").sort_by("stream_seq")
     table = table.replace_schema_metadata(None)
     content = table.select(_CONTENT).to_pylist()
     first: dict[str, dict] = {}
@@ -575,12 +654,7 @@ def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
             differing.add(row["event_id"])
             keep.append(i)
     if removed:
-        bounds = pc.min_max(table.column("stream_seq")).as_py()
-        out = part / _file_name("compact", (bounds["min"], bounds["max"]))
-        write_atomic(with_digest(table.take(keep)), out, {REPLACES_KEY: json.dumps([f.name for f in files]).encode()})
-        for f in files:
-            f.unlink()
-        fsync_dir(part)
+        _swap(part, files, table.take(keep), "compact")
     return removed, sorted(differing)
 
 

@@ -1,41 +1,55 @@
 """Verify the stored ledger: every hash, every chain, no duplicates, typed columns true to the payload.
 
 `verify(root)` returns a `Report`; `runledger verify` prints it and exits 1 on any problem. What is
-checked, per stored row: the hash recomputed from the envelope columns and the payload text; the
-payload text is canonical and valid for its kind; the typed payload columns equal what the payload
-says; the event_id rule; the file's partition matches the row. Per (run_id, producer, attempt):
-seqs gapless from 0 and each prev_hash equal to the previous event's hash. Across the ledger: no
-event_id stored twice. Quarantined input is counted and summarised (it is not a problem of the
-ledger: it was refused and kept).
+checked, per stored row (`ledger.rowcheck`): the hash recomputed from the envelope columns and the
+payload text; the payload text is canonical and valid for its kind; the typed payload columns equal
+what the payload says; the event_id rule; the file's partition matches the row; per file, the digest
+of the ledger's own columns. Per (run_id, producer, attempt) (`ledger.chainwalk`): seqs gapless from 0
+and each prev_hash equal to the previous event's hash. Across the ledger: no event stored twice.
+Quarantined input is counted and summarised (it is not a problem of the ledger: it was refused and kept).
 
 Conflicts are problems too: a different event that came under a stored event_id is in quarantine
 (two producers wrote one chain), so the stored chain is not the whole story.
 
+Truncation: every chain must reach the head the ledger recorded for it (`ledger.heads`), so a chain
+whose tail was removed, a chain removed whole, or a run's folder deleted is a problem too.
+
+Streaming: the rows are checked a batch at a time, in parts of files (row groups) spread over
+processes (`jobs`); the chains are walked in stream order from the link columns meanwhile. Memory is
+a few batches per process, whatever the size of the ledger.
+
+Incremental (`since`, `ledger.verified`): a verify that passed can record what it checked (each
+file's SHA-256 and rows, each chain's last seq and hash); the next one checks only the files added
+since, whose events must continue the recorded chains. A file checked before must still have the
+bytes it had (hashed, at disk speed); a run whose checked files changed or went (compaction rewrites
+files) is verified whole again, and its chains must still pass through the heads recorded then.
+
 `repair(root)` (`runledger verify --repair`) removes second copies of events stored twice with
 identical content (two ledgers on one root, before the root lock), keeping the first; copies that
 differ are left and reported.
-
-Truncation: every chain must reach the head the ledger recorded for it (`ledger.heads`), so a chain
-whose tail was removed, a chain removed whole, or a run's folder deleted is a problem too.
 """
 
 from __future__ import annotations
 
-import json
+import multiprocessing
+import os
 import re
 from collections import Counter
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger import heads, locks, store
-from ledger.canonical import canonical_json, event_hash
-from ledger.events import KINDS, InvalidEvent, make_event_id
-from ledger.validation import check_payload
+from ledger import chainwalk, heads, locks, paths, rowcheck, store, streams, verified
+from ledger.events import KINDS, make_event_id
 
 MAX_LISTED = 50
+PART_ROWS = 1 << 20  # rows of one unit of work (whole row groups): enough to pay for handing it to a process
+PARALLEL_MIN_ROWS = 200_000  # below it, starting processes costs more than it saves
+
+Progress = Callable[[int, int], None]  # (rows done, rows in all): both the rows checked and the rows walked
 
 
 @dataclass
@@ -47,6 +61,10 @@ class Report:
     quarantined: int = 0
     quarantine_reasons: Counter = field(default_factory=Counter)
     heads: dict[str, dict] = field(default_factory=dict)  # "run:producer:attempt" -> the recorded head (seq, hash)
+    checked: int = 0  # events read and checked this time (all of them, unless `since`)
+    checked_files: int = 0
+    since: str | None = None  # when the verify this one continued was done
+    record: verified.Record | None = field(default=None, repr=False)  # what this one checked, if it passed
 
     @property
     def ok(self) -> bool:
@@ -54,11 +72,15 @@ class Report:
 
     def summary(self) -> dict:
         return {"ok": self.ok, "events": self.events, "files": self.files, "chains": self.chains,
-                "quarantined": self.quarantined, "problems": self.problems, "heads": self.heads}
+                "quarantined": self.quarantined, "problems": self.problems, "heads": self.heads,
+                "checked_events": self.checked, "checked_files": self.checked_files, "since": self.since}
 
     def text(self) -> str:
         lines = [f"{self.events} events in {self.files} files, {self.chains} chains; "
                  f"{self.quarantined} quarantined messages"]
+        if self.since is not None:
+            lines.append(f"checked {self.checked} events in {self.checked_files} files new or changed since the "
+                         f"verify of {self.since}")
         for reason, n in self.quarantine_reasons.most_common(10):
             lines.append(f"  quarantine: {n} × {reason}")
         if self.problems:
@@ -71,154 +93,233 @@ class Report:
         return "\n".join(lines)
 
 
-_LINK = ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")
-_REQUIRED = (*_LINK, "kind", "time", "schema_version", "payload")
-
-
-def _check_file(path: Path, kind: str, run_id: str, report: Report, links: list) -> None:
-    table = pq.read_table(path)
-    if not store.digest_ok(path, table):
-        report.problems.append(f"{path}: the ledger's columns (event_id, stream_seq, ts, ingested_at) do not match "
-                               "the digest it recorded for this file (changed after it was written?)")
-    columns = store.payload_columns(kind) if kind in KINDS else {}
-    typed = [c for c, ck in columns.items() if ck != "wide"]
-    maps = {c for c in typed if columns[c].startswith("map_")}  # read back as [(name, value)]
-    wide = [c for c in table.column_names if c.split("/", 1)[0] in columns and columns[c.split("/", 1)[0]] == "wide"]
-    for row in table.to_pylist():
-        eid = row.get("event_id")
-        where = f"{eid} ({path.relative_to(path.parents[2])})"
-        try:
-            missing = [c for c in _REQUIRED if row.get(c) is None]
-            if missing:  # a cell emptied or a column dropped: nothing else about the row can be trusted
-                raise InvalidEvent(f"no value in {', '.join(missing)}")
-            if row["kind"] != kind or row["run_id"] != run_id:
-                raise InvalidEvent(f"row of kind {row['kind']!r}, run {row['run_id']!r} stored under kind={kind}/run_id={run_id}")
-            if eid != make_event_id(row["run_id"], row["producer"], row["attempt"], row["seq"]):
-                raise InvalidEvent("event_id does not match run_id:producer:attempt:seq")
-            payload = json.loads(row["payload"])
-            if canonical_json(payload) != row["payload"]:
-                raise InvalidEvent("payload text is not canonical JSON")
-            if event_hash(row, row["payload"]) != row["hash"]:
-                raise InvalidEvent("hash does not match the stored content (changed after it was written?)")
-            if row["ts"] is not None and row["ts"] != _ts_of(row["time"]):
-                raise InvalidEvent(f"ts {row['ts']} is not the event's time {row['time']}")
-            check_payload(kind, payload)
-            expected = store.typed_columns(kind, [payload])
-            for col in typed:
-                if (dict(row[col]) if col in maps and row[col] is not None else row[col]) != expected[col][0]:
-                    raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says {expected[col][0]!r}")
-            for col in wide:  # a DOUBLE column per name: null where the payload has no such name
-                if row[col] != (expected[col][0] if col in expected else None):
-                    raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says "
-                                       f"{expected[col][0] if col in expected else 'nothing'}")
-        except (InvalidEvent, ValueError, TypeError, KeyError) as err:
-            report.problems.append(f"{where}: {err}")
-        if any(row.get(c) is None for c in _LINK):
-            continue  # reported above; it cannot take part in the chain check
-        links.append((row["run_id"], row["producer"], row["attempt"], row["seq"], row["prev_hash"], row["hash"], eid))
-    report.events += table.num_rows
-    report.files += 1
-
-
-def _ts_of(time_text: str):
-    """The `ts` column the ledger derives from an event's (hashed) `time`."""
-    return pa.array([time_text]).cast(pa.timestamp("ns", tz="UTC")).cast(store.TIMESTAMP, safe=False)[0].as_py()
-
-
 VERIFY_TRIES = 5  # a live ledger may compact or write while verify reads: read again, up to this often
 
 
 def _files_now(root: Path) -> list[tuple[str, int]] | None:
     """The files verify reads, with their mtimes (None if one vanished while looking)."""
-    paths = [*store.event_files(root), *store.quarantine_files(root), *sorted((root / heads.HEADS_DIR).glob("*.json"))]
+    files = [*store.event_files(root), *store.quarantine_files(root), *sorted((root / heads.HEADS_DIR).glob("*.json"))]
     try:
-        return [(str(p), p.stat().st_mtime_ns) for p in paths]
+        return [(str(p), p.stat().st_mtime_ns) for p in files]
     except FileNotFoundError:
         return None
 
 
-def verify(root: str | Path) -> Report:
-    """Check a root (see the module docstring). A ledger serving it may compact or write meanwhile: a
-    read whose files changed under it is done again (VERIFY_TRIES), so a file compacted away is never
-    reported as a chain cut short."""
+def verify(root: str | Path, since: verified.Record | None = None, jobs: int | None = None,
+           progress: Progress | None = None, record: bool = False, snapshot: int | None = None) -> Report:
+    """Check a root (see the module docstring); with `since`, only what was added after that record.
+    With `record`, a report that passes carries what a later `since` starts from (`report.record`;
+    every file checked is hashed too). `jobs`: processes checking rows (default: the cores usable).
+    A ledger serving it may compact or write meanwhile: a read whose files changed under it is done
+    again (VERIFY_TRIES), so a file compacted away is never reported as a chain cut short.
+    `snapshot`: check ledger snapshot N (see `ledger.paths.Cut`; raises paths.SnapshotGone if it
+    expired), not the current one; its chains cannot be held to the heads recorded since, so the
+    heads are not checked then."""
     root = Path(root)
+    jobs = jobs or len(os.sched_getaffinity(0))
     report = Report()
+    if snapshot is not None:
+        if not paths.is_tables(root):
+            raise paths.SnapshotGone(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
+        return _verify_once(root, since, jobs, progress, record, paths.cut(root, snapshot))
     for _ in range(VERIFY_TRIES):
         before = _files_now(root)
-        report = _verify_once(root)
+        report = _verify_once(root, since, jobs, progress, record)
         if before is not None and before == _files_now(root):
             break
     return report
 
 
-def _verify_once(root: Path) -> Report:
-    report = Report()
-    links: list[tuple] = []
-    for path in store.stray_files(root):  # the views read exactly the files verify reads (paths.event_glob)
+@dataclass
+class _Plan:
+    """What one verify reads: the files whose rows it checks, the runs whose chains it walks whole and
+    those it walks from the recorded point on (`since`)."""
+
+    files: list[Path]  # every events file there is
+    to_check: list[Path]  # the files whose rows are checked (all, or those new or changed since)
+    whole_runs: set[str]  # runs whose chains are walked from seq 0
+    unchanged_rows: int = 0  # rows of the files checked before and unchanged
+    sha256: dict[Path, str] = field(default_factory=dict)  # of the files checked before and unchanged
+
+
+def _run_of(path: Path) -> str:
+    return path.parent.name.removeprefix("run_id=")
+
+
+def _kind_of(path: Path) -> str:
+    return path.parent.parent.name.removeprefix("kind=")
+
+
+def _plan(root: Path, files: list[Path], since: verified.Record | None, recorded: dict, jobs: int,
+          report: Report) -> _Plan:
+    runs = {_run_of(f) for f in files}
+    if since is None:
+        return _Plan(files, files, runs)
+    plan = _Plan(files, [], set())
+    before = {name: f for name, f in since.files.items()}
+    now = {verified.name_of(root, f): f for f in files}
+    with ThreadPoolExecutor(jobs) as pool:  # hashlib lets go of the GIL: the old files are hashed in parallel
+        sums = dict(zip([n for n in before if n in now], pool.map(rowcheck.file_sha256, [now[n] for n in before if n in now])))
+    for name, old in before.items():
+        run = name.split("/")[2].removeprefix("run_id=") if name.count("/") >= 3 else None
+        if name not in now:
+            plan.whole_runs.add(run)  # compacted away, or removed: that run is walked whole again
+        elif sums[name] != old.sha256:
+            report.problems.append(f"{now[name]}: changed since it was verified ({since.written_at})")
+            plan.whole_runs.add(run)
+        else:
+            plan.sha256[now[name]] = old.sha256
+            plan.unchanged_rows += old.rows
+    for run_id, chains in recorded.items():  # a head recorded below the point verified: walk that run whole
+        for (producer, attempt), (seq, _) in chains.items():
+            end = since.chains.get((run_id, producer, attempt))
+            if end is not None and seq < end[0]:
+                plan.whole_runs.add(run_id)
+    plan.whole_runs |= runs - {key[0] for key in since.chains}  # runs new since
+    plan.to_check = [f for f in files if f not in plan.sha256 or _run_of(f) in plan.whole_runs]
+    plan.unchanged_rows -= sum(since.files[verified.name_of(root, f)].rows for f in files
+                               if f in plan.sha256 and _run_of(f) in plan.whole_runs)
+    return plan
+
+
+def _parts(path: Path) -> list[list[int]]:
+    """The row groups of a file in units of about PART_ROWS rows ([[]] if it cannot be read: the
+    check of its first part then says so)."""
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except (OSError, ValueError):
+        return [[]]
+    parts, rows = [[]], 0
+    for g in range(meta.num_row_groups):
+        if parts[-1] and rows + meta.row_group(g).num_rows > PART_ROWS:
+            parts.append([])
+            rows = 0
+        parts[-1].append(g)
+        rows += meta.row_group(g).num_rows
+    return parts
+
+
+def _file_rows(path: Path) -> int:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (OSError, ValueError):
+        return 0
+
+
+def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress: Progress | None, record: bool,
+                 at: paths.Cut | None = None) -> Report:
+    report = Report(since=since.written_at if since else None)
+    for path in store.stray_files(root):  # the views read exactly the files verify reads (paths.event_files)
         report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
-    for path in store.event_files(root):
-        kind = path.parent.parent.name.removeprefix("kind=")
-        run_id = path.parent.name.removeprefix("run_id=")
-        if kind not in KINDS:
-            report.problems.append(f"{path}: unknown kind {kind!r}")
-            continue
-        try:
-            _check_file(path, kind, run_id, report, links)
-        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, truncated
-            report.problems.append(f"{path}: cannot be read ({str(err).splitlines()[0][:200]})")
-    seen = Counter(link[6] for link in links)
-    for eid, n in seen.items():
-        if n > 1:
-            report.problems.append(f"{eid}: stored {n} times")
-    chains: dict[tuple, list] = {}
-    for link in links:
-        chains.setdefault(link[:3], []).append(link)
-    report.chains = len(chains)
-    for (run_id, producer, attempt), rows in sorted(chains.items()):
-        rows.sort(key=lambda r: r[3])
-        prev_seq, prev_hash = -1, ""
-        for _, _, _, seq, ph, h, eid in rows:
-            if seq == prev_seq:
-                continue  # a duplicate, reported above
-            if seq != prev_seq + 1:
-                first, last = (make_event_id(run_id, producer, attempt, s) for s in (prev_seq + 1, seq - 1))
-                missing = first if first == last else f"{first} .. {last}"
-                report.problems.append(f"{missing} missing: seq {prev_seq + 1}..{seq - 1} of {run_id}:{producer}:{attempt} "
-                                       f"(gap before {eid})")
-            elif ph != prev_hash:
-                report.problems.append(f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)")
-            prev_seq, prev_hash = seq, h
-    _check_heads(root, links, report)
-    for (run_id, producer, attempt), seqs in sorted(store.stored_conflicts(root).items()):
+    for path in paths.missing_files(root, at):
+        report.problems.append(f"{path}: in the tables' snapshot, but not on disk (deleted?)")
+    files = []
+    for path in store.event_files(root, at=at):
+        if _kind_of(path) not in KINDS:
+            report.problems.append(f"{path}: unknown kind {_kind_of(path)!r}")
+        else:
+            files.append(path)
+    recorded, unreadable = heads.read_all(root) if heads.recorded(root) else ({}, [])
+    plan = _plan(root, files, since, recorded, jobs, report)
+    units = [(str(f), _kind_of(f), _run_of(f), groups, i == 0) for f in plan.to_check for i, groups in enumerate(_parts(f))]
+    total = 2 * sum(_file_rows(f) for f in plan.to_check)
+    done = [0]
+
+    def advance(rows: int) -> None:
+        done[0] += rows
+        if progress is not None:
+            progress(done[0], total)
+
+    parallel = jobs > 1 and total // 2 >= PARALLEL_MIN_ROWS
+    if parallel:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures: list[Future] = [pool.submit(rowcheck.check_part, *u, hash_bytes=record) for u in units]
+            for fut in futures:
+                fut.add_done_callback(lambda f: advance(f.result().rows) if not f.exception() else None)
+            walk = _walk(root, plan, since, recorded, advance)
+            parts = [f.result() for f in futures]
+    else:
+        walk = _walk(root, plan, since, recorded, advance)
+        parts = []
+        for u in units:
+            parts.append(rowcheck.check_part(*u, hash_bytes=record))
+            advance(parts[-1].rows)
+    for part in parts:
+        report.problems += part.problems
+    report.problems += walk.problems()
+    report.problems += _rechecked(root, walk)
+    if at is None:  # (a past snapshot's chains cannot be held to the heads recorded since)
+        _check_heads(root, walk, recorded, unreadable, since, plan, report)
+    for (run_id, producer, attempt), seqs in sorted(store.stored_conflicts(root, at).items()):
         for seq in sorted(seqs):
             report.problems.append(f"{make_event_id(run_id, producer, attempt, seq)}: a different event with this id is in "
                                    f"quarantine ({store.CONFLICT}: two producers on one chain?)")
-    qfiles = store.quarantine_files(root)
-    for f in qfiles:
-        try:
-            t = pq.read_table(f, columns=["reason"])
-        except (OSError, ValueError) as err:
-            report.problems.append(f"{f}: cannot be read ({str(err).splitlines()[0][:200]})")
-            continue
-        report.quarantined += t.num_rows
-        report.quarantine_reasons.update(re.sub(r"\d+", "N", r)[:90] for r in t.column(0).to_pylist())
+    _summarise_quarantine(root, report, at)
+    report.checked = sum(p.rows for p in parts)
+    report.checked_files = len(plan.to_check)
+    report.events = plan.unchanged_rows + report.checked
+    report.files = len(files)
+    report.chains = sum(1 for c in walk.chains.values() if c.max_seq >= 0)
+    if report.ok and record:
+        sha256 = {**plan.sha256, **{Path(p.path): p.file_sha256 for p in parts if p.file_sha256}}
+        rows = {f: (since.files[verified.name_of(root, f)].rows if f in plan.sha256 else 0) for f in files}
+        for p in parts:
+            rows[Path(p.path)] += p.rows
+        report.record = verified.Record.of(root, report.events, {f: (sha256[f], rows[f]) for f in files},
+                                           {key: (c.next_seq - 1, c.last_hash) for key, c in walk.chains.items()
+                                            if c.max_seq >= 0})
     return report
 
 
-def _check_heads(root: Path, links: list[tuple], report: Report) -> None:
+def _walk(root: Path, plan: _Plan, since: verified.Record | None, recorded: dict, advance: Callable[[int], None]
+          ) -> chainwalk.ChainWalk:
+    """Walk every chain: runs walked whole from seq 0, the others (`since`) from the point verified on."""
+    walk = chainwalk.ChainWalk()
+    for key, (seq, hash_) in (since.chains.items() if since else ()):
+        if key[0] in plan.whole_runs:
+            walk.watch(key, seq)
+        else:
+            walk.start(key, seq, hash_)
+    for run_id, chains in recorded.items():
+        for (producer, attempt), (seq, _) in chains.items():
+            walk.watch((run_id, producer, attempt), seq)
+    by_run: dict[str, list[Path]] = {}
+    for f in plan.to_check:
+        by_run.setdefault(_run_of(f), []).append(f)
+    for run_id, files in sorted(by_run.items()):
+        for batch in streams.in_stream_order(files, [*rowcheck.LINK, "stream_seq"]):
+            walk.take(batch)
+            advance(batch.num_rows)
+    walk.finish()
+    return walk
+
+
+def _rechecked(root: Path, walk: chainwalk.ChainWalk) -> list[str]:
+    """The exact check of the chains the walk could not settle (stored far out of order): each read whole."""
+    problems = []
+    for key, chain in sorted(walk.chains.items()):
+        if not chain.recheck:
+            continue
+        table = store.read_events(root, run_id=key[0], columns=list(rowcheck.LINK)).to_pylist()
+        links = [(r["seq"], r["prev_hash"], r["hash"], r["event_id"]) for r in table
+                 if (r["run_id"], r["producer"], r["attempt"]) == key and None not in r.values()]
+        copies, broken = chainwalk.sorted_check(key, links)
+        problems += copies + broken
+    return problems
+
+
+def _check_heads(root: Path, walk: chainwalk.ChainWalk, recorded: dict, unreadable: list[str],
+                 since: verified.Record | None, plan: _Plan, report: Report) -> None:
     """Every chain reaches the head the ledger recorded for it (see ledger.heads): its tail, the whole
-    chain, or the whole run cannot be gone unnoticed."""
-    stored: dict[tuple, dict[int, str]] = {}
-    for run_id, producer, attempt, seq, _, h, _ in links:
-        stored.setdefault((run_id, producer, attempt), {})[seq] = h
-    runs = {chain[0] for chain in stored}
+    chain, or the whole run cannot be gone unnoticed; and, with `since`, the head verified before."""
+    stored = {key: c for key, c in walk.chains.items() if c.max_seq >= 0}
+    runs = {key[0] for key in stored}
     if not heads.recorded(root):
         if runs:
             report.problems.append(f"{root}: no chain heads recorded ({heads.HEADS_DIR}/ is missing), so a chain cut short "
                                    "cannot be found; a root from before heads were recorded gets them when a ledger "
                                    "next serves it")
         return
-    recorded, unreadable = heads.read_all(root)
     report.problems += unreadable
     for run_id in sorted(runs - recorded.keys()):
         if not heads.run_file(root, run_id).exists():
@@ -226,19 +327,40 @@ def _check_heads(root: Path, links: list[tuple], report: Report) -> None:
                                    f"({heads.run_file(root, run_id).relative_to(root)} is missing)")
     for run_id, chains in sorted(recorded.items()):
         for (producer, attempt), (seq, h) in sorted(chains.items()):
-            chain = f"{run_id}:{producer}:{attempt}"
-            have = stored.get((run_id, producer, attempt))
-            if not have:
+            key, chain = (run_id, producer, attempt), f"{run_id}:{producer}:{attempt}"
+            have = stored.get(key)
+            if have is None:
                 report.problems.append(f"chain {chain}: the ledger stored it up to seq {seq}, but none of it is here "
                                        "(deleted?)")
-            elif seq not in have:
+            elif walk.hash_at(key, seq) is None:
                 report.problems.append(f"chain {chain}: the ledger stored it up to seq {seq}, but it ends at seq "
-                                       f"{max(have)} here (cut short?)")
-            elif have[seq] != h:
+                                       f"{have.max_seq} here (cut short?)")
+            elif walk.hash_at(key, seq) != h:
                 report.problems.append(f"{make_event_id(run_id, producer, attempt, seq)}: its hash is not the one the ledger "
                                        f"recorded as the head of {chain} (replaced?)")
+    for key, (seq, h) in sorted(since.chains.items() if since else ()):
+        if key[0] not in plan.whole_runs:
+            continue
+        at, chain = walk.hash_at(key, seq), ":".join(map(str, key))
+        if at is None:
+            report.problems.append(f"chain {chain}: verified up to seq {seq} before ({since.written_at}), but it does "
+                                   f"not reach it now (cut short since?)")
+        elif at != h:
+            report.problems.append(f"{make_event_id(*key, seq)}: its hash is not the one verified before "
+                                   f"({since.written_at}) as the head of {chain} (replaced since?)")
     report.heads = {f"{run}:{p}:{a}": {"seq": s, "hash": h}
                     for run, chains in recorded.items() for (p, a), (s, h) in chains.items()}
+
+
+def _summarise_quarantine(root: Path, report: Report, at: paths.Cut | None) -> None:
+    for f in store.quarantine_files(root, at=at):
+        try:
+            t = pq.read_table(f, columns=["reason"])
+        except (OSError, ValueError) as err:
+            report.problems.append(f"{f}: cannot be read ({str(err).splitlines()[0][:200]})")
+            continue
+        report.quarantined += t.num_rows
+        report.quarantine_reasons.update(re.sub(r"\d+", "N", r)[:90] for r in t.column(0).to_pylist())
 
 
 def repair(root: str | Path) -> tuple[dict[str, int], list[str]]:

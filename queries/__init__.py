@@ -1,9 +1,12 @@
 """SQL over the ledger: `connect(root)` gives a read-only DuckDB connection with the views of views.sql.
 
-The views scan the Parquet files under `{root}/events` and `{root}/quarantine` directly; their
-columns come from `ledger.events` (through `queries.columns`), so a kind with no files yet still has
-a view with the right columns. Audits live as `.sql` files beside this one. Neither pydantic nor
-pyarrow is imported on the way: a query starts in the time DuckDB takes to load.
+The views scan the Parquet files of one snapshot of the ledger's tables (`ledger.paths.cut`): a
+file compacted away meanwhile is still there for them, a file not yet committed is not read, and no
+row is counted twice. `refresh(con, root)` moves a long-lived connection to the current snapshot.
+(A root in the plain layout of before the tables is scanned by its glob.) The views' columns come
+from `ledger.events` (through `queries.columns`), so a kind with no files yet still has a view with
+the right columns. Audits live as `.sql` files beside this one. Neither pydantic nor pyarrow is
+imported on the way: a query starts in the time DuckDB takes to load.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 
+from ledger import paths
 from ledger.paths import event_files, event_glob, quarantine_files, quarantine_glob
 from queries import thresholds
 from queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
@@ -68,12 +72,18 @@ def _scan_files(files: list[Path], columns: Columns) -> str:
     return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
 
 
-def render_views(root: Path, files: dict[str, list[Path]] | None = None) -> str:
-    """views.sql with its placeholders replaced for the files under `root`, or, given `files`
-    (kind -> Parquet files), for exactly those files (a scope: one run and what its audit needs)."""
+def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: paths.Cut | None = None) -> str:
+    """views.sql with its placeholders replaced for the files under `root` (the tables' current
+    snapshot, or the cut `at`), or, given `files` (kind -> Parquet files), for exactly those files (a
+    scope: one run and what its audit needs)."""
     root = Path(root).resolve()
     sql = (HERE / "views.sql").read_text()
     env_cols = ", ".join(envelope_columns())
+    quarantine = None
+    if files is None and paths.is_tables(root):
+        at = at or paths.cut(root)
+        files = {k: event_files(root, k, at=at) for k in kinds()}
+        quarantine = _scan_files(quarantine_files(root, at=at), quarantine_columns())
     if files is not None:
         kinds_sql = {k: _scan_files(files.get(k, []), kind_columns(k)) for k in kinds()}
     else:
@@ -83,9 +93,15 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None) -> str:
         }
     all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
     sql = sql.replace("{{all_kinds}}", all_kinds)
-    sql = sql.replace("{{events_glob}}", _sql_str(str(event_glob(root))))  # (the files verify reads: paths.event_glob)
+    if at is not None:
+        runs = sorted({f.run_id for table, listed in at.files.items() for f in listed if f.run_id is not None})
+        sql = sql.replace("{{audit_runs}}", f"select unnest([{', '.join(map(_sql_str, runs))}]::varchar[]) as run_id")
+    else:
+        sql = sql.replace("{{audit_runs}}", "select distinct regexp_extract(file, '/run_id=([^/]+)/[^/]*$', 1) as run_id "
+                                            f"from glob({_sql_str(str(event_glob(root)))})")
     sql = sql.replace("{{threshold_defaults}}", thresholds.values_sql())
-    sql = sql.replace("{{quarantine}}", _scan(quarantine_glob(root), bool(quarantine_files(root)), quarantine_columns()))
+    sql = sql.replace("{{quarantine}}", quarantine or _scan(quarantine_glob(root), bool(quarantine_files(root)),
+                                                            quarantine_columns()))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
     return sql
 
@@ -112,13 +128,15 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
             files: dict[str, list[Path]] | None = None,
             on_view: Callable[[duckdb.DuckDBPyConnection, str], None] | None = None,
             con: duckdb.DuckDBPyConnection | None = None,
-            memory_limit: str | None = None, uses: str | None = None) -> duckdb.DuckDBPyConnection:
+            memory_limit: str | None = None, uses: str | None = None,
+            snapshot: int | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the ledger's views over `root` (`threads`: DuckDB's
     worker threads, default all cores; `files`: views over just these files, see render_views;
     `on_view(con, name)`: called as soon as each view or macro of views.sql is defined; `con`: a
     connection from open_connection to define them on, else a new one; `memory_limit`: DuckDB's,
     e.g. "2GB", default DuckDB's own; `uses`: the text of the queries the connection is for, and
-    then only the views and macros they can reach are defined, see `reachable`).
+    then only the views and macros they can reach are defined, see `reachable`; `snapshot`: read
+    ledger snapshot N, see `ledger.paths.Cut`, not the current one).
 
     With read_only (the default) the connection cannot write: external access is off except
     reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are
@@ -129,7 +147,10 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     given = con
     for attempt in range(COMPACTION_RACE_TRIES):
         con = given if given is not None else open_connection(threads, read_only)
-        sql = render_views(root, files)
+        at = paths.cut(root, snapshot) if snapshot is not None and paths.is_tables(root) else None
+        if snapshot is not None and at is None:
+            raise ValueError(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
+        sql = render_views(root, files, at)
         try:
             if uses is not None:
                 sql = ";\n".join(reachable([st.query for st in con.extract_statements(sql)], uses))
@@ -161,6 +182,12 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     return con
 
 
+def refresh(con: duckdb.DuckDBPyConnection, root: str | Path) -> None:
+    """Move a connection from connect(root) to the tables' current snapshot: its views are defined
+    again over that snapshot's files (a query running meanwhile finishes on the old ones)."""
+    con.execute(render_views(Path(root).resolve()))
+
+
 def reachable(statements: list[str], uses: str) -> list[str]:
     """The statements of views.sql that the text `uses` can reach, in their order: those defining a
     view or macro it names, then those that these name, and so on. Every word of `uses` counts as a
@@ -190,10 +217,11 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 
 def query(root: str | Path, sql: str, timeout_s: float | None = TIMEOUT_S,
-          memory_limit: str | None = MEMORY_LIMIT) -> tuple[list[str], list[tuple]]:
-    """Run a read-only query over the ledger views, bounded in time and memory; returns the last
-    statement's (column names, rows). Raises ReadOnlyViolation, QueryTimeout or duckdb.Error."""
-    con = connect(root, memory_limit=memory_limit, uses=sql)
+          memory_limit: str | None = MEMORY_LIMIT, snapshot: int | None = None) -> tuple[list[str], list[tuple]]:
+    """Run a read-only query over the ledger views (of ledger snapshot `snapshot`, else the current
+    one), bounded in time and memory; returns the last statement's (column names, rows). Raises
+    ReadOnlyViolation, QueryTimeout, paths.SnapshotGone or duckdb.Error."""
+    con = connect(root, memory_limit=memory_limit, uses=sql, snapshot=snapshot)
     try:
         check_read_only(con, sql)
         return fetch_bounded(con, sql, timeout_s)

@@ -187,10 +187,9 @@ select * from {{quarantine}};
 -- ---------------------------------------------------------------------------------------------
 
 -- every run the ledger knows of, whatever kinds it has (an audit reports on each, skipping what is
--- absent); from the partition directories' names, so no file is opened
+-- absent); from the snapshot's partitions (or the partition directories' names), so no file is opened
 create or replace view audit_runs as
-select distinct regexp_extract(file, '/run_id=([^/]+)/[^/]*$', 1) as run_id
-from glob({{events_glob}});
+{{audit_runs}};
 
 -- what each run declared in its first run_started: budget, schedule, experts, plan; one row per run.
 -- horizon_steps: the schedule's, else its token horizon, else the token budget, in steps (rounded up,
@@ -481,13 +480,42 @@ select
     sum(tokens) over (partition by run_id order by block) as tokens_seen
 from latest;
 
--- per (target run, fraction): the latest forecast point, at target_tokens (else fraction x the
--- target's token_budget); what forecast vs actual and the forecast_hit check compare with
+-- per (target run, plan, fraction): the latest forecast point of each plan the run had: the plan as
+-- registered (revision 0, no decision) and each revision an applied decision caused (its decision_id,
+-- from_step/from_tokens where it began to govern), at target_tokens (else fraction x the target's
+-- token_budget). in_force: the point lies where its plan governed the run, after its start and up to
+-- the next plan's; what forecast vs actual and the forecast_hit check judge. The fields revisions
+-- added are read from the payload, so a ledger of forecasts older than them reads as one plan.
 create or replace view forecast_points as
-select
-    f.target_run as run_id, f.fraction, f.projected_loss, f.band_low, f.band_high, f.rungs, f.flags,
-    f.ts as forecast_at, f.run_id as forecast_by_run,
-    coalesce(f.target_tokens, f.fraction * p.token_budget) as at_tokens
-from forecasts f
-left join run_plan p on p.run_id = f.target_run
-qualify row_number() over (partition by f.target_run, f.fraction order by f.ts desc, f.seq desc) = 1;
+with f as (
+    select
+        f.*, payload ->> 'decision_id' as plan_decision,
+        coalesce((payload ->> 'revision')::bigint, 0) as plan_revision,
+        coalesce((payload ->> 'from_tokens')::bigint, 0) as plan_from_tokens,
+        (payload ->> 'from_step')::bigint as plan_from_step,
+        (payload ->> 'horizon_tokens')::bigint as plan_horizon_tokens,
+        coalesce((payload ->> 'supported')::boolean, true) as plan_supported
+    from forecasts f
+), latest as (
+    select * from f
+    qualify row_number() over (partition by target_run, coalesce(plan_decision, ''), fraction
+                               order by ts desc, seq desc) = 1
+), plans as (
+    select target_run, coalesce(plan_decision, '') as plan_key, min(plan_from_tokens) as from_tokens
+    from latest group by all
+), bounded as (
+    select *, lead(from_tokens) over (partition by target_run order by from_tokens, plan_key) as until_tokens
+    from plans
+), points as (
+    select
+        l.target_run as run_id, l.fraction, l.projected_loss, l.band_low, l.band_high, l.rungs, l.flags,
+        l.ts as forecast_at, l.run_id as forecast_by_run,
+        coalesce(l.target_tokens, l.fraction * p.token_budget) as at_tokens,
+        l.plan_revision as revision, l.plan_decision as decision_id, l.plan_from_step as from_step,
+        l.plan_horizon_tokens as horizon_tokens, b.from_tokens, b.until_tokens, l.plan_supported as supported
+    from latest l
+    join bounded b on b.target_run = l.target_run and b.plan_key = coalesce(l.plan_decision, '')
+    left join run_plan p on p.run_id = l.target_run
+)
+select *, at_tokens > from_tokens and (until_tokens is null or at_tokens <= until_tokens) as in_force
+from points;

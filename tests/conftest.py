@@ -20,7 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from ledger.natsserver import NatsServer
@@ -164,9 +163,7 @@ class _Fetched:
 
 
 class Reader:
-    """`queries.connect(root)` for a root that a live ledger writes and compacts: a query that meets a
-    file compacted away between the listing and the read is asked again on a fresh connection. (The
-    race is real for every reader of today's plain-Parquet layout: issue 17's table snapshots end it.)"""
+    """`queries.connect(root)` anew for each query: the current snapshot of a root a live ledger writes."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -174,15 +171,8 @@ class Reader:
     def execute(self, sql: str, params: list | None = None) -> _Fetched:
         import queries
 
-        for attempt in range(50):
-            try:
-                con = queries.connect(self.root)
-                return _Fetched((con.execute(sql, params) if params is not None else con.execute(sql)).fetchall())
-            except duckdb.IOException:
-                if attempt == 49:
-                    raise
-                time.sleep(0.05)
-        raise AssertionError("unreachable")
+        con = queries.connect(self.root)
+        return _Fetched((con.execute(sql, params) if params is not None else con.execute(sql)).fetchall())
 
 
 def reader(root: Path) -> Reader:
@@ -196,10 +186,7 @@ def wait_for_count(root: Path, sql: str, expected: int, timeout: float = 120) ->
     deadline = time.monotonic() + timeout
     n = -1
     while time.monotonic() < deadline:
-        try:
-            n = queries.connect(root).execute(sql).fetchone()[0]
-        except duckdb.IOException:  # a file compacted away between listing and reading: ask again
-            continue
+        n = queries.connect(root).execute(sql).fetchone()[0]
         if n >= expected:
             return n
         time.sleep(0.2)

@@ -127,6 +127,7 @@ def test_a_value_the_columns_cannot_hold_is_quarantined_not_a_crash(root):
     decoded = service.Decoded(events=[store.StoredEvent(ok, canonical_json(ok["payload"]), 1),
                                       store.StoredEvent(bad, canonical_json(bad["payload"]), 2)])
     ledger.write_safely(decoded, [])
+    ledger.commit()
     con = queries.connect(root)
     assert con.execute("select event_id from steps_all").fetchall() == [("slip:w:0:0",)]
     assert con.execute("select event_id, reason like 'cannot be stored:%' from quarantine").fetchall() == [("slip:w:0:1", True)]
@@ -293,7 +294,9 @@ def test_fuzz_hostile_messages_never_stop_the_ledger_and_valid_events_are_stored
         texts = data.draw(st.permutations(good + poison))
         messages = [("runledger.fz.step", t.encode("utf-8", "surrogatepass"), i + 1) for i, t in enumerate(texts)]
     ledger.write_safely(ledger.decode(messages), messages)  # what serve does; nothing may escape it but OSError
+    ledger.commit()
     ledger.write_safely(ledger.decode(messages), messages)  # and the same again (a redelivery): stored once
+    ledger.commit()
     con = queries.connect(root)
     stored = con.execute("select count(*), count(distinct event_id) from steps_all where producer = 'p'").fetchone()
     assert stored == (len(good), len(good))
@@ -341,19 +344,17 @@ def attacked(served_root, tmp_path):
 
 
 def rewrite_partition(root, kind: str, run_id: str, keep, change=None, fresh_digest: bool = True) -> None:
-    """Replace a partition's files by one file of the rows `keep(row)` accepts, `change(table)` applied;
-    with the ledger's own digest recomputed (the attacker knows the format) unless `fresh_digest` is False."""
-    part = store.partition_dir(root, kind, run_id)
-    files = sorted(part.glob("*.parquet"))
-    table = pa.concat_tables([pq.read_table(f) for f in files])
-    metadata = table.schema.metadata
-    table = table.replace_schema_metadata(None).filter(pa.array([keep(r) for r in table.to_pylist()]))
-    if change is not None:
-        table = change(table)
-    table = store.with_digest(table) if fresh_digest else table.replace_schema_metadata(metadata)
-    for f in files:
-        f.unlink()
-    pq.write_table(table, part / files[-1].name)
+    """Rewrite each of a partition's files in place with the rows `keep(row)` accepts, `change(table)`
+    applied; with the ledger's own digest recomputed (the attacker knows the format) unless
+    `fresh_digest` is False. (Every file stays where the tables' snapshot says it is.)"""
+    for f in store.event_files(root, kind, run_id):
+        table = pq.read_table(f)
+        metadata = table.schema.metadata
+        table = table.replace_schema_metadata(None).filter(pa.array([keep(r) for r in table.to_pylist()], pa.bool_()))
+        if change is not None:
+            table = change(table)
+        table = store.with_digest(table) if fresh_digest else table.replace_schema_metadata(metadata)
+        pq.write_table(table, f)
 
 
 def test_a_chain_cut_short_is_found_even_in_a_self_consistent_file(attacked):
@@ -370,8 +371,10 @@ def test_a_producer_removed_whole_is_found(attacked):
 
 
 def test_a_run_deleted_whole_is_found(attacked):
+    files = store.event_files(attacked, "step", "other")
     shutil.rmtree(store.partition_dir(attacked, "step", "other"))
     assert service_verify(attacked).problems == [
+        *(f"{f}: in the tables' snapshot, but not on disk (deleted?)" for f in files),
         "chain other:worker-0:0: the ledger stored it up to seq 4, but none of it is here (deleted?)"]
 
 
@@ -420,7 +423,8 @@ def test_a_ledger_column_changed_is_found(attacked, column, by):
     metadata kept as it was."""
     rewrite_partition(attacked, "step", "tr", lambda r: True, _shift(column, by), fresh_digest=False)
     problems = service_verify(attacked).problems
-    assert len(problems) == 1 and "do not match the digest it recorded" in problems[0]
+    files = store.event_files(attacked, "step", "tr")
+    assert len(problems) == len(files) and all("do not match the digest it recorded" in p for p in problems)
 
 
 def test_a_ts_changed_is_found_even_with_a_fresh_digest(attacked):

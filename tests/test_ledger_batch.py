@@ -338,8 +338,10 @@ def test_a_batch_delivered_again_stores_nothing_and_counts_duplicates(root):
     b = steps()
     ledger = Ledger(root)
     ledger.write(ledger.decode([(b.subject, b.data, 1)]))
+    ledger.commit()
     assert ledger.counters.stored == 5
     ledger.write(ledger.decode([(b.subject, b.data, 2)]))
+    ledger.commit()
     assert (ledger.counters.stored, ledger.counters.duplicates, ledger.counters.quarantined) == (5, 5, 0)
     assert stored_ids(root) == ids(0, 5)
 
@@ -356,7 +358,9 @@ def test_a_batch_overlapping_a_stored_one_stores_only_its_new_half(root):
     first, second = overlapping()
     ledger = Ledger(root)
     ledger.write(ledger.decode([(first.subject, first.data, 1)]))
+    ledger.commit()
     ledger.write(ledger.decode([(second.subject, second.data, 2)]))
+    ledger.commit()
     assert (ledger.counters.stored, ledger.counters.duplicates) == (6, 2)
     assert stored_ids(root) == ids(0, 6)
     assert verify(root).ok
@@ -366,6 +370,7 @@ def test_overlapping_batches_in_one_fetch_are_stored_once(root):
     first, second = overlapping()
     ledger = Ledger(root)
     ledger.write(ledger.decode([(first.subject, first.data, 1), (second.subject, second.data, 2)]))
+    ledger.commit()
     assert (ledger.counters.stored, ledger.counters.duplicates) == (6, 2)
     assert stored_ids(root) == ids(0, 6)
 
@@ -375,6 +380,7 @@ def test_a_batch_after_its_events_one_by_one_in_one_fetch_is_stored_once(root):
     singles = [(b.subject, canonical_json(e).encode(), i) for i, e in enumerate(b.envs[:3], 1)]
     ledger = Ledger(root)
     ledger.write(ledger.decode([*singles, (b.subject, b.data, 9)]))
+    ledger.commit()
     assert (ledger.counters.stored, ledger.counters.duplicates) == (5, 3)
     assert stored_ids(root) == ids(0, 5)
 
@@ -382,10 +388,12 @@ def test_a_batch_after_its_events_one_by_one_in_one_fetch_is_stored_once(root):
 def test_a_batch_conflicting_with_stored_events_is_quarantined_event_by_event(root):
     ledger = Ledger(root)
     ledger.write(ledger.decode([(steps().subject, steps().data, 1)]))
+    ledger.commit()
     other = batch_of(chain([{**step_payload(i), "loss": 9.0} for i in range(5)]))  # same ids, other content
     decoded = ledger.decode([(other.subject, other.data, 2)])
     assert len(decoded.rejected) == 5 and all("different hash" in q.reason for q in decoded.rejected)
     ledger.write(decoded)
+    ledger.commit()
     assert ledger.counters.stored == 5 and stored_ids(root) == ids(0, 5)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import reader
-from ledger import service
+from ledger import service, store
 from ledger.events import subject_for
 from ledger.sealing import seal
 
@@ -31,9 +31,11 @@ def test_a_failed_write_is_retried_without_writing_twice(root):
     blocker.write_text("in the way")  # run-b's partition cannot be created: the write fails halfway
     with pytest.raises(OSError):
         ledger.write(decoded)
+        ledger.commit()
     assert decoded.written_groups == {("step", "run-a")}
     blocker.unlink()
     ledger.write(decoded)  # the retry writes run-b only
+    ledger.commit()
     con = reader(root)
     assert con.execute("select run_id, count(*) from steps group by 1 order by 1").fetchall() == [("run-a", 50), ("run-b", 50)]
     assert ledger.counters.stored == 100
@@ -43,10 +45,12 @@ def test_redelivered_events_are_recognised_after_a_restart(root):
     msgs = batch_for(["run-a"], 30)
     first = service.Ledger(root)
     first.write(first.decode(msgs[:20]))
+    first.commit()
     again = service.Ledger(root)  # a new process: the stored set comes back from Parquet
     decoded = again.decode(msgs)  # the first 20 are redelivered, 10 are new
     assert len(decoded.events) == 10 and not decoded.rejected
     again.write(decoded)
+    again.commit()
     assert again.counters.duplicates == 20
     assert reader(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (30, 30)
 
@@ -55,6 +59,7 @@ def test_a_conflicting_event_with_a_stored_id_is_quarantined(root):
     msgs = batch_for(["run-a"], 5)
     ledger = service.Ledger(root)
     ledger.write(ledger.decode(msgs))
+    ledger.commit()
     env, text = seal("run-a", "worker-0", 0, 2, "step",
                      {"loss": 9.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}, 2, "a" * 64)
     decoded = ledger.decode([(subject_for("run-a", "step"), text.encode(), 99)])
@@ -69,11 +74,14 @@ def test_compaction_waits_for_a_quiet_moment_unless_files_pile_up(root, monkeypa
     ledger = service.Ledger(root)
     for i in range(20):  # 20 small files: more than a compaction takes, but the ledger is busy
         ledger.write(ledger.decode(msgs[i:i + 1]))
-    assert len(list(part.glob("*.parquet"))) == 20 and ledger.counters.compactions == 0
+        ledger.commit()
+    assert len(store.event_files(root, "step", "run-a")) == 20 and ledger.counters.compactions == 0
     ledger.compact_idle()  # the fetch came back empty: now
-    assert [f.name[:8] for f in part.glob("*.parquet")] == ["compact-"] and ledger.counters.compactions == 1
+    assert [f.name[:8] for f in store.event_files(root, "step", "run-a")] == ["compact-"]
+    assert ledger.counters.compactions == 1
     for i in range(20, 44):  # busy again: the 24th new file is one too many to wait for
         ledger.write(ledger.decode(msgs[i:i + 1]))
+        ledger.commit()
         assert ledger.counters.compactions == (2 if i == 43 else 1)
     assert reader(root).execute("select count(*), count(distinct event_id) from steps").fetchone() == (44, 44)
 

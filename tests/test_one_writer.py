@@ -86,7 +86,8 @@ def test_a_second_root_on_the_same_consumer_is_refused(tmp_path, nats_server, ro
 
 
 async def _write_without_ack(root, url, durable="ledger") -> int:
-    """A ledger instance that fetches a batch, writes it, and dies before acking (what SIGKILL does)."""
+    """A ledger instance that fetches a batch, writes and commits it, and dies before acking (what SIGKILL
+    does there; one that died before its commit would leave files that no reader reads)."""
     nc = await bus.connect(url)
     try:
         js = nc.jetstream()
@@ -95,6 +96,7 @@ async def _write_without_ack(root, url, durable="ledger") -> int:
         msgs = await puller.fetch(2_000, timeout=2)
         ledger = service.Ledger(root)
         ledger.write(ledger.decode([(m.subject, m.data, service.stream_seq(m)) for m in msgs]))
+        ledger.commit()
         return ledger.counters.stored
     finally:
         await nc.close()

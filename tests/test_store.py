@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -73,12 +74,36 @@ def test_views_read_what_the_writer_wrote_and_steps_keep_the_latest_attempt(root
     assert "domain_losses" in [c[0] for c in con.execute("describe evals").fetchall()]
 
 
-def test_connection_sees_files_written_after_it_was_opened(root):
+def test_a_connection_reads_its_snapshot_until_it_moves_to_the_next(root):
     p = Producer()
     store.write_events(root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
     con = queries.connect(root)
     store.write_events(root, [canonical(p.event("step", step_payload(2.0), 1, 2))])
+    assert one(con, "select count(*) from steps") == (1,)  # what was committed when it connected
+    queries.refresh(con, root)
     assert one(con, "select count(*) from steps") == (2,)
+
+
+def test_a_plain_root_of_before_the_tables_is_read_by_its_glob(plain_root):
+    p = Producer()
+    store.write_events(plain_root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
+    con = queries.connect(plain_root)
+    store.write_events(plain_root, [canonical(p.event("step", step_payload(2.0), 1, 2))])
+    assert one(con, "select count(*) from steps") == (2,)  # the glob is resolved at query time
+    assert not (plain_root / "tables.json").exists() and not (plain_root / "catalog.db").exists()
+
+
+@pytest.fixture
+def plain_root(tmp_path) -> Path:
+    """A root in the plain layout of before the tables (event folders, no tables)."""
+    root = tmp_path / "plain"
+    (root / "events" / "kind=step").mkdir(parents=True)
+    return root
+
+
+def live(part: Path) -> list[Path]:
+    """The files of a partition that readers read."""
+    return store.event_files(part.parent.parent.parent, part.parent.name[5:], part.name[7:])
 
 
 def write_small_files(root: Path, n_files: int, per_file: int = 3) -> tuple[Path, list[str]]:
@@ -106,25 +131,26 @@ def test_compaction_goes_by_tiers_so_big_files_are_not_rewritten_each_time(root,
     for i in range(3):
         store.write_events(root, [canonical(p.event("step", step_payload(0.5), i, 100 + i))])
     second = store.compact_partition(part, min_files=3)  # the 3 new small files, not the big one
-    assert sorted(part.glob("*.parquet")) == sorted([big, second])
+    assert live(part) == sorted([big, second])
     assert pq.read_table(second).num_rows == 3
     for i in range(3, 5):
         store.write_events(root, [canonical(p.event("step", step_payload(0.5), i, 100 + i))])
     assert store.compact_partition(part, min_files=5) is None  # 4 files in all: nothing to do
     third = store.compact_partition(part, min_files=3)  # the 3 small ones again (5 rows), not the big one
-    assert sorted(part.glob("*.parquet")) == sorted([big, third]) and pq.read_table(third).num_rows == 5
+    assert live(part) == sorted([big, third]) and pq.read_table(third).num_rows == 5
     last = store.compact_partition(part, min_files=2)  # 1 small file; with the next tier, 2: all of them
-    assert list(part.glob("*.parquet")) == [last] and pq.read_table(last).num_rows == 17
+    assert live(part) == [last] and pq.read_table(last).num_rows == 17
     assert stored_ids(root) == sorted(ids + [f"run-1:worker-1:0:{i}" for i in range(5)])
 
 
 def test_compaction_keeps_every_row_exactly_once(root):
     part, ids = write_small_files(root, 5)
-    assert len(list(part.glob("*.parquet"))) == 5
+    assert len(live(part)) == 5
     assert store.compact_partition(part, min_files=6) is None  # not enough files: nothing done
 
     out = store.compact_partition(part, min_files=2)
-    assert out is not None and list(part.glob("*.parquet")) == [out]
+    assert out is not None and live(part) == [out]
+    assert len(list(part.glob("*.parquet"))) == 6  # the replaced files stay for readers of the old snapshot
     assert stored_ids(root) == sorted(ids)
     assert pq.read_table(out).column("stream_seq").to_pylist() == list(range(1, 16))  # in stream order
 
@@ -133,7 +159,7 @@ def test_compaction_keeps_every_row_exactly_once(root):
     store.write_events(root, [canonical(p.event("step", step_payload(0.5), 99, 100))])
     store.write_events(root, [canonical(p.event("step", step_payload(0.5), 100, 101))])
     store.compact_partition(part, min_files=2)
-    assert len(list(part.glob("*.parquet"))) == 1
+    assert len(live(part)) == 1
     assert stored_ids(root) == sorted(ids + ["run-1:worker-1:0:0", "run-1:worker-1:0:1"])
 
 
@@ -146,7 +172,8 @@ def crash_mid_compaction(part: Path) -> Path:
     return out
 
 
-def test_recover_finishes_a_compaction_that_a_crash_interrupted(root):
+def test_recover_finishes_a_compaction_that_a_crash_interrupted(plain_root):
+    root = plain_root
     part, ids = write_small_files(root, 4)
     out = crash_mid_compaction(part)
     (part / ".part-x.parquet.tmp").write_bytes(b"half a file")  # a write that a crash cut short
@@ -159,7 +186,8 @@ def test_recover_finishes_a_compaction_that_a_crash_interrupted(root):
     assert store.recover(root) == {"temp_files_removed": 0, "compaction_sources_removed": 0}  # idempotent
 
 
-def test_recover_after_a_crash_while_compacting_a_compacted_file(root):
+def test_recover_after_a_crash_while_compacting_a_compacted_file(plain_root):
+    root = plain_root
     part, ids = write_small_files(root, 3)
     first = store.compact_partition(part, min_files=2)
     p = Producer(producer="worker-1")
@@ -228,17 +256,19 @@ def test_seq_index_load_from_a_root(root):
     assert len(SeqIndex.load(root / "nothing-here")) == 0
 
 
-def test_connect_lists_the_files_again_when_one_was_compacted_away(root, monkeypatch):
-    """A view bound while the ledger replaced its files: connect starts over rather than fail."""
+def test_connect_lists_the_files_again_when_one_was_compacted_away(plain_root, monkeypatch):
+    """A view bound while the ledger replaced its files (a root of the plain layout, where no snapshot
+    keeps them): connect starts over rather than fail."""
+    root = plain_root
     p = Producer()
     store.write_events(root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
     real, calls = queries.render_views, []
 
-    def racing(root_, files=None):
+    def racing(root_, files=None, at=None):
         calls.append(1)
         if len(calls) == 1:  # the first listing names a file that is gone by the time DuckDB opens it
             return real(root_, {"step": [Path(root_) / "events" / "kind=step" / "run_id=run-1" / "gone.parquet"]})
-        return real(root_, files)
+        return real(root_, files, at)
 
     monkeypatch.setattr(queries, "render_views", racing)
     con = queries.connect(root)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import cli
+import queries
 from ledger import store
 from ledger.canonical import canonical_json, event_hash
 from test_store import Producer, canonical, step_payload
@@ -165,9 +166,16 @@ def test_two_swapped_seqs_are_found(ledger_root):
     assert "event_id does not match" in out, out
 
 
-def test_a_second_copy_of_a_file_is_found(ledger_root):
+def test_a_second_copy_of_a_file_is_read_by_no_one_until_committed_and_then_found(ledger_root):
+    from ledger.tables import Tables
+
     f = steps_file(ledger_root)
-    (f.parent / "part-copy.parquet").write_bytes(f.read_bytes())
+    before = queries.connect(ledger_root).execute("select count(*) from steps_all").fetchone()
+    copy = f.parent / "part-copy.parquet"
+    copy.write_bytes(f.read_bytes())  # in the folder, in no snapshot: no reader reads it
+    assert verify(ledger_root)[0] == 0
+    assert queries.connect(ledger_root).execute("select count(*) from steps_all").fetchone() == before
+    Tables(ledger_root).commit({"step": [copy]})  # an attacker who writes the catalog too
     rc, out = verify(ledger_root)
     assert rc == 1 and "run-1:worker-0:0:1: stored 2 times" in out, out
 

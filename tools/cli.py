@@ -6,15 +6,18 @@ Exit codes: 0 ok, 1 a check failed, 2 bad usage or bad input (with a one-line re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 from ledger import redact, settings
+from ledger.paths import SnapshotGone
 from tools.args import UsageError, add_nats, add_root, resolve_nats
 
 log = logging.getLogger("runledger")
@@ -116,8 +119,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if not 0 <= args.timeout < float("inf"):
         raise UsageError(f"--timeout {args.timeout:g} is not a number of seconds >= 0 (0: no limit)")
     try:  # the rows are fetched in here too: a query fails at run time as often as at parse time
-        cols, rows = queries.query(args.root, args.sql, args.timeout, args.memory_limit)
-    except (queries.ReadOnlyViolation, queries.QueryTimeout, ValueError) as err:
+        cols, rows = queries.query(args.root, args.sql, args.timeout, args.memory_limit, snapshot=args.snapshot)
+    except (queries.ReadOnlyViolation, queries.QueryTimeout, ValueError, SnapshotGone) as err:
         raise UsageError(str(err)) from None
     except duckdb.Error as err:  # parse, binder, conversion, out of memory: bad input
         raise UsageError(f"SQL error: {str(err).splitlines()[0]}") from None
@@ -165,20 +168,65 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ledger.validation import check_name
 
     check_name(args.run, "run_id")
+    started = time.monotonic()
     try:
-        state = replay_run(args.root, args.run, args.as_of_seq)
+        with _spinner(f"replaying {args.run}"):
+            state = replay_run(args.root, args.run, args.as_of_seq, args.snapshot)
     except (pa.ArrowException, OSError) as err:  # a file that is not Parquet, or not readable
         raise UsageError(f"cannot read the ledger under {args.root}: {str(err).splitlines()[0]}") from None
+    except SnapshotGone as err:
+        raise UsageError(str(err)) from None
     if state.events == 0:
         raise UsageError(f"no events for run {args.run!r} under {args.root}")
-    print(to_json_text(state))
+    if args.format == "json":  # one line: what was folded, how fast, and the state
+        seconds = time.monotonic() - started
+        print(json.dumps({"run_id": args.run, "events": state.events, "seconds": round(seconds, 3),
+                          "events_per_s": round(state.events / max(seconds, 1e-9)), "state": state.to_json()}))
+    else:
+        print(to_json_text(state))
     return 0
 
 
+@contextlib.contextmanager
+def _spinner(what: str):
+    """A spinner on stderr while `what` runs, on a terminal only."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(what):
+        yield
+
+
+@contextlib.contextmanager
+def _progress_bar(what: str):
+    """A progress bar on stderr, on a terminal only; yields the callback that moves it (or None)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ledger import locks
+    from ledger import locks, verified
     from ledger.verify import repair, verify
 
+    since = None
+    if args.since:
+        try:
+            since = verified.read(args.since)
+        except FileNotFoundError:
+            raise UsageError(f"no verify record at {args.since}: make one with `runledger verify --record "
+                             f"{args.since}`") from None
+        except (OSError, ValueError) as err:
+            raise UsageError(f"cannot read the verify record {args.since}: {err}") from None
     if args.repair:
         try:
             removed, left = repair(args.root)
@@ -191,15 +239,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for eid in left:
             print(f"not repaired: {eid}: stored more than once with different content")
         print(f"removed {sum(removed.values())} duplicate rows of {len(removed)} events")
-    report = verify(args.root)
+    record_to = args.record or args.since
+    started = time.monotonic()
+    with _progress_bar("verifying (rows checked + chains walked)") as progress:
+        try:
+            report = verify(args.root, since=since, jobs=args.jobs, progress=progress, record=record_to is not None,
+                            snapshot=args.snapshot)
+        except SnapshotGone as err:
+            raise UsageError(str(err)) from None
+    seconds = time.monotonic() - started
+    if report.record is not None and record_to:
+        verified.write(record_to, report.record)
     if args.format == "json":  # one line: the summary, the problems and the chain heads (for publishing)
-        print(json.dumps(report.summary()))
+        print(json.dumps({**report.summary(), "seconds": round(seconds, 3),
+                          "events_per_s": round(report.checked / max(seconds, 1e-9))}))
     else:
         print(report.text())
     return 0 if report.ok else 1
 
 
-READS_LEDGER = ("sql", "replay", "verify", "audit", "report")  # commands that read a ledger that must exist
+READS_LEDGER = ("sql", "replay", "verify", "audit", "report", "migrate")  # commands that read a ledger that must exist
 
 
 def check_root(command: str, root: str) -> None:
@@ -215,6 +274,25 @@ def check_root(command: str, root: str) -> None:
         raise UsageError(f"--root {root} is not readable by this user")
     if not exists and command in READS_LEDGER:
         raise UsageError(f"no ledger at {root}: no such folder")
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ledger import locks
+    from ledger.migrate import NotMigrated, migrate
+
+    try:
+        done = migrate(args.root)
+    except locks.Busy as err:
+        raise UsageError(f"{err}; stop it before migrating") from None
+    except NotMigrated as err:
+        print(f"runledger: not migrated: {err}", file=sys.stderr)
+        return 1
+    if not done["migrated"]:
+        print(f"{args.root}: nothing to do ({done['reason']})")
+    else:
+        print(f"{args.root}: migrated to Iceberg tables: {done['files']} files, {done['events']} events in "
+              f"{done['chains']} chains, verified before and after (ledger snapshot {done['commit']})")
+    return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -278,6 +356,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help=f"stop the query after this long (default {TIMEOUT_S:g}; 0: no limit)")
     s.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
                    help=f"DuckDB's memory limit for the query, e.g. 500MB (default {MEMORY_LIMIT})")
+    s.add_argument("--snapshot", type=int, default=None, metavar="N",
+                   help="read ledger snapshot N (a commit number, kept for tables.RETENTION_S), not the current one")
     s.add_argument("sql")
     s.set_defaults(func=cmd_sql)
 
@@ -285,6 +365,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("run")
     add_root(s)
     s.add_argument("--as-of-seq", type=int, default=None, help="only events up to this stream sequence")
+    s.add_argument("--snapshot", type=int, default=None, metavar="N", help="replay from ledger snapshot N (see `sql --snapshot`)")
+    s.add_argument("--format", choices=["text", "json"], default="text",
+                   help="json: one line with the events folded, the time taken and the state")
     s.set_defaults(func=cmd_replay)
 
     s = sub.add_parser("verify", help="hash chains, gaps, duplicates, quarantine; exit 1 on any problem")
@@ -293,7 +376,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="first remove second copies of events stored twice with identical content (no ledger may serve the root)")
     s.add_argument("--format", choices=["text", "json"], default="text",
                    help="json: one line with the counts, the problems and every chain's recorded head")
+    s.add_argument("--record", metavar="FILE", default=None,
+                   help="if it passes, write what was checked to FILE, for a later --since FILE")
+    s.add_argument("--since", metavar="FILE", default=None,
+                   help="check only what was added since the verify recorded in FILE (and continue its chains); "
+                        "if it passes, FILE moves on to now (or --record's FILE)")
+    s.add_argument("--jobs", type=int, default=None, help="processes checking rows (default: the cores usable)")
+    s.add_argument("--snapshot", type=int, default=None, metavar="N",
+                   help="check ledger snapshot N (see `sql --snapshot`), not the current one (its heads are not checked)")
     s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("migrate", help="move a root of the plain Parquet layout to Iceberg tables, verified before and after")
+    add_root(s)
+    s.set_defaults(func=cmd_migrate)
 
     s = sub.add_parser("schema", help="JSON Schema of every event kind")
     s.set_defaults(func=cmd_schema)

@@ -1,0 +1,136 @@
+"""Verify and replay at scale: `runledger verify`, `replay` and `verify --since` on 1M and 10M sealed
+events, side by side with the floor (the same files read by pyarrow and every hash recomputed in a
+plain loop), in one command:
+
+    python -m bench.verify [--sizes 1000000 10000000] [--jobs N] [--keep DIR]
+
+Each measured command runs as its own process (`runledger ...`), so its wall time and peak RSS
+(getrusage of the child) are what a user sees. The ledger is one run, one worker chain: per 1,000
+steps, 1,000 `step` events sealed at once (`ledger.sealing.seal_many` through `ParquetSink`, the
+project's writer), then an `eval` and a `checkpoint`; the ledger's small files are compacted as the
+ledger does. `verify --since` is measured after 1% more events are written (new files).
+
+Goals (issue 23): verify >= 200k events/s, replay >= 500k events/s on 2 cores, peak RSS <= 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ledger import heads, store
+from ledger.sink import ParquetSink
+
+log = logging.getLogger("bench.verify")
+
+RUN_ID = "big"
+STEPS_PER_BLOCK = 1_000  # step events sealed at once; an eval and a checkpoint after each block
+FLUSH_EVENTS = 250_000  # events per write: the ledger writes smaller files and compacts them
+
+
+def step_payloads(first_step: int, n: int) -> list[dict]:
+    return [{"loss": 2.5 + 8.0 / (1 + (first_step + i) / 200) ** 0.5, "grad_norm": 1.0 + ((first_step + i) % 13) * 0.01,
+             "lr": 3e-4, "tokens": 8192, "step_time_s": 0.5, "mfu": 0.31} for i in range(n)]
+
+
+def write_sealed_run(root: Path, events: int, run_id: str = RUN_ID, flush_events: int = FLUSH_EVENTS,
+                     compact: bool = True) -> int:
+    """Append about `events` sealed events of one run's worker chain to `root` (continuing the chain
+    if the root holds it); return the events written."""
+    root = Path(root)
+    recorded = heads.run_file(root, run_id)
+    head = heads.read_run(recorded).get(("worker-0", 0)) if recorded.exists() else None
+    sink = ParquetSink(root, run_id, flush_every=flush_events)
+    if head is not None:  # continue the chain (ParquetSink starts a chain at seq 0)
+        sink._seq, sink._prev_hash = head[0] + 1, head[1]
+    written = 0
+    step = 0 if head is None else head[0]  # (a step number per event is enough for the bench)
+    while written < events:
+        n = min(STEPS_PER_BLOCK, events - written)
+        sink.emit_dicts("step", step_payloads(step, n), list(range(step, step + n)))
+        step += n
+        written += n
+        if written + 2 <= events:
+            sink.emit_dict("eval", {"loss": 2.6, "domain_losses": {"web": 2.7, "code": 2.2}}, step=step)
+            sink.emit_dict("checkpoint", {"path": f"ckpt/{step}", "bytes": 1 << 30, "seconds": 3.0,
+                                          "content_hash": f"{step:064x}", "tokens_seen": step * 8192}, step=step)
+            written += 2
+    sink.close()
+    if compact:
+        store.compact(root)
+    return written
+
+
+def floor(root: Path) -> int:
+    """The floor: every events file read by pyarrow (the columns a hash needs) and every hash recomputed
+    in a plain loop from the envelope's canonical text; returns the events hashed."""
+    from ledger.canonical import event_hash
+
+    import pyarrow.parquet as pq
+
+    n = 0
+    columns = ["attempt", "event_id", "kind", "payload", "prev_hash", "producer", "run_id", "schema_version", "seq",
+               "step", "time", "hash"]
+    for f in store.event_files(root):
+        for batch in pq.ParquetFile(f).iter_batches(columns=columns):
+            for row in batch.to_pylist():
+                n += event_hash(row, row["payload"]) == row["hash"]
+    return n
+
+
+def measure(argv: list[str]) -> dict:
+    """Run a command as a child process: its wall time and its own peak RSS (MiB, by GNU time; the
+    processes it starts, verify's row checkers, are not in it)."""
+    with tempfile.NamedTemporaryFile("r") as peak:
+        started = time.monotonic()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak.name, *argv], capture_output=True, text=True)
+        wall = time.monotonic() - started
+        peak_kib = int(peak.read().split()[-1])
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stdout[-500:]} {proc.stderr[-500:]}")
+    return {"wall_s": wall, "peak_mib": peak_kib / 1024, "out": proc.stdout}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--keep", type=Path, default=None, help="build the roots here and keep them")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    base = args.keep or Path(tempfile.mkdtemp(prefix="bench-verify-"))
+    cli = [sys.executable, "-m", "tools.cli"]
+    jobs = ["--jobs", str(args.jobs)] if args.jobs else []
+    rows = []
+    for size in args.sizes:
+        root = base / f"root-{size}"
+        if not root.exists():
+            started = time.monotonic()
+            write_sealed_run(root, size)
+            log.info("built %d events in %.0f s", size, time.monotonic() - started)
+        record = base / f"verified-{size}.json"
+        v = measure([*cli, "verify", "--root", str(root), "--format", "json", "--record", str(record), *jobs])
+        r = measure([*cli, "replay", RUN_ID, "--root", str(root), "--format", "json"])
+        f = measure([sys.executable, "-c", f"from bench.verify import floor; print(floor({str(root)!r}))"])
+        extra = size // 100
+        write_sealed_run(root, extra, compact=False)
+        s = measure([*cli, "verify", "--root", str(root), "--format", "json", "--since", str(record), *jobs])
+        checked = json.loads(s["out"])["checked_events"]
+        rows.append((size, v, r, f, s, checked))
+        for name, m, n in (("verify", v, size), ("replay", r, size), ("floor (pyarrow + loop hash)", f, size),
+                           ("verify --since (+1%)", s, checked)):
+            print(f"{size:>10,} {name:<28} {m['wall_s']:8.2f} s {n / m['wall_s']:>12,.0f} ev/s {m['peak_mib']:8.0f} MiB")
+        print(f"{'':>10} verify / floor wall: {v['wall_s'] / f['wall_s']:.2f}x; since / full: {s['wall_s'] / v['wall_s']:.3f}x")
+    if args.keep is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

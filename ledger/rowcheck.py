@@ -1,0 +1,256 @@
+"""The checks of stored rows that need nothing but the row and its file: `check_part` checks a part of
+one events file (some of its row groups) a batch at a time, in bounded memory, for `ledger.verify`.
+
+Per row: the envelope's required cells are there; the row's kind and run are its partition's; the
+event_id rule; the payload text is canonical JSON, valid for its kind; the hash recomputed from the
+envelope columns and the payload text; `ts` is the event's `time`; the typed payload columns are what
+the writer (`ledger.store.events_table`) makes of the payload. Per file: the ledger's digest of its
+own columns (`ledger.store.ledger_digest`, recomputed a column at a time).
+
+Two paths with one answer. The vectorised path (`batch_ok`) asks Arrow, orjson and one pydantic call
+per batch whether every row of a batch passes; it only ever says yes or "not sure". For a batch it is
+not sure of, the reference path (`row_problems`, one row at a time in plain Python) says which rows
+fail and why, so the messages never depend on the path taken.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ledger import store
+from ledger.canonical import canonical_json, event_hash, fast_canonical_texts
+from ledger.events import InvalidEvent, make_event_id
+from ledger.validation import check_payload, payloads_valid
+
+BATCH_ROWS = 65_536  # rows read and checked at once: a few tens of MB of Arrow and Python at most
+
+LINK = ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")  # what the chain walk reads
+REQUIRED = (*LINK, "kind", "time", "schema_version", "payload")
+
+# JSON escapes a string needs (`"`, `\`, controls): the vectorised envelope text holds the others as they are
+_NEEDS_ESCAPE = r'["\\\x00-\x1f]'
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class PartChecked:
+    """What `check_part` found in its part of a file."""
+
+    path: str
+    first_row_group: int
+    rows: int = 0
+    problems: list[str] = field(default_factory=list)
+    file_sha256: str | None = None  # of the file's bytes, when asked (for `verify --since`)
+
+
+def check_part(path: str, kind: str, run_id: str, row_groups: list[int], whole_file: bool,
+               batch_rows: int = BATCH_ROWS, hash_bytes: bool = False) -> PartChecked:
+    """Check the rows of `row_groups` of one events file; with `whole_file`, the file's digest too
+    (and, with `hash_bytes`, the SHA-256 of its bytes). Never raises for a bad file: says so."""
+    out = PartChecked(path, row_groups[0] if row_groups else 0)
+    where = f"{Path(path).relative_to(Path(path).parents[2])}"
+    try:
+        pf = pq.ParquetFile(path)
+        if whole_file:
+            if hash_bytes:
+                out.file_sha256 = file_sha256(path)
+            if not digest_ok(pf):
+                out.problems.append(f"{path}: the ledger's columns (event_id, stream_seq, ts, ingested_at) do not "
+                                    "match the digest it recorded for this file (changed after it was written?)")
+        if not row_groups:
+            return out
+        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=row_groups):
+            if not batch_ok(batch, kind, run_id):
+                out.problems += row_problems(batch.to_pylist(), kind, run_id, where)
+            out.rows += batch.num_rows
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, truncated
+        out.problems.append(f"{path}: cannot be read ({str(err).splitlines()[0][:200]})")
+    return out
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def digest_ok(pf: pq.ParquetFile, batch_rows: int = BATCH_ROWS) -> bool:
+    """`ledger.store.digest_ok`, reading one column at a time in batches: the same bytes are hashed in
+    the same order (every event_id, then each of stream_seq, ts, ingested_at)."""
+    recorded = (pf.schema_arrow.metadata or {}).get(store.DIGEST_KEY)
+    if recorded is None:
+        return False
+    h = hashlib.sha256()
+    separator = b""  # "\n".join over the whole column: a newline before every batch but the first
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=["event_id"]):
+        if batch.num_rows:
+            h.update(separator + "\n".join(map(str, batch.column(0).to_pylist())).encode())
+            separator = b"\n"
+    for name in ("stream_seq", "ts", "ingested_at"):
+        h.update(b"\0")
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[name]):
+            h.update(pc.fill_null(batch.column(0).cast(pa.int64()), -1).to_numpy().tobytes())
+    return recorded.decode() == h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# The vectorised path: "every row of this batch passes", or not sure
+# --------------------------------------------------------------------------------------------
+
+
+def batch_ok(batch: pa.RecordBatch, kind: str, run_id: str) -> bool:
+    """True only if every row of `batch` passes every row check (see the module docstring)."""
+    names = set(batch.schema.names)
+    if not names.issuperset(REQUIRED) or any(batch.column(c).null_count for c in REQUIRED):
+        return False
+    col = batch.column
+    if not (_all_equal(col("kind"), kind) and _all_equal(col("run_id"), run_id)):
+        return False
+    if not _hashes_ok(batch):
+        return False
+    if "ts" not in names or not _ts_ok(col("ts"), col("time")):
+        return False
+    payload_texts = col("payload").cast(pa.binary()).to_pylist()
+    try:
+        payloads = orjson.loads(b"[" + b",".join(payload_texts) + b"]")
+    except orjson.JSONDecodeError:
+        return False
+    if len(payloads) != len(payload_texts) or not all(type(p) is dict for p in payloads):
+        return False
+    canonical = fast_canonical_texts(payloads, numeric=False, parsed=True)
+    if canonical is None:
+        try:
+            canonical = [canonical_json(p).encode() for p in payloads]
+        except InvalidEvent:
+            return False
+    if canonical != payload_texts or not payloads_valid(kind, payloads):
+        return False
+    return _typed_columns_ok(batch, kind, payloads)
+
+
+def _all_equal(column: pa.Array, value: str) -> bool:
+    return pa.types.is_string(column.type) and bool(pc.all(pc.equal(column, value)).as_py())
+
+
+def _int_text(column: pa.Array) -> pa.Array:
+    return column.cast(pa.string())
+
+
+def _hashes_ok(batch: pa.RecordBatch) -> bool:
+    """The event_id rule, and every hash recomputed from the envelope columns (`ledger.canonical.envelope_text`
+    put together by Arrow for a batch, when no string in it needs a JSON escape)."""
+    col = batch.column
+    ints = ("attempt", "seq", "schema_version", "step")
+    strings = ("event_id", "prev_hash", "producer", "run_id", "time", "hash")
+    if not all(pa.types.is_integer(col(c).type) for c in ints) or not all(pa.types.is_string(col(c).type) for c in strings):
+        return False
+    attempt, seq = _int_text(col("attempt")), _int_text(col("seq"))
+    event_ids = pc.binary_join_element_wise(col("run_id"), col("producer"), attempt, seq, ":")
+    if not pc.all(pc.equal(event_ids, col("event_id"))).as_py():
+        return False
+    if any(pc.any(pc.match_substring_regex(col(c), _NEEDS_ESCAPE)).as_py() for c in ("prev_hash", "producer", "run_id", "time")):
+        return False
+    step = pc.fill_null(_int_text(col("step")), "null")
+    texts = pc.binary_join_element_wise(
+        '{"attempt":', attempt, ',"event_id":"', col("event_id"), '","kind":"', col("kind"), '","payload":', col("payload"),
+        ',"prev_hash":"', col("prev_hash"), '","producer":"', col("producer"), '","run_id":"', col("run_id"),
+        '","schema_version":', _int_text(col("schema_version")), ',"seq":', seq, ',"step":', step,
+        ',"time":"', col("time"), '"}', "")
+    _, offsets, data = texts.buffers()
+    offsets = np.frombuffer(offsets, np.int32)[texts.offset:texts.offset + len(texts) + 1]
+    data = memoryview(data).cast("B")
+    sha256 = hashlib.sha256
+    recomputed = [sha256(data[a:b]).hexdigest() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    return recomputed == col("hash").to_pylist()
+
+
+def _ts_ok(ts: pa.Array, time: pa.Array) -> bool:
+    """`ts` is null or the event's `time`, as the ledger derives it (see verify._ts_of)."""
+    if ts.type != store.TIMESTAMP:
+        return False
+    try:
+        expected = time.cast(pa.timestamp("ns", tz="UTC")).cast(store.TIMESTAMP, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    same = pc.equal(ts, expected)
+    return bool(pc.all(pc.or_kleene(same, pc.is_null(ts))).as_py())
+
+
+def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) -> bool:
+    """The typed payload columns are exactly what the ledger's writer makes of these payloads."""
+    rows = store.Rows([{"payload": p} for p in payloads], [None] * len(payloads), [0] * len(payloads))
+    expected = store.events_table(kind, rows, _EPOCH)
+    columns = store.payload_columns(kind)
+    for name, ck in columns.items():
+        if ck == "wide":
+            continue
+        if name not in batch.schema.names or not batch.column(name).equals(expected.column(name).combine_chunks()):
+            return False
+    for name in batch.schema.names:  # a StoredWide field's columns: a DOUBLE column per name, null where absent
+        if columns.get(name.split("/", 1)[0]) != "wide":
+            continue
+        want = (expected.column(name).combine_chunks() if name in expected.schema.names
+                else pa.nulls(batch.num_rows, pa.float64()))
+        if not batch.column(name).equals(want):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# The reference path: one row at a time, saying what is wrong
+# --------------------------------------------------------------------------------------------
+
+
+def row_problems(rows: list[dict], kind: str, run_id: str, where: str) -> list[str]:
+    """A line for each row that fails a check, naming the event and the file (`where`)."""
+    columns = store.payload_columns(kind)
+    typed = [c for c, ck in columns.items() if ck != "wide"]
+    maps = {c for c in typed if columns[c].startswith("map_")}  # read back as [(name, value)]
+    problems = []
+    for row in rows:
+        wide = [c for c in row if columns.get(c.split("/", 1)[0]) == "wide"]
+        eid = row.get("event_id")
+        try:
+            missing = [c for c in REQUIRED if row.get(c) is None]
+            if missing:  # a cell emptied or a column dropped: nothing else about the row can be trusted
+                raise InvalidEvent(f"no value in {', '.join(missing)}")
+            if row["kind"] != kind or row["run_id"] != run_id:
+                raise InvalidEvent(f"row of kind {row['kind']!r}, run {row['run_id']!r} stored under kind={kind}/run_id={run_id}")
+            if eid != make_event_id(row["run_id"], row["producer"], row["attempt"], row["seq"]):
+                raise InvalidEvent("event_id does not match run_id:producer:attempt:seq")
+            payload = json.loads(row["payload"])
+            if canonical_json(payload) != row["payload"]:
+                raise InvalidEvent("payload text is not canonical JSON")
+            if event_hash(row, row["payload"]) != row["hash"]:
+                raise InvalidEvent("hash does not match the stored content (changed after it was written?)")
+            if row["ts"] is not None and row["ts"] != ts_of(row["time"]):
+                raise InvalidEvent(f"ts {row['ts']} is not the event's time {row['time']}")
+            check_payload(kind, payload)
+            expected = store.typed_columns(kind, [payload])
+            for col in typed:
+                if (dict(row[col]) if col in maps and row[col] is not None else row[col]) != expected[col][0]:
+                    raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says {expected[col][0]!r}")
+            for col in wide:  # a DOUBLE column per name: null where the payload has no such name
+                if row[col] != (expected[col][0] if col in expected else None):
+                    raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says "
+                                       f"{expected[col][0] if col in expected else 'nothing'}")
+        except (InvalidEvent, ValueError, TypeError, KeyError) as err:
+            problems.append(f"{eid} ({where}): {err}")
+    return problems
+
+
+def ts_of(time_text: str):
+    """The `ts` column the ledger derives from an event's (hashed) `time`."""
+    return pa.array([time_text]).cast(pa.timestamp("ns", tz="UTC")).cast(store.TIMESTAMP, safe=False)[0].as_py()

@@ -1,0 +1,165 @@
+"""`verify` streams: a change anywhere in a million events is still named; `verify --since` checks only
+what came after a verify it recorded, and fails when the new events do not continue the chains it
+checked; `replay` streams to the same state as the fold of every event in memory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from bench.verify import write_sealed_run
+from conftest import cli
+from ledger import chainwalk, replay as rp, store
+from ledger.sink import ParquetSink
+from test_verify_replay import RUN, build_run, set_cell
+
+
+def verify(root: Path, *extra: str) -> tuple[int, str]:
+    r = cli("verify", "--root", str(root), *extra)
+    return r.returncode, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------- a million events
+
+
+@pytest.fixture(scope="module")
+def million(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("million") / "root"
+    write_sealed_run(root, 1_000_000, run_id="big")
+    return root
+
+
+@pytest.mark.slow
+def test_a_tampered_event_a_broken_link_and_a_cut_head_are_named_in_a_million(million, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(million, root)
+    first, second, *_, last = store.event_files(root, "step", "big")
+    t = pq.read_table(first)  # a loss changed in the hashed payload text, the file's digest kept
+    i = 123_456 % t.num_rows
+    payload = json.loads(t.column("payload")[i].as_py())
+    payload["loss"] = 0.5
+    tampered = t.column("event_id")[i].as_py()
+    pq.write_table(set_cell(t, "payload", i, json.dumps(payload, separators=(",", ":"), sort_keys=True)), first)
+    t = pq.read_table(second)  # a link cut: a prev_hash pointing elsewhere
+    j = t.num_rows // 2
+    broken = t.column("event_id")[j].as_py()
+    pq.write_table(set_cell(t, "prev_hash", j, "0" * 64), second)
+    t = pq.read_table(last)  # the head cut off: the last 10 events gone, the digest recomputed
+    pq.write_table(store.with_digest(t.slice(0, t.num_rows - 10).replace_schema_metadata(None)), last)
+
+    rc, out = verify(root, "--jobs", "2")
+    assert rc == 1
+    assert f"{tampered} (" in out and "hash does not match" in out, out
+    assert f"{broken}: prev_hash does not match the hash of seq" in out, out
+    assert "chain big:worker-0:0: the ledger stored it up to seq 999999, but it ends at seq" in out, out
+
+
+# ---------------------------------------------------------------------------------------- verify --since
+
+
+def add_steps(root: Path, n: int, prev_hash: str | None = None) -> None:
+    """`n` more step events of RUN's chain worker-0:0 of build_run (attempt 1), continuing it unless
+    `prev_hash` says what the first must link to instead."""
+    head = json.loads((root / "heads" / f"run_id={RUN}.json").read_text())
+    (chain,) = [c for c in head["chains"] if c["producer"] == "worker-0" and c["attempt"] == 1]
+    sink = ParquetSink(root, RUN, "worker-0", 1)
+    sink._seq, sink._prev_hash = chain["seq"] + 1, chain["hash"] if prev_hash is None else prev_hash
+    sink.emit_dicts("step", [{"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 1000, "step_time_s": 0.1}] * n,
+                    list(range(100, 100 + n)))
+    sink.close()
+
+
+def test_verify_since_checks_only_the_new_events_and_moves_on(root, tmp_path):
+    build_run(root)
+    record = tmp_path / "verified.json"
+    rc, out = verify(root, "--record", str(record))
+    assert rc == 0 and record.exists(), out
+    add_steps(root, 7)
+    rc, out = verify(root, "--since", str(record), "--format", "json")
+    summary = json.loads(out)
+    assert rc == 0 and summary["ok"], out
+    assert summary["checked_events"] == 7 and summary["events"] == 18 + 7
+    rc, out = verify(root, "--since", str(record), "--format", "json")  # the record moved on: nothing new
+    assert rc == 0 and json.loads(out)["checked_events"] == 0, out
+
+
+def test_verify_since_fails_when_the_new_events_do_not_continue_the_recorded_heads(root, tmp_path):
+    build_run(root)
+    record = tmp_path / "verified.json"
+    assert verify(root, "--record", str(record))[0] == 0
+    add_steps(root, 3, prev_hash="f" * 64)  # sealed and hashed right, but linked to no event verified
+    rc, out = verify(root, "--since", str(record))
+    assert rc == 1 and "prev_hash does not match the hash of seq" in out, out
+    assert json.loads(record.read_text())["events"] == 18  # a failed check does not move the record
+
+
+def test_verify_since_names_a_file_changed_after_it_was_verified(root, tmp_path):
+    build_run(root)
+    record = tmp_path / "verified.json"
+    assert verify(root, "--record", str(record))[0] == 0
+    (f,) = store.event_files(root, "step", RUN)
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("loss"), "loss", pc.multiply(t.column("loss"), 0.5)), f)
+    rc, out = verify(root, "--since", str(record))
+    assert rc == 1 and f"{f}: changed since it was verified" in out and "column loss =" in out, out
+
+
+def test_verify_since_without_a_record_is_bad_usage(root, tmp_path):
+    build_run(root)
+    rc, out = verify(root, "--since", str(tmp_path / "nope.json"))
+    assert rc == 2 and "--record" in out
+
+
+# ---------------------------------------------------------------------------------------- the chain walk
+
+
+def links(rows: list[tuple[int, str, str]]) -> pa.Table:
+    return pa.table({"run_id": ["r"] * len(rows), "producer": ["w"] * len(rows), "attempt": [0] * len(rows),
+                     "seq": [r[0] for r in rows], "prev_hash": [r[1] for r in rows], "hash": [r[2] for r in rows],
+                     "event_id": [f"r:w:0:{r[0]}" for r in rows]})
+
+
+def chain(n: int) -> list[tuple[int, str, str]]:
+    return [(s, "" if s == 0 else f"h{s - 1}", f"h{s}") for s in range(n)]
+
+
+def test_the_walk_takes_events_out_of_turn_and_names_gaps_and_copies():
+    rows = chain(8)
+    walk = chainwalk.ChainWalk()
+    walk.take(links([rows[0], rows[2], rows[1], rows[3], rows[3], rows[5], rows[6]]))  # 4 missing, 3 twice
+    walk.finish()
+    assert walk.problems() == ["r:w:0:3: stored 2 times", "r:w:0:4 missing: seq 4..4 of r:w:0 (gap before r:w:0:5)"]
+
+
+def test_an_event_later_than_the_walk_waits_is_settled_by_the_exact_check():
+    rows = chain(10)
+    walk = chainwalk.ChainWalk(pending_max=2)
+    walk.take(links([rows[0], *rows[2:8], rows[1], *rows[8:]]))  # seq 1 comes after the walk gave it up
+    walk.finish()
+    key = ("r", "w", 0)
+    assert walk.chains[key].recheck and walk.problems() == []
+    assert chainwalk.sorted_check(key, [(s, p, h, f"r:w:0:{s}") for s, p, h in rows]) == ([], [])
+
+
+# ---------------------------------------------------------------------------------------- replay
+
+
+def test_streamed_replay_is_the_fold_of_every_event(root):
+    marks = build_run(root)
+    for as_of in (None, *marks.values(), 1):
+        streamed = rp.replay_run(root, RUN, as_of)
+        folded = rp.replay(RUN, rp.run_events(root, RUN, as_of))
+        assert streamed.to_json() == folded.to_json(), as_of
+
+
+def test_step_tokens_count_a_redone_step_once_and_forget_steps_after_a_resume():
+    tokens = rp.StepTokens()
+    assert [tokens.put(s, 10) for s in range(5)] == [0] * 5 and tokens.runs == [[0, 4, 10]]
+    assert tokens.put(2, 7) == 10 and tokens.runs == [[0, 1, 10], [2, 2, 7], [3, 4, 10]]
+    assert tokens.drop_after(2) == 20 and tokens.runs == [[0, 1, 10], [2, 2, 7]]
