@@ -204,15 +204,7 @@ def run_events(root: str | Path, run_id: str, as_of_seq: int | None = None, full
         table = store.read_events(root, kind, run_id, columns=ENVELOPE + (list(typed) if typed else ["payload"]))
         if as_of_seq is not None:
             table = table.filter(pc.less_equal(table["stream_seq"], as_of_seq))
-        rows = table.sort_by("stream_seq").to_pylist()
-        if typed:
-            for r in rows:
-                r["payload"] = {f: r.pop(f) for f in typed}
-        else:
-            loads = json.loads
-            for r in rows:
-                r["payload"] = loads(r["payload"])
-        per_kind.append(rows)
+        per_kind.append(_rows(table.sort_by("stream_seq").to_pylist(), typed))
     return list(heapq.merge(*per_kind, key=lambda r: r["stream_seq"]))
 
 

@@ -294,6 +294,17 @@ def self_check(curves: list[Curve]) -> tuple[float | None, dict[str, float]]:
     return worst, errors
 
 
+def check_curve(c: Curve) -> None:
+    """Raise ValueError (one line, naming the rung) unless `c` has a positive planned compute and finite
+    losses at finite token counts."""
+    if not (math.isfinite(c.planned_flops) and c.planned_flops > 0):
+        raise ValueError(f"{c.name}: planned compute {c.planned_flops:g} FLOPs is not positive: no law through it")
+    bad = np.flatnonzero(~np.isfinite(c.loss) | ~np.isfinite(c.tokens))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"{c.name}: loss {c.loss[i]} at {c.tokens[i]:g} tokens (not finite): a curve holds "
+                         "finite losses only (a skipped step is left out)")
+
 def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None = None) -> Forecast:
     """The target's projected loss at fraction g of its compute `target_flops`, from the rungs at g.
 
@@ -303,13 +314,7 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
         raise ValueError(f"target compute {target_flops:g} FLOPs is not positive")
     points, flags = [], []
     for c in curves:
-        if not (math.isfinite(c.planned_flops) and c.planned_flops > 0):
-            raise ValueError(f"{c.name}: planned compute {c.planned_flops:g} FLOPs is not positive: no law through it")
-        bad = np.flatnonzero(~np.isfinite(c.loss) | ~np.isfinite(c.tokens))
-        if len(bad):
-            i = int(bad[0])
-            raise ValueError(f"{c.name}: loss {c.loss[i]} at {c.tokens[i]:g} tokens (not finite): a curve holds "
-                             "finite losses only (a skipped step is left out)")
+        check_curve(c)
         y, flag = loss_at(c, g)
         points.append((g * c.planned_flops, y))
         if flag:

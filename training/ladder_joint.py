@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize
 
-from training.ladder_fit import BAND_SE, FRACTIONS, Curve, Forecast, Law, check_points, loss_at
+from training.ladder_fit import BAND_SE, FRACTIONS, Curve, Forecast, Law, check_curve, check_points, loss_at
 
 ALPHA_RANGE = (1e-3, 3.0)  # the exponent's search range (Chinchilla's in C: 0.15; toy ladders: up to ~1)
 GRID = 81  # points per axis of E and a0 on the grid the refinement starts from
@@ -58,13 +58,7 @@ def read_rungs(curves: list[Curve], fractions, refusals: dict[float, str] | None
     `refusals`, with its one-line reason) and left out; a curve that cannot be read at all raises."""
     names = [c.name for c in curves]
     for c in curves:
-        if not (math.isfinite(c.planned_flops) and c.planned_flops > 0):
-            raise ValueError(f"{c.name}: planned compute {c.planned_flops:g} FLOPs is not positive: no law through it")
-        bad = np.flatnonzero(~np.isfinite(c.loss) | ~np.isfinite(c.tokens))
-        if len(bad):
-            i = int(bad[0])
-            raise ValueError(f"{c.name}: loss {c.loss[i]} at {c.tokens[i]:g} tokens (not finite): a curve holds "
-                             "finite losses only (a skipped step is left out)")
+        check_curve(c)
     C = np.array([c.planned_flops for c in curves], float)
     kept, cols, flags = [], [], []
     for g in fractions:
