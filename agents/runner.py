@@ -25,18 +25,20 @@ from pydantic import ValidationError
 import queries
 from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
 from agents.policy import Action
-from ledger import bus
+from ledger import bus, store
 from ledger.natsserver import AGENTS_DURABLE
 from ledger.chains import next_attempt
 from ledger.emitter import Emitter
 from ledger.events import STREAM, InvalidEvent
 from ledger.replay import replay_run
+from ledger.service import stream_seq
 
 log = logging.getLogger(__name__)
 
 AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped)
 DURABLE = AGENTS_DURABLE  # (the secure server lets the agent role use only these consumers)
 SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence)
+STORED_WAIT_S = 2.0  # how long to wait for the ledger to have stored the events that woke the agents
 
 
 def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict) -> list[dict]:
@@ -174,6 +176,17 @@ class Runner:
             em.close()
 
 
+async def until_stored(root: str | Path, upto: int, timeout_s: float) -> bool:
+    """Wait until the ledger serving `root` has stored (committed) the stream up to `upto`: its position
+    (store.read_position, written after each commit, before the ack); False if it had not by `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while store.read_position(Path(root)) < upto:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
 async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None, stop: asyncio.Event | None = None,
                      poll_s: float = 1.0, revise: Revise | None = None) -> None:
     """Until `stop`: wake on new events, evaluate the runs they belong to, record decisions (and, with
@@ -204,6 +217,8 @@ async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None,
                 if len(parts) == 3 and parts[2] not in ("decision", "alert"):
                     news.add(parts[1])
             watched |= news
+            if news:  # judge on the events that woke us: wait (a little) for the ledger to have stored them
+                await until_stored(root, max(stream_seq(m) for m in msgs), STORED_WAIT_S)
             if time.monotonic() - last_sweep > SWEEP_S:  # silence is news too: look at every run now and then
                 news, last_sweep = set(watched), time.monotonic()
             # the ledger may not have stored the newest events yet: look again on the next round too

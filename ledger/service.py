@@ -4,8 +4,9 @@ One loop (`runledger ledger serve`): fetch a batch from the durable pull consume
 every event (`ledger.validation.check_envelope`), drop the ones already stored (by event_id: the stored
 set is rebuilt from the tables' current snapshot at start, so a crash between write and ack stores
 nothing twice), write the rest and the rejected input (to quarantine, with raw bytes, subject and
-reason) atomically, commit the files to the tables, and only then ack. A commit takes the batches
-that came within COMMIT_EVERY_S of the first, so that an ack waits well under a second. A
+reason) atomically, commit the files to the tables, and only then ack. A batch that drains the
+stream is committed at once; while full batches keep coming, a commit takes those that came within
+COMMIT_EVERY_S of the first, so that an ack waits well under a second either way. A
 write or commit that fails (a full disk) is retried without acking; the service keeps running and
 says so. SIGTERM/SIGINT: finish and commit the batch in hand, drain, exit 0.
 
@@ -50,7 +51,7 @@ FETCH_TIMEOUT_S = 0.5
 COMPACT_BUSY_FILES = 64  # while busy, a partition is compacted once this many new files are in it
 IO_RETRIES = 5  # a batch that fails this often on I/O not of the disk is taken a message at a time
 MAX_BATCH_ENTRIES = 10_000  # envelopes in one batch message (an Emitter sends at most 1,000); past it: one quarantine row
-COMMIT_EVERY_S = 0.2  # a written batch is committed (and acked) within this, with those that came meanwhile
+COMMIT_EVERY_S = 0.2  # while full batches keep coming, what they wrote is committed (and acked) this often
 EXPIRE_EVERY_S = 60.0  # when idle, this often: snapshots past tables.KEEP_SNAPSHOTS expire, files past RETENTION_S go
 
 
@@ -611,7 +612,8 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
         if not unacked:
             since = arrived
         unacked += msgs
-        if (time.monotonic() - since >= every or stop.is_set()
+        # commit once the stream is drained (a batch short of full), else every COMMIT_EVERY_S meanwhile
+        if (len(msgs) < batch or time.monotonic() - since >= every or stop.is_set()
                 or (until_stored is not None and ledger.counters.stored >= until_stored)):
             if not await _commit_and_ack(ledger, unacked, stop, since):
                 break
