@@ -28,6 +28,7 @@ from pathlib import Path
 import duckdb
 
 import queries
+from ledger import paths
 from ledger.paths import event_files
 from queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
@@ -89,18 +90,19 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
     ladder_peers finds them), its fork parent's run_started and checkpoints, and every forecast.
     The look-ups run on `con` when given (the connection the audit will use), else on one of their own."""
     root = Path(root)
+    at = paths.cut(root) if paths.is_tables(root) else None  # one snapshot for every listing below
     look = con or queries.open_connection()
     ladder, parents, peers = None, [], set()
-    own_starts = event_files(root, "run_started", run_id)
+    own_starts = event_files(root, "run_started", run_id, at=at)
     if own_starts:
         ladder, parents = look.execute(
             "select max(ladder ->> 'name'), list(distinct parent ->> 'run_id') "
             f"from {queries._scan_files(own_starts, kind_columns('run_started'))}").fetchone()
     if ladder is not None:  # only then read every run's run_started, for the same ladder name
         peers |= {r[0] for r in look.execute(
-            f"select distinct run_id from {queries._scan_files(event_files(root, 'run_started'), kind_columns('run_started'))} "
+            f"select distinct run_id from {queries._scan_files(event_files(root, 'run_started', at=at), kind_columns('run_started'))} "
             "where ladder ->> 'name' = ?", [ladder]).fetchall()}
-    forecasts = event_files(root, "forecast")
+    forecasts = event_files(root, "forecast", at=at)
     if forecasts:
         peers |= {r[0] for r in look.execute(
             f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries._scan_files(forecasts, kind_columns('forecast'))} "
@@ -115,7 +117,7 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
             files[kind] = forecasts
             continue
         runs = [run_id, *sorted(peers if kind in _PEER_KINDS else []), *sorted(parents if kind in _PARENT_KINDS else [])]
-        files[kind] = [f for r in dict.fromkeys(runs) for f in event_files(root, kind, r)]
+        files[kind] = [f for r in dict.fromkeys(runs) for f in event_files(root, kind, r, at=at)]
     log.debug("scope of %s: ladder peers %s, parents %s", run_id, sorted(peers), sorted(parents))
     return files
 
