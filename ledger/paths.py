@@ -30,6 +30,7 @@ NAMESPACE = "runledger"
 QUARANTINE = "quarantine"  # the quarantine's table (a kind is never called that: ledger.events.KINDS)
 COMMIT_KEY = "runledger.commit"  # a snapshot's ledger commit number (see Cut)
 EXPIRED_KEY = "runledger.oldest-commit"  # a table property: the oldest ledger snapshot its expiry kept
+GRAVEYARD = "runledger-graveyard.json"  # in a table's metadata/: files only expired snapshots held, kept for readers
 
 
 class SnapshotGone(LookupError):
@@ -69,7 +70,6 @@ def matching(pattern: Path) -> list[Path]:
 class DataFile:
     path: Path
     run_id: str | None  # its partition (None in the quarantine's table)
-    rows: int
 
 
 @dataclass
@@ -88,17 +88,16 @@ class Cut:
                       if run_id is None or f.run_id == run_id)
 
 
-_MANIFESTS: dict[str, list[tuple[str, str | None, int]]] = {}  # manifest path -> its live entries (files never change)
+_MANIFESTS: dict[str, list[tuple[str, str | None]]] = {}  # manifest path -> its live entries (files never change)
 
 
-# what a reader needs of a manifest entry: decoding only these is 2x faster than the whole entry
+# what a reader needs of a manifest entry: decoding only these is faster than the whole entry
 _ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
     {"name": "status", "type": "int"},
     {"name": "data_file", "type": {"type": "record", "name": "r2", "fields": [
         {"name": "file_path", "type": "string"},
         {"name": "partition", "type": {"type": "record", "name": "r102", "fields": [
-            {"name": "run_id", "type": ["null", "string"], "default": None}]}},
-        {"name": "record_count", "type": "long"}]}}]}
+            {"name": "run_id", "type": ["null", "string"], "default": None}]}}]}}]}
 
 
 def _avro(path: Path, projection: dict | None = None) -> list[dict]:
@@ -174,9 +173,9 @@ def _files_of(snapshot: dict | None, rebase: _Rebase) -> list[DataFile]:
             for e in _avro(rebase(path), _ENTRY):
                 if e["status"] != 2:  # 2: deleted in this manifest's snapshot
                     d = e["data_file"]
-                    entries.append((d["file_path"], (d.get("partition") or {}).get("run_id"), d["record_count"]))
+                    entries.append((d["file_path"], (d.get("partition") or {}).get("run_id")))
             _MANIFESTS[path] = entries
-        out += [DataFile(rebase(p), run, n) for p, run, n in entries]
+        out += [DataFile(rebase(p), run) for p, run in entries]
     return out
 
 
@@ -223,7 +222,8 @@ def quarantine_files(root: Path, at: Cut | None = None) -> list[Path]:
 
 
 def held_files(root: Path) -> set[Path]:
-    """Every data file some snapshot of some table holds (current or kept for readers)."""
+    """Every file some snapshot of some table holds, or that waits in a table's graveyard for the
+    readers of an expired snapshot (see ledger.tables)."""
     root = Path(root)
     rebase = _Rebase(root)
     out: set[Path] = set()
@@ -231,7 +231,21 @@ def held_files(root: Path) -> set[Path]:
         metadata = json.loads(rebase(location).read_bytes())
         for snapshot in metadata.get("snapshots") or []:
             out.update(f.path for f in _files_of(snapshot, rebase))
+        try:
+            graveyard = json.loads((rebase(metadata["location"]) / "metadata" / GRAVEYARD).read_text())
+        except (OSError, ValueError):
+            graveyard = []
+        out.update(rebase(p) for p, _ in graveyard)
     return out
+
+
+def uncommitted_files(root: Path) -> list[Path]:
+    """Files in the layout that no snapshot holds and no reader may still need: written by a ledger
+    that died before committing them (or planted); read by no one, removed when a ledger next starts."""
+    if not is_tables(root):
+        return []
+    held = held_files(root)
+    return [f for f in matching(event_glob(root)) + matching(quarantine_glob(root)) if f not in held]
 
 
 def missing_files(root: Path, at: Cut | None = None) -> list[Path]:

@@ -354,21 +354,11 @@ def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime
 def stray_files(root: Path) -> list[Path]:
     """Parquet files under events/ or quarantine/ outside the layout's pattern: never the ledger's,
     read by no one (planted?). (A file in the pattern but in no snapshot of the tables is one the
-    ledger wrote and never committed: read by no one either, see `uncommitted_files`.)"""
+    ledger wrote and never committed: read by no one either, see `paths.uncommitted_files`.)"""
     root = Path(root)
     layout = set(paths.matching(paths.event_glob(root))) | set(paths.matching(paths.quarantine_glob(root)))
     return sorted(f for d in ("events", "quarantine") for f in (root / d).rglob("*.parquet")
                   if f not in layout and "metadata" not in f.relative_to(root).parts)
-
-
-def uncommitted_files(root: Path) -> list[Path]:
-    """Files in the layout that no snapshot of the tables holds: written by a ledger that died before
-    committing them (or planted), read by no one, removed when a ledger next serves the root."""
-    if not paths.is_tables(root):
-        return []
-    held = paths.held_files(root)
-    return [f for f in paths.matching(paths.event_glob(root)) + paths.matching(paths.quarantine_glob(root))
-            if f not in held]
 
 
 def read_events(root: Path, kind: str | None = None, run_id: str | None = None,

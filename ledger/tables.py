@@ -275,22 +275,9 @@ class Tables:
         now = time.time() if now is None else now
         return sum(_Graveyard(self.location(name)).sweep(now) for name in self.names())
 
-    def orphans(self) -> list[Path]:
-        """Data files under the tables' folders that no snapshot holds and no reader may still need:
-        written and never committed (the graveyard's files wait for their time)."""
-        out = []
-        for name in self.names():
-            t = self.table(name)
-            t.refresh()
-            held = set().union(*(self._live(t, s) for s in t.metadata.snapshots)) if t.metadata.snapshots else set()
-            held |= _Graveyard(self.location(name)).paths()
-            pattern = "*.parquet" if name == QUARANTINE else "run_id=*/*.parquet"
-            out += [p for p in self.location(name).glob(pattern) if str(p) not in held]
-        return sorted(out)
-
     def remove_orphans(self) -> int:
         """Delete the orphans (only while holding the root's lock: no writer has files in hand)."""
-        found = self.orphans()
+        found = paths.uncommitted_files(self.root)
         for p in found:
             p.unlink(missing_ok=True)
         return len(found)
@@ -298,10 +285,10 @@ class Tables:
 
 class _Graveyard:
     """A table's files that no kept snapshot holds, each with the time after which no reader can need
-    it (`{location}/metadata/runledger-graveyard.json`; rewritten whole, atomically)."""
+    it (`{location}/metadata/` paths.GRAVEYARD; rewritten whole, atomically; `paths.held_files` reads it)."""
 
     def __init__(self, location: Path) -> None:
-        self.path = Path(location) / "metadata" / "runledger-graveyard.json"
+        self.path = Path(location) / "metadata" / paths.GRAVEYARD
 
     def _read(self) -> list[list]:
         try:
@@ -313,9 +300,6 @@ class _Graveyard:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text(json.dumps(entries))
         os.replace(tmp, self.path)
-
-    def paths(self) -> set[str]:
-        return {p for p, _ in self._read()}
 
     def add(self, entries: list[tuple[str, float]]) -> None:
         if entries:

@@ -52,13 +52,14 @@ def test_a_reader_keeps_its_snapshot_through_compaction_and_expiry(root):
     tables = Tables(root)
     assert tables.expire(keep=1) > 0  # only the newest snapshot is kept ...
     assert tables.sweep() == 0  # ... but what the others held waits RETENTION_S for their readers
+    assert paths.uncommitted_files(root) == []  # (waiting in the graveyard: not an orphan to remove)
     assert all(f.exists() for f in held) and counts(con) == (140, 140)
     queries.refresh(con, root)
     assert counts(con) == (147, 147)  # the next snapshot: the compacted file and the new one
     assert tables.sweep(now=time.time() + tables_module.RETENTION_S + 1) >= len(held)  # later: they go
     assert not any(f.exists() for f in held)
     assert counts(queries.connect(root)) == (147, 147) and verify(root).ok
-    assert store.uncommitted_files(root) == [] and tables.remove_orphans() == 0
+    assert paths.uncommitted_files(root) == [] and tables.remove_orphans() == 0
 
 
 def test_files_no_commit_took_are_read_by_no_one_and_removed_at_recovery(root):
