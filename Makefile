@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo test test-fast bench clean
+.PHONY: setup browser postgres demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -17,13 +17,20 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/runledger demo
 
-# Debian's chromium, for the report's screenshot test (installed when we may; else that test is skipped)
+# Debian's chromium and its driver, for the report's and the dashboard's browser tests (installed when we may;
+# else those tests are skipped)
 browser:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } || \
-		echo "chromium could not be installed: the report screenshot test will be skipped"
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1; } || \
+		echo "chromium could not be installed: the browser tests will be skipped"
 
-test: setup browser
+# Debian's PostgreSQL server, for the shared-catalog tests (they start their own server in a temp dir)
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; } || \
+		echo "postgresql could not be installed: the shared-catalog tests will be skipped"
+
+test: setup browser postgres
 	$(BIN)/python -m pytest -q
 
 # the fast tier, for your own loop (the unit tests, about a minute on 2 cores): tests/conftest.py marks

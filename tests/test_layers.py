@@ -1,4 +1,5 @@
-"""The layers run one way, `ledger` <- `queries` <- `training` / `agents` / `runledger` <- `tools` (then `bench`), with
+"""The layers run one way, `ledger` <- `queries` <- `training` / `agents` / `runledger` / `ui` / `interop` <- `tools`
+(then `bench`), with
 no cycles, and no module imports the command line: read from the source's imports (ast), every
 import counted, a function's deferred ones too, and the subcommand modules `tools.cli` loads by name.
 """
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-RANK = {"ledger": 0, "queries": 1, "training": 2, "agents": 2, "runledger": 2, "tools": 3, "bench": 4}
+RANK = {"ledger": 0, "queries": 1, "training": 2, "agents": 2, "runledger": 2, "ui": 2, "interop": 2, "tools": 3,
+        "bench": 4}
 ENTRY = "tools.cli"  # the command line: what a user runs, imported by no module
 
 

@@ -416,7 +416,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 # the subcommands defined in modules of their own: (module, the commands its register() adds)
 PLUGINS = (("tools.train", ("train",)), ("tools.ladder", ("ladder",)), ("tools.audit", ("audit",)),
-           ("tools.agents", ("agents", "decide")), ("tools.report", ("report",)))
+           ("tools.agents", ("agents", "decide")), ("tools.report", ("report",)), ("tools.ui", ("ui",)),
+           ("tools.importing", ("import", "lineage")), ("tools.notify", ("notify",)), ("tools.status", ("status",)))
 
 
 def _register_broken(sub, module: str, names: tuple[str, ...], err: Exception) -> None:
