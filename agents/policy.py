@@ -29,6 +29,13 @@ class Action:
     evidence: dict = field(default_factory=dict)
     mode: str = "auto"
     severity: str = "warn"
+    state: str = "open"  # alerts: "resolved" closes the open alert of the same id (ledger.replay)
+
+    @property
+    def key(self) -> str:
+        """What the runner records it by: the id, and for an alert that resolves, its state too (it keeps
+        the id of the alert it resolves)."""
+        return self.id if self.state == "open" else f"{self.id}:{self.state}"
 
     def event(self, agent: str) -> DecisionMade | AlertRaised:
         """The typed event to record (a policy's malformed action raises pydantic's ValidationError)."""
@@ -36,7 +43,7 @@ class Action:
             return DecisionMade(decision_id=self.id, agent=agent, rule=self.rule, action=self.action,
                                 params=self.params, rationale=self.rationale, evidence=self.evidence, mode=self.mode)
         return AlertRaised(alert_id=self.id, agent=agent, rule=self.rule, severity=self.severity,
-                           message=self.rationale, evidence=self.evidence)
+                           message=self.rationale, evidence=self.evidence, state=self.state)
 
 
 def decision(agent: str, run_id: str, rule: str, key: Any, action: str, params: dict, rationale: str,

@@ -23,7 +23,7 @@ import duckdb
 from pydantic import ValidationError
 
 import queries
-from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
+from agents import drops, forecast, grad_norm, skipped, stall, telemetry, throughput
 from agents.policy import Action
 from ledger import bus, store
 from ledger.natsserver import AGENTS_DURABLE
@@ -35,10 +35,11 @@ from ledger.service import stream_seq
 
 log = logging.getLogger(__name__)
 
-AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped)
+AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped, stall)
 DURABLE = AGENTS_DURABLE  # (the secure server lets the agent role use only these consumers)
-SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence)
+SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence, stalls)
 STORED_WAIT_S = 2.0  # how long to wait for the ledger to have stored the events that woke the agents
+RECENT_S = 86_400.0  # at start, unfinished runs heard from within a day are watched (one may have stalled)
 
 
 def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict) -> list[dict]:
@@ -84,10 +85,25 @@ def evaluate(root: str | Path, run_id: str, agents=AGENTS) -> tuple[object, list
     return state, out
 
 
+def recent_runs(root: str | Path, within_s: float = RECENT_S) -> set[str]:
+    """Runs not finished and heard from within `within_s`: what a (re)started runner watches before any
+    news, since a run that went silent before it started sends none."""
+    try:
+        con = queries.connect(root)
+        rows = con.execute("select run_id from events where run_id not in (select run_id from runs_finished) "
+                           "group by run_id having epoch(now()) - epoch(max(ts)) < $s", {"s": within_s}).fetchall()
+    except (duckdb.Error, OSError) as err:  # (a root with nothing stored yet, say)
+        log.debug("no recent runs read from %s: %s", root, err)
+        return set()
+    return {r[0] for r in rows}
+
+
 def recorded_ids(root: str | Path, run_id: str) -> set[str]:
     con = queries.connect(root)
     ids = {r[0] for r in con.execute("select decision_id from decisions where run_id = $r", {"r": run_id}).fetchall()}
-    ids |= {r[0] for r in con.execute("select alert_id from alerts where run_id = $r", {"r": run_id}).fetchall()}
+    # an alert that resolves keeps the id of the one it resolves: recorded as Action.key says
+    ids |= {r[0] for r in con.execute("select alert_id || if(state = 'resolved', ':resolved', '') from alerts "
+                                      "where run_id = $r", {"r": run_id}).fetchall()}
     return ids
 
 
@@ -155,7 +171,7 @@ class Runner:
         known = recorded_ids(self.root, run_id) | self.sent
         done = []
         for agent, action in actions:
-            if action.id in known:
+            if action.key in known:
                 continue
             try:
                 self.emitter(run_id, agent).emit(action.event(agent), step=state.step)
@@ -165,8 +181,8 @@ class Runner:
             except (InvalidEvent, ValidationError) as err:  # a policy bug must not stop the other agents
                 log.error("%s: %s %s not recorded: %s", agent, action.kind, action.id, err)
                 continue
-            self.sent.add(action.id)
-            known.add(action.id)
+            self.sent.add(action.key)
+            known.add(action.key)
             done.append(action)
             log.info("%s %s %s: %s", agent, action.kind, action.action or action.rule, action.rationale)
         return done
@@ -188,9 +204,10 @@ async def until_stored(root: str | Path, upto: int, timeout_s: float) -> bool:
 
 
 async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None, stop: asyncio.Event | None = None,
-                     poll_s: float = 1.0, revise: Revise | None = None) -> None:
+                     poll_s: float = 1.0, revise: Revise | None = None, sweep_s: float = SWEEP_S) -> None:
     """Until `stop`: wake on new events, evaluate the runs they belong to, record decisions (and, with
-    `revise`, re-forecast plans that applied decisions changed)."""
+    `revise`, re-forecast plans that applied decisions changed). Every `sweep_s` each watched run is evaluated
+    even without news: a run that went silent (a stall) wakes nothing."""
     stop = stop or asyncio.Event()
     runner = Runner(root, nats_url, revise)
     durable = DURABLE if run_id is None else f"{DURABLE}-{run_id}"
@@ -200,8 +217,8 @@ async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None,
     await bus.ensure_stream(js)
     await bus.ensure_consumer(js, durable, filter_subject=subject)
     sub = await bus.Puller(nc, STREAM, durable).start()
-    watched: set[str] = set()
-    previous: set[str] = set()
+    watched = {r for r in await asyncio.to_thread(recent_runs, root) if run_id in (None, r)}
+    previous: set[str] = set(watched)
     last_sweep = time.monotonic()
     try:
         while not stop.is_set():
@@ -219,7 +236,7 @@ async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None,
             watched |= news
             if news:  # judge on the events that woke us: wait (a little) for the ledger to have stored them
                 await until_stored(root, max(stream_seq(m) for m in msgs), STORED_WAIT_S)
-            if time.monotonic() - last_sweep > SWEEP_S:  # silence is news too: look at every run now and then
+            if time.monotonic() - last_sweep > sweep_s:  # silence is news too: look at every run now and then
                 news, last_sweep = set(watched), time.monotonic()
             # the ledger may not have stored the newest events yet: look again on the next round too
             failed = set()

@@ -14,6 +14,11 @@ drain row: --backlog events already in the stream when the ledger starts (a ledg
 after a restart). The layout rows run the emit_dicts path on a root of each layout, Iceberg tables
 (the default: readers see commits, acks wait for them) and the plain Parquet of before, with each
 one's ack wait (a batch's arrival at the ledger to its ack; `--layouts` runs these rows alone).
+The partition rows (`--partitions 1,2`: alone) drain one backlog of --backlog events over 4 runs
+with K instances of `ledger serve` (K = 1: the single ledger as it runs by default; K > 1: one
+instance per partition, `--partitions K`, leases and all), each a process of its own: events/s, each
+instance's CPU µs per event it stored, and its commits' ack wait. On 2 cores the sum cannot double;
+what should hold is that CPU per event per instance does not grow with K.
 Ratios are against the raw path in the same mode, run in the same command; the last line compares
 runledger as it runs (batching when a backlog forms) with raw nats-py as one would use it without
 runledger (one message per event). The CPU columns are each process's user + system seconds per
@@ -167,6 +172,175 @@ def run_drain(url: str, tmp: Path, n: int, many: int) -> dict:
     return {"events_per_s": n / wall, "ledger_us": cpu / n * 1e6}
 
 
+# ------------------------------------------------------------------------------ K partitions
+
+
+def _runs_over(k: int, runs: int = 4) -> list[str]:
+    """`runs` run ids spread evenly over `k` partitions (and over 2, for the K = 2 row)."""
+    from ledger.partitions import partition_of
+
+    out, i = [], 0
+    while len(out) < runs:
+        name = f"bench-{i}"
+        if sum(partition_of(r, max(k, 2)) == partition_of(name, max(k, 2)) for r in out) < runs // max(k, 2):
+            out.append(name)
+        i += 1
+    return out
+
+
+def _instance(url: str, root: str, k: int, go, clock, q) -> None:
+    """One `ledger serve` instance (K = 1: the single ledger), from `go` until SIGTERM; its CPU is
+    counted from `clock` (when the backlog is let in)."""
+    import signal
+    import threading
+
+    from ledger import partitions
+
+    partitions.open_tables(Path(root))  # (imports done before the clock starts)
+    go.wait()
+    started = [_cpu_s()]
+
+    def at_clock() -> None:
+        clock.wait()
+        started[0] = _cpu_s()
+
+    threading.Thread(target=at_clock, daemon=True).start()
+    if k == 1:
+        stop = asyncio.Event()
+
+        async def serve():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+            return await service.serve(root, url, stop=stop)
+
+        counters = asyncio.run(serve())
+        waits = sorted(counters.commit_s)
+        q.put(("instance", _cpu_s() - started[0], counters.stored, waits[len(waits) // 2] * 1e3 if waits else None))
+    else:
+        stored = asyncio.run(partitions.serve(root, url, k))
+        q.put(("instance", _cpu_s() - started[0], sum(stored.values()), None))
+
+
+async def _backlog_left(url: str, k: int) -> int:
+    from ledger import partitions
+
+    nc = await bus.connect(url)
+    try:
+        js = nc.jetstream()
+        if k == 1:
+            info = await js.consumer_info(STREAM, service.DURABLE)
+            return info.num_pending + info.num_ack_pending
+        left = 0
+        for p in range(k):
+            left += (await partitions.partition_figures(js, partitions.Part(k, p)))["pending"]
+        return left
+    finally:
+        await nc.close()
+
+
+def run_partitions(url: str, tmp: Path, n: int, k: int, many: int) -> dict:
+    """A backlog of `n` events over 4 runs, drained by `k` instances (see the module's docstring)."""
+    import os
+
+    from ledger import partitions
+
+    runs = _runs_over(k)
+    for run in runs:
+        em = Emitter(run, "worker-0", 0, url, tmp / "spool")
+        per = n // len(runs)
+        for i in range(0, per, many):
+            em.emit_dicts("step", [step_payload(j) for j in range(i, min(per, i + many))], steps=list(range(i, min(per, i + many))))
+        assert em.close(600)
+    root = tmp / "root"
+    if k > 1:  # the derived stream made, not fed yet, and its consumers (see _feed_partitions)
+        asyncio.run(_prepare_partitions(url, k))
+    q, go, clock = mp.Queue(), mp.Event(), mp.Event()
+    procs = [mp.Process(target=_instance, args=(url, str(root), k, go, clock, q)) for _ in range(k)]
+    for p in procs:
+        p.start()
+    if k > 1:
+        go.set()
+        _wait_balanced(root, k)
+    else:
+        time.sleep(3.0)  # the instance has imported what it needs
+    load = os.getloadavg()[0]
+    t0 = time.time()
+    clock.set()
+    if k > 1:
+        asyncio.run(_feed_partitions(url, k))
+    else:
+        go.set()
+    time.sleep(0.5)
+    while asyncio.run(_backlog_left(url, k)) > 0:
+        time.sleep(0.05)
+    wall = time.time() - t0
+    for p in procs:
+        p.terminate()  # SIGTERM: each drains and reports
+    reports = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join()
+    stored = [r[2] for r in reports]
+    cpus = [r[1] for r in reports]
+    if k == 1:
+        waits = [reports[0][3] and round(reports[0][3], 1)]
+    else:
+        waits = [partitions.Part(k, p).read_status(root).get("commit_ms", {}).get("median") for p in range(k)]
+    total = sum(stored)
+    assert total == n - n % len(runs), f"stored {total} of {n}"
+    return {"k": k, "events_per_s": total / wall, "wall_s": wall, "load": load,
+            "cpu_us": [c / max(s, 1) * 1e6 for c, s in zip(cpus, stored)], "stored": stored, "ack_wait_ms": waits}
+
+
+async def _prepare_partitions(url: str, k: int) -> None:
+    """The derived stream without its source (the instances find it made), and its consumers."""
+    from ledger import partitions
+
+    nc = await bus.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(partitions.parts_stream_config(k, sourcing=False))
+    for p in range(k):
+        await partitions.ensure_part_consumer(js, partitions.Part(k, p))
+    await nc.close()
+
+
+async def _feed_partitions(url: str, k: int) -> None:
+    """The clock starts: the derived stream sources the backlog (the server's sourcing is measured too)."""
+    from ledger import partitions
+
+    nc = await bus.connect(url)
+    await nc.jetstream().update_stream(partitions.parts_stream_config(k))
+    await nc.close()
+
+
+def _wait_balanced(root: Path, k: int, timeout: float = 60) -> None:
+    """Until each of the k instances writes one partition (the first one up takes all, then hands over)."""
+    from ledger import partitions
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        writers = [partitions.Part(k, p).read_status(root).get("writer") for p in range(k)]
+        if None not in writers and len(set(writers)) == k:
+            time.sleep(1.0)  # (settled)
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the {k} instances did not spread over the partitions: {writers}")
+
+
+def print_partitions(rows: list[dict]) -> None:
+    print(f"{'K':>2} {'events':>8} {'events/s':>9} {'wall s':>7} {'load':>5} {'cpu us/ev per instance':>24} "
+          f"{'stored per instance':>22} {'commit ms (median per partition)':>34}")
+    for r in rows:
+        cpu = " ".join(f"{c:.1f}" for c in r["cpu_us"])
+        print(f"{r['k']:>2} {sum(r['stored']):>8} {r['events_per_s']:>9.0f} {r['wall_s']:>7.2f} {r['load']:>5.2f} "
+              f"{cpu:>24} {' '.join(map(str, r['stored'])):>22} {' '.join(str(w) for w in r['ack_wait_ms']):>34}")
+    base = rows[0]
+    for r in rows[1:]:
+        if r["k"] == rows[0]["k"]:  # (a new round: its own baseline)
+            base = r
+            continue
+        print(f"K={r['k']} / K={base['k']}: events/s {r['events_per_s'] / base['events_per_s']:.2f}, "
+              f"cpu us/event per instance (mean) {sum(r['cpu_us']) / len(r['cpu_us']) / (sum(base['cpu_us']) / len(base['cpu_us'])):.2f}")
+
+
 # ------------------------------------------------------------------------------ raw nats-py
 
 
@@ -256,8 +430,21 @@ def main() -> int:
     p.add_argument("--backlog", type=int, default=200_000, help="events waiting when the ledger starts (the drain row)")
     p.add_argument("--layouts", action="store_true", help="only the layout rows: Iceberg tables vs the plain layout")
     p.add_argument("--rounds", type=int, default=3, help="runs of each layout (alternating)")
+    p.add_argument("--partitions", default=None, help="only the partition rows, for these K, e.g. 1,2")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-ingest-"))
+    if args.partitions:
+        try:
+            rows = []
+            for r in range(args.rounds):
+                for k in (int(x) for x in args.partitions.split(",")):
+                    srv = fresh_server(tmp, f"nats-k{k}-{r}")
+                    rows.append(run_partitions(srv.url, tmp / f"k{k}-{r}", args.backlog, k, args.many))
+                    srv.stop()
+            print_partitions(rows)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return 0
     if args.layouts:
         try:
             print_layouts(run_layouts(tmp, args.events, args.many, args.rounds))

@@ -4,8 +4,9 @@ plain loop), in one command:
 
     python -m bench.verify [--sizes 1000000 10000000] [--jobs N] [--keep DIR]
 
-Each measured command runs as its own process (`runledger ...`), so its wall time and peak RSS
-(getrusage of the child) are what a user sees. The ledger is one run, one worker chain: per 1,000
+Each measured command runs as its own process (`runledger ...`), so its wall time and peak RSS are
+what a user sees: the peak RSS of that process (GNU time), and that of all its processes together
+with their CPU seconds (psutil, sampled: verify's row-checking processes are in it). The ledger is one run, one worker chain: per 1,000
 steps, 1,000 `step` events sealed at once (`ledger.sealing.seal_many` through `ParquetSink`, the
 project's writer), then an `eval` and a `checkpoint`; the ledger's small files are compacted as the
 ledger does. `verify --since` is measured after 1% more events are written (new files).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -85,17 +87,49 @@ def floor(root: Path) -> int:
     return n
 
 
-def measure(argv: list[str]) -> dict:
-    """Run a command as a child process: its wall time and its own peak RSS (MiB, by GNU time; the
-    processes it starts, verify's row checkers, are not in it)."""
-    with tempfile.NamedTemporaryFile("r") as peak:
+SAMPLE_S = 0.1  # how often the process tree's memory and CPU time are sampled
+
+
+def measure(argv: list[str], cwd: Path | None = None) -> dict:
+    """Run a command as a child process: its wall time, its own peak RSS (MiB, by GNU time, exact), and,
+    sampled every SAMPLE_S by psutil, the peak RSS of all its processes together (verify's row checkers
+    and the server they are forked from are not its children for GNU time) and their CPU seconds."""
+    import psutil
+
+    with tempfile.NamedTemporaryFile("r") as peak, tempfile.TemporaryFile("w+") as out:
         started = time.monotonic()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak.name, *argv], capture_output=True, text=True)
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", peak.name, *argv], stdout=out, stderr=subprocess.PIPE,
+                                text=True, cwd=cwd)
+        top, tree_peak, cpu = psutil.Process(proc.pid), 0, {}
+        while proc.poll() is None:
+            try:
+                procs = [top, *top.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                break
+            rss = 0
+            for p in procs:
+                try:
+                    with p.oneshot():
+                        rss += p.memory_info().rss
+                        times = p.cpu_times()
+                        cpu[p.pid] = times.user + times.system
+                except psutil.NoSuchProcess:
+                    pass
+            tree_peak = max(tree_peak, rss)
+            time.sleep(SAMPLE_S)
+        stderr = proc.stderr.read()
         wall = time.monotonic() - started
         peak_kib = int(peak.read().split()[-1])
+        out.seek(0)
+        stdout = out.read()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stdout[-500:]} {proc.stderr[-500:]}")
-    return {"wall_s": wall, "peak_mib": peak_kib / 1024, "out": proc.stdout}
+        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {stdout[-500:]} {stderr[-500:]}")
+    return {"wall_s": wall, "peak_mib": peak_kib / 1024, "tree_peak_mib": max(tree_peak / 2**20, peak_kib / 1024),
+            "cpu_s": sum(cpu.values()), "out": stdout}
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -103,12 +137,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="build the roots here and keep them")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="also run verify and replay from the checkout in DIR (e.g. `git archive` of an earlier "
+                             "commit), in the same command: before and after under the same load")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-verify-"))
     cli = [sys.executable, "-m", "tools.cli"]
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
     rows = []
+    print(f"(peak RSS: of the command's own process, exact; then of all its processes, sampled every {SAMPLE_S} s; "
+          f"cpu-s: of all its processes, sampled) {load()}")
     for size in args.sizes:
         root = base / f"root-{size}"
         if not root.exists():
@@ -118,16 +157,23 @@ def main() -> None:
         record = base / f"verified-{size}.json"
         v = measure([*cli, "verify", "--root", str(root), "--format", "json", "--record", str(record), *jobs])
         r = measure([*cli, "replay", RUN_ID, "--root", str(root), "--format", "json"])
+        before = []
+        if args.before:
+            before = [("verify, before", measure([*cli, "verify", "--root", str(root), "--format", "json", *jobs], args.before), 0),
+                      ("replay, before", measure([*cli, "replay", RUN_ID, "--root", str(root), "--format", "json"], args.before), 0)]
         f = measure([sys.executable, "-c", f"from bench.verify import floor; print(floor({str(root)!r}))"])
         extra = size // 100
         write_sealed_run(root, extra, compact=False)
         s = measure([*cli, "verify", "--root", str(root), "--format", "json", "--since", str(record), *jobs])
         checked = json.loads(s["out"])["checked_events"]
         rows.append((size, v, r, f, s, checked))
-        for name, m, n in (("verify", v, size), ("replay", r, size), ("floor (pyarrow + loop hash)", f, size),
-                           ("verify --since (+1%)", s, checked)):
-            print(f"{size:>10,} {name:<28} {m['wall_s']:8.2f} s {n / m['wall_s']:>12,.0f} ev/s {m['peak_mib']:8.0f} MiB")
-        print(f"{'':>10} verify / floor wall: {v['wall_s'] / f['wall_s']:.2f}x; since / full: {s['wall_s'] / v['wall_s']:.3f}x")
+        events = json.loads(v["out"])["events"]  # (a root kept from an earlier run has its 1% more)
+        for name, m, n in (("verify", v, events), ("replay", r, events), *((w, m, events) for w, m, _ in before),
+                           ("floor (pyarrow + loop hash)", f, events), ("verify --since (+1%)", s, checked)):
+            print(f"{events:>10,} {name:<28} {m['wall_s']:8.2f} s {n / m['wall_s']:>12,.0f} ev/s "
+                  f"{m['peak_mib']:8.0f} MiB {m['tree_peak_mib']:8.0f} MiB all {m['cpu_s']:8.2f} cpu-s")
+        print(f"{'':>10} verify / floor wall: {v['wall_s'] / f['wall_s']:.2f}x; since / full: {s['wall_s'] / v['wall_s']:.3f}x; "
+              f"{load()}")
     if args.keep is None:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -11,6 +11,10 @@ the gap declared, as the sorted check would have found it. An event that comes l
 (stored far out of stream order) is no gap after all: its chain is marked for `recheck`, the exact
 sorted check of that chain alone (memory of that chain), whose findings replace the walk's.
 
+Rows of one chain with consecutive seqs, next in turn, are taken as a run (`_take_run`): their links
+compared by Arrow at once, and the chain moved to the run's end; what `_take_rows` would do with them
+a row at a time, which it does for everything else (tests/test_verify_stream.py holds the two alike).
+
 A chain may start at a known point (`verify --since`: the head verified before), and may be asked for
 the hash it holds at given seqs (`watch`: the recorded heads, the head verified before).
 """
@@ -20,12 +24,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ledger.events import make_event_id
 
 PENDING_MAX = 1 << 18  # events of one chain waiting for an earlier seq before its gap is declared
+RUN_MIN_ROWS = 16  # a batch smaller than this is walked a row at a time (taking runs whole costs a few calls)
 
 Key = tuple[str, str, int]  # (run_id, producer, attempt)
 
@@ -64,9 +70,51 @@ class ChainWalk:
             for c in cols[1:]:
                 mask = pc.and_(mask, c.is_valid())
             cols = [c.filter(mask) for c in cols]
+        if isinstance(batch, pa.Table):
+            cols = [c.combine_chunks() for c in cols]
+        runs = _runs(cols) if len(cols[0]) >= RUN_MIN_ROWS else None
+        if runs is None:
+            self._take_rows(zip(*(c.to_pylist() for c in cols)))
+            return
+        bounds, seqs, links_ok = runs
+        rows = None  # the rows as Python values, made if a run has to be walked a row at a time
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b - a > 1 and self._take_run(cols, a, b, seqs, links_ok):
+                continue
+            if rows is None:
+                rows = [c.to_pylist() for c in cols]
+            self._take_rows(zip(*(r[a:b] for r in rows)))
+
+    def _take_run(self, cols: list[pa.Array], a: int, b: int, seqs: np.ndarray, links_ok: np.ndarray) -> bool:
+        """Take rows a..b-1 (one chain, consecutive seqs) at once, if they are next in turn and none of
+        their seqs waits already; what `_take_rows` would do with them one by one. False if not."""
+        key = (cols[0][a].as_py(), cols[1][a].as_py(), cols[2][a].as_py())
+        chain = self.chains.get(key)
+        if chain is None:
+            chain = self.chains[key] = Chain()
+        first, last = int(seqs[a]), int(seqs[b - 1])
+        if chain.next_seq != first or (chain.pending and not chain.pending.keys().isdisjoint(range(first, last + 1))):
+            return False
+        prev, hashes, eids = cols[4], cols[5], cols[6]
+        if prev[a].as_py() != chain.last_hash:
+            self.broken.append((key, first, f"{eids[a].as_py()}: prev_hash does not match the hash of seq {first - 1} (chain broken)"))
+        for r in (np.flatnonzero(~links_ok[a:b - 1]) + a + 1).tolist():  # each row links to the one before it
+            seq = int(seqs[r])
+            self.broken.append((key, seq, f"{eids[r].as_py()}: prev_hash does not match the hash of seq {seq - 1} (chain broken)"))
+        for seq, h in (list(chain.watch.items()) if chain.watch else ()):
+            if h is None and first <= seq <= last:
+                chain.watch[seq] = hashes[a + seq - first].as_py()
+        chain.next_seq, chain.last_hash = last + 1, hashes[b - 1].as_py()
+        chain.max_seq = max(chain.max_seq, last)
+        if chain.pending and last + 1 in chain.pending:
+            self._advance(key, chain)
+        return True
+
+    def _take_rows(self, rows) -> None:
+        """Walk rows (run_id, producer, attempt, seq, prev_hash, hash, event_id) one at a time."""
         chains = self.chains
         key = chain = None
-        for run, producer, attempt, seq, prev, hash_, eid in zip(*(c.to_pylist() for c in cols)):
+        for run, producer, attempt, seq, prev, hash_, eid in rows:
             if key is None or key[0] != run or key[1] != producer or key[2] != attempt:
                 key = (run, producer, attempt)
                 chain = chains.get(key)
@@ -82,6 +130,12 @@ class ChainWalk:
                     chain.max_seq = seq
                 if chain.pending and seq + 1 in chain.pending:
                     self._advance(key, chain)
+            elif seq > chain.next_seq and seq not in chain.pending and len(chain.pending) < self.pending_max:
+                # the other usual case, `_out_of_turn` inlined: an event ahead of its turn waits (the seq
+                # next in turn is not waiting, or it would have been taken: nothing to advance)
+                chain.pending[seq] = (prev, hash_, eid)
+                if seq > chain.max_seq:
+                    chain.max_seq = seq
             else:
                 self._out_of_turn(key, chain, seq, prev, hash_, eid)
 
@@ -138,6 +192,23 @@ class ChainWalk:
                   if key not in recheck]
         broken = [p for key, _, p in sorted(self.broken, key=lambda b: (b[0], b[1])) if key not in recheck]
         return copies + broken
+
+
+def _runs(cols: list[pa.Array]) -> tuple[list[int], np.ndarray, np.ndarray] | None:
+    """The runs of a batch's rows that are one chain's consecutive seqs, in row order: (their bounds,
+    the seqs, whether each row but the first links to the row before it), or None if the link columns
+    are not of the usual types."""
+    run_id, producer, attempt, seq, prev, hashes = cols[:6]
+    n = len(seq)
+    if not (pa.types.is_integer(seq.type) and pa.types.is_integer(attempt.type)
+            and all(pa.types.is_string(c.type) for c in (run_id, producer, prev, hashes))):
+        return None
+    seqs = seq.to_numpy()
+    breaks = np.diff(seqs) != 1
+    for c in (run_id, producer, attempt):
+        breaks |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    links_ok = pc.equal(prev.slice(1), hashes.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return [0, *(np.flatnonzero(breaks) + 1).tolist(), n], seqs, links_ok
 
 
 def sorted_check(key: Key, links: list[tuple[int, str, str, str]]) -> tuple[list[str], list[str]]:

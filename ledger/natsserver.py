@@ -6,6 +6,8 @@ by its pid file. Two options:
   --secure     users per role with subject permissions (see `permissions`); each gets a
                credentials file `{root}/nats/creds/{user}.creds` (a URL with user and password, 0600)
   --cluster N  N JetStream nodes routed to each other on loopback; the stream gets N replicas
+Together, every node gets the same users and permissions, and each credentials file lists every
+node's URL (a client fails over between them); the layout is kept in `{root}/nats/cluster.json`.
 Tests use `NatsServer` directly on a free port in a temp dir.
 """
 
@@ -69,7 +71,24 @@ def consumer_subjects(durable: str) -> list[str]:
             f"$JS.ACK.{STREAM}.{durable}.>"]
 
 
+MAX_PARTITIONS = 16  # `ledger serve --partitions K` on a secure server: K up to this
+
+
+def partition_subjects() -> list[str]:
+    """What a partitioned ledger (ledger.partitions) uses besides the stream: its derived stream
+    RUNLEDGER_P{K} (made, read, acked) and its lease bucket runledger-leases-k{K} (made, read, written),
+    for each K (a NATS wildcard is a whole token, and these names end in K)."""
+    out = []
+    for k in range(2, MAX_PARTITIONS + 1):
+        parts, kv = f"{STREAM}_P{k}", f"KV_runledger-leases-k{k}"
+        out += [f"$JS.API.STREAM.CREATE.{parts}", f"$JS.API.STREAM.INFO.{parts}", f"$JS.ACK.{parts}.>",
+                f"$JS.API.STREAM.CREATE.{kv}", f"$JS.API.STREAM.INFO.{kv}", f"$JS.API.STREAM.MSG.GET.{kv}",
+                f"$JS.API.DIRECT.GET.{kv}.>", f"$KV.runledger-leases-k{k}.>"]
+    return out
+
+
 AGENTS_DURABLE = "agents"  # the agents' consumer; `agents-{run_id}` when they watch one run
+NOTIFY_DURABLE = "notify"  # `runledger notify`'s consumer (alerts and decisions to webhooks)
 
 
 def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()) -> dict:
@@ -81,6 +100,7 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
             `runs` the server knows), never the ledger's; asking the ledger about chains
     ledger  consuming only: the stream's and consumers' API and acks, no event subjects; it answers
             LEDGER_API requests (allow_responses: replies only to requests it was sent)
+    notify  consuming only, with its own consumer (`notify`): no event subjects, never another's consumer
     reader  nothing on NATS (readers use the Parquet ledger through SQL)
     """
     inbox = {"allow": ["_INBOX.>"]}
@@ -98,12 +118,14 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
                 "subscribe": inbox}
     if role == "ledger":
         return {"publish": {"allow": ["$JS.API.INFO", f"$JS.API.STREAM.CREATE.{STREAM}", f"$JS.API.STREAM.UPDATE.{STREAM}",
-                                      stream_info, "$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>"]},
+                                      stream_info, "$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>", *partition_subjects()]},
                 "subscribe": {"allow": ["_INBOX.>", f"{LEDGER_API}.>"]},
                 "allow_responses": True}
+    if role == "notify":
+        return {"publish": {"allow": [stream_info, *consumer_subjects(NOTIFY_DURABLE)]}, "subscribe": inbox}
     if role == "reader":
         return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
-    raise ValueError(f"unknown role {role!r} (worker, agent, ledger, reader)")
+    raise ValueError(f"unknown role {role!r} (worker, agent, ledger, notify, reader)")
 
 
 @dataclass
@@ -136,10 +158,13 @@ class Users:
         ]
         return "authorization {\n  users = " + json.dumps(entries, indent=2) + "\n}\n"
 
-    def write_creds(self, folder: Path, port: int) -> None:
+    def write_creds(self, folder: Path, port: int | list[int]) -> None:
+        """One file per user: its URL on every node (`port`, or the ports of a cluster's nodes)."""
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ports = [port] if isinstance(port, int) else port
         for name, u in self.users.items():
-            write_private(folder / f"{name}.creds", f"nats://{name}:{u['password']}@127.0.0.1:{port}\n")
+            urls = ",".join(f"nats://{name}:{u['password']}@127.0.0.1:{p}" for p in ports)
+            write_private(folder / f"{name}.creds", urls + "\n")
 
 
 def write_private(path: Path, text: str) -> None:
@@ -240,15 +265,30 @@ class NatsServer:
                 self.kill()
 
 
-def start_cluster(base: Path, nodes: int = 3, sync_interval: str | None = None) -> list[NatsServer]:
-    """`nodes` JetStream servers on loopback, routed to each other (node-0 … under `base`)."""
+CLUSTER_FILE = "cluster.json"  # a cluster's layout (ports), so that its nodes' configs can be written again
+
+
+def cluster_nodes(base: Path, ports: list[int], cluster_ports: list[int], sync_interval: str | None = None,
+                  users: Users | None = None) -> list[NatsServer]:
+    """The nodes of a cluster on loopback (node-0 … under `base`), each routed to the others, each with
+    the same `users` (secure mode: one authorization block, so the same roles on every node)."""
+    return [
+        NatsServer(Path(base) / f"node-{i}", ports[i], sync_interval, server_name=f"n{i}",
+                   cluster_port=cluster_ports[i], routes=[p for j, p in enumerate(cluster_ports) if j != i], users=users)
+        for i in range(len(ports))
+    ]
+
+
+def start_cluster(base: Path, nodes: int = 3, sync_interval: str | None = None,
+                  users: Users | None = None) -> list[NatsServer]:
+    """`nodes` JetStream servers on loopback, routed to each other (node-0 … under `base`); its layout
+    is recorded in `{base}/cluster.json`."""
     ports = [free_port() for _ in range(nodes)]
     cluster_ports = [free_port() for _ in range(nodes)]
-    servers = [
-        NatsServer(Path(base) / f"node-{i}", ports[i], sync_interval, server_name=f"n{i}",
-                   cluster_port=cluster_ports[i], routes=[p for j, p in enumerate(cluster_ports) if j != i])
-        for i in range(nodes)
-    ]
+    servers = cluster_nodes(base, ports, cluster_ports, sync_interval, users)
+    Path(base).mkdir(parents=True, exist_ok=True)
+    (Path(base) / CLUSTER_FILE).write_text(json.dumps({"ports": ports, "cluster_ports": cluster_ports,
+                                                       "sync_interval": sync_interval}))
     for s in servers:
         s.start()
     return servers
@@ -268,19 +308,19 @@ def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure
     url = running_url(root)
     if url is not None:
         return url
-    if cluster and secure:
-        raise ValueError("--secure and --cluster together are not supported yet")
+    users = None
+    if secure:
+        users = Users.load(d / "users.json")
+        for role in ("ledger", "agent", "notify", "reader"):
+            users.add(role)
+        for run in runs:
+            users.add("worker", run)
     if cluster:
-        servers = start_cluster(d, cluster, sync_interval)
+        servers = start_cluster(d, cluster, sync_interval, users)
         url = cluster_url(servers)
+        if users:
+            users.write_creds(creds_dir(root), [s.port for s in servers])
     else:
-        users = None
-        if secure:
-            users = Users.load(d / "users.json")
-            for role in ("ledger", "agent", "reader"):
-                users.add(role)
-            for run in runs:
-                users.add("worker", run)
         server = NatsServer(d, port, sync_interval, users=users).start()
         url = server.url
         if users:
@@ -306,6 +346,13 @@ def add_worker(root: str | Path, run_id: str) -> Path:
     if not users.users:
         raise ValueError(f"no secure server under {d} (start one with `runledger nats up --secure`)")
     name = users.add("worker", run_id)
+    layout = d / CLUSTER_FILE
+    if layout.exists():  # every node gets the new user
+        c = json.loads(layout.read_text())
+        for node in cluster_nodes(d, c["ports"], c["cluster_ports"], c.get("sync_interval"), users):
+            node.reload()
+        users.write_creds(creds_dir(root), c["ports"])
+        return creds_file(root, name)
     port = int(read_creds(creds_file(root, "ledger")).rsplit(":", 1)[1])
     server = NatsServer(d, port, users=users)
     server.reload()
@@ -351,4 +398,5 @@ def down(root: str | Path, timeout: float = 10.0) -> bool:
         if _pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
     (d / "url").unlink(missing_ok=True)
+    (d / CLUSTER_FILE).unlink(missing_ok=True)
     return bool(pids)

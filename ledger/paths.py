@@ -9,7 +9,9 @@ one. So no read meets a vanished file or counts a row twice.
 
 Listing is lean on purpose: the catalog with sqlite3, the table metadata as JSON, the manifests with
 fastavro (what pyiceberg's scan planning would read, without its 0.3-1 s import), so that `runledger
-sql` still starts in the time DuckDB takes to load. Only sqlite catalogs are listed this way.
+sql` still starts in the time DuckDB takes to load. A root whose tables are in a shared catalog
+(`ledger serve --catalog URI`, a PostgreSQL say) names it in `{root}/catalog.uri`; its readers list
+that catalog through SQLAlchemy (imported for such roots only).
 
 A root written before the tables (no `tables.json`) keeps its plain layout: the files matching
 `events/kind=*/run_id=*/*.parquet` and `quarantine/*.parquet`. `runledger migrate` moves it to tables.
@@ -25,6 +27,7 @@ from pathlib import Path
 
 MARKER = "tables.json"  # {"format": "iceberg", "root": the root's path when the tables were made}
 CATALOG_FILE = "catalog.db"
+CATALOG_URI_FILE = "catalog.uri"  # a shared catalog's SQLAlchemy URI (written by ledger.partitions.use_catalog)
 CATALOG_NAME = "runledger"
 NAMESPACE = "runledger"
 QUARANTINE = "quarantine"  # the quarantine's table (a kind is never called that: ledger.events.KINDS)
@@ -130,7 +133,10 @@ class _Rebase:
 
 
 def _catalog_rows(root: Path) -> dict[str, str]:
-    """table -> its current metadata file, from the root's sqlite catalog."""
+    """table -> its current metadata file, from the root's sqlite catalog (or its shared catalog)."""
+    shared = Path(root) / CATALOG_URI_FILE
+    if shared.exists():
+        return _shared_catalog_rows(shared.read_text().strip())
     path = Path(root) / CATALOG_FILE
     if not path.exists():
         return {}
@@ -143,6 +149,26 @@ def _catalog_rows(root: Path) -> dict[str, str]:
     finally:
         con.close()
     return dict(rows)
+
+
+_ENGINES: dict = {}
+
+
+def _shared_catalog_rows(uri: str) -> dict[str, str]:
+    """_catalog_rows from a shared SQL catalog (any SQLAlchemy URI)."""
+    import sqlalchemy
+
+    engine = _ENGINES.get(uri)
+    if engine is None:
+        engine = _ENGINES[uri] = sqlalchemy.create_engine(uri, pool_pre_ping=True)
+    try:
+        with engine.connect() as con:
+            rows = con.execute(sqlalchemy.text(
+                "select table_name, metadata_location from iceberg_tables where catalog_name = :c and "
+                "table_namespace = :n"), {"c": CATALOG_NAME, "n": NAMESPACE}).fetchall()
+    except sqlalchemy.exc.ProgrammingError:  # the catalog is being created
+        rows = []
+    return {name: location for name, location in rows}
 
 
 def _snapshot_of(metadata: dict, commit: int | None) -> dict | None:

@@ -2,7 +2,9 @@
 
 `replay(events)` folds envelopes (dicts with a parsed `payload`) into a `RunState`; `replay_run(root,
 run_id, as_of_seq)` streams them from the ledger (`stream_events`): the run's files read a batch at a
-time and merged by stream seq, so memory is a batch per file, and `as_of_seq` stops the reading there.
+time and merged by stream seq, each opened when the stream reaches it (its first stream seq, from its
+Parquet statistics), so memory is a batch per file open at once (files written one after another are
+open one at a time), and `as_of_seq` stops the reading there.
 `apply(state, event)` is the single step of the fold: no I/O, so agents, the worker (on resume) and
 the audit all see the same state.
 """
@@ -100,7 +102,7 @@ class StepTokens:
 
 def _run_started(s: RunState, e: dict, p: dict) -> None:
     s.status = "running"
-    s.token_budget = p["token_budget"]
+    s.token_budget = p.get("token_budget")  # optional: a run of a user's own loop plans none
     s.config_hash = p["config_hash"]
     s.schedule = dict(p.get("schedule") or {})
     s.attempts[e["attempt"]] = {
@@ -191,6 +193,7 @@ def replay(run_id: str, events: Iterable[dict]) -> RunState:
 # columns instead of parsing every payload's JSON (5x faster on a million events).
 FOLD_FIELDS = {"step": ("tokens", "loss"), "drops": ("dispatch", "cf_send", "cf_recv", "seq_len")}
 ENVELOPE = ["event_id", "run_id", "producer", "attempt", "seq", "kind", "time", "step", "stream_seq"]
+BATCH_ROWS = 65_536  # rows read at once from a file: the steps among them are folded as arrays, so larger is faster
 
 
 def run_events(root: str | Path, run_id: str, as_of_seq: int | None = None, full: bool = False) -> list[dict]:
@@ -222,16 +225,21 @@ def segments(root: str | Path, run_id: str, as_of_seq: int | None = None,
     whole) and merged by stream seq. Reading stops after `as_of_seq`. `snapshot`: ledger snapshot N
     (see `ledger.paths.Cut`), else the current one."""
     at = paths.cut(Path(root), snapshot) if snapshot is not None else None
-    heads = []  # (stream seq of the next row, file number, kind, its batch, the batch's stream seqs, the next row, its batches)
+    # (stream seq of the next row, file number, kind, its batch, the batch's stream seqs, the next row, its
+    # batches); a file not opened yet has no batch, its first stream seq (statistics) first, its path last
+    heads: list[tuple] = []
     for i, path in enumerate(store.event_files(root, run_id=run_id, at=at)):
-        kind = path.parent.parent.name.removeprefix("kind=")
-        typed = FOLD_FIELDS.get(kind)
-        batches = _file_batches(path, ENVELOPE + (list(typed) if typed else ["payload"]), as_of_seq)
-        _push(heads, i, kind, batches)
+        heads.append((streams.first_stream_seq(path), i, path.parent.parent.name.removeprefix("kind="), None, None, 0, path))
+    heapq.heapify(heads)
     while heads:
-        _, i, kind, batch, seqs, at, batches = heapq.heappop(heads)
-        end = len(seqs) if not heads else max(at + 1, int(np.searchsorted(seqs, heads[0][0], side="left")))
-        yield kind, batch.slice(at, end - at)
+        first, i, kind, batch, seqs, row, batches = heapq.heappop(heads)
+        if batch is None:  # the stream has come to a file: open it now (the files done with are closed)
+            if as_of_seq is None or first <= as_of_seq:  # (a file wholly after as_of_seq is never opened)
+                typed = FOLD_FIELDS.get(kind)
+                _push(heads, i, kind, _file_batches(batches, ENVELOPE + (list(typed) if typed else ["payload"]), as_of_seq))
+            continue
+        end = len(seqs) if not heads else max(row + 1, int(np.searchsorted(seqs, heads[0][0], side="left")))
+        yield kind, batch.slice(row, end - row)
         if end < len(seqs):
             heapq.heappush(heads, (int(seqs[end]), i, kind, batch, seqs, end, batches))
         else:
@@ -248,9 +256,9 @@ def _push(heads: list, i: int, kind: str, batches: Iterator[pa.RecordBatch]) -> 
 
 def _file_batches(path: Path, columns: list[str], as_of_seq: int | None) -> Iterator[pa.RecordBatch]:
     if _in_stream_order(path):
-        batches = _open(path).iter_batches(batch_size=streams.BATCH_ROWS, columns=columns)
+        batches = _open(path).iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False)
     else:
-        batches = pq.read_table(path, columns=columns).sort_by("stream_seq").to_batches(streams.BATCH_ROWS)
+        batches = pq.read_table(path, columns=columns).sort_by("stream_seq").to_batches(BATCH_ROWS)
     for batch in batches:
         seqs = batch.column("stream_seq")
         if as_of_seq is not None and batch.num_rows and seqs[-1].as_py() > as_of_seq:
@@ -270,7 +278,7 @@ def _open(path: Path) -> pq.ParquetFile:
 def _in_stream_order(path: Path) -> bool:
     """Whether a file's rows are in stream order (as the ledger writes them), from its stream_seq column."""
     last = None
-    for batch in _open(path).iter_batches(batch_size=streams.BATCH_ROWS * 16, columns=["stream_seq"]):
+    for batch in _open(path).iter_batches(batch_size=BATCH_ROWS * 16, columns=["stream_seq"], use_threads=False):
         seqs = batch.column(0)
         if not len(seqs):
             continue

@@ -11,14 +11,21 @@ Two paths with one answer. The vectorised path (`batch_ok`) asks Arrow, orjson a
 per batch whether every row of a batch passes; it only ever says yes or "not sure". For a batch it is
 not sure of, the reference path (`row_problems`, one row at a time in plain Python) says which rows
 fail and why, so the messages never depend on the path taken.
+
+The vectorised path does no Python work per row but SHA-256 (a map over C functions, on the envelope
+texts Arrow puts together in one buffer, compared as hex with the hash column's buffer). The payload
+texts are parsed as one JSON list and written back by orjson in one call; the texts are canonical if
+the list comes back byte for byte and each text is exactly one element of it (`_canonical_as_joined`).
 """
 
 from __future__ import annotations
 
+import binascii
+import functools
 import hashlib
 import json
+import operator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -28,18 +35,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ledger import store
-from ledger.canonical import canonical_json, event_hash, fast_canonical_texts
+from ledger.canonical import canonical_json, event_hash, fast_canonical_texts, orjson_text_is_canonical
+from ledger.columns import wide_columns
 from ledger.events import InvalidEvent, make_event_id
 from ledger.validation import check_payload, payloads_valid
 
-BATCH_ROWS = 65_536  # rows read and checked at once: a few tens of MB of Arrow and Python at most
+# Rows read and checked at once. Small batches on purpose: the memory of one is reused by the next (a
+# batch of 65,536 rows, ~40 MB of Python objects, went back to the OS and was faulted in again each
+# time: a third of the CPU time was the kernel's); Arrow's per-call costs are still small at this size.
+BATCH_ROWS = 4_096
+DIGEST_ROWS = 65_536  # values of one column hashed at once for the file's digest
 
 LINK = ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")  # what the chain walk reads
 REQUIRED = (*LINK, "kind", "time", "schema_version", "payload")
-
-# JSON escapes a string needs (`"`, `\`, controls): the vectorised envelope text holds the others as they are
-_NEEDS_ESCAPE = r'["\\\x00-\x1f]'
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass
@@ -69,7 +77,7 @@ def check_part(path: str, kind: str, run_id: str, row_groups: list[int], whole_f
                                     "match the digest it recorded for this file (changed after it was written?)")
         if not row_groups:
             return out
-        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=row_groups):
+        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=row_groups, use_threads=False):
             if not batch_ok(batch, kind, run_id):
                 out.problems += row_problems(batch.to_pylist(), kind, run_id, where)
             out.rows += batch.num_rows
@@ -86,21 +94,27 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def digest_ok(pf: pq.ParquetFile, batch_rows: int = BATCH_ROWS) -> bool:
+def digest_ok(pf: pq.ParquetFile, batch_rows: int = DIGEST_ROWS) -> bool:
     """`ledger.store.digest_ok`, reading one column at a time in batches: the same bytes are hashed in
     the same order (every event_id, then each of stream_seq, ts, ingested_at)."""
     recorded = (pf.schema_arrow.metadata or {}).get(store.DIGEST_KEY)
     if recorded is None:
         return False
     h = hashlib.sha256()
-    separator = b""  # "\n".join over the whole column: a newline before every batch but the first
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=["event_id"]):
-        if batch.num_rows:
-            h.update(separator + "\n".join(map(str, batch.column(0).to_pylist())).encode())
-            separator = b"\n"
+    newline = b""  # "\n".join over the whole column: a newline before every batch but the first
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=["event_id"], use_threads=False):
+        ids = batch.column(0)
+        if not len(ids):
+            continue
+        if not pa.types.is_string(ids.type) or ids.null_count:  # (str(None) is "None": the reference way)
+            h.update(newline + "\n".join(map(str, ids.to_pylist())).encode())
+        else:  # each id and a newline, by Arrow, less the last newline
+            h.update(newline)
+            h.update(_buffers(pc.binary_join_element_wise(ids, "\n", ""))[0][:-1])
+        newline = b"\n"
     for name in ("stream_seq", "ts", "ingested_at"):
         h.update(b"\0")
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=[name]):
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[name], use_threads=False):
             h.update(pc.fill_null(batch.column(0).cast(pa.int64()), -1).to_numpy().tobytes())
     return recorded.decode() == h.hexdigest()
 
@@ -122,22 +136,73 @@ def batch_ok(batch: pa.RecordBatch, kind: str, run_id: str) -> bool:
         return False
     if "ts" not in names or not _ts_ok(col("ts"), col("time")):
         return False
-    payload_texts = col("payload").cast(pa.binary()).to_pylist()
+    payload_column = col("payload")
+    if not pa.types.is_string(payload_column.type):
+        return False
+    joined, offsets = _json_array(payload_column)
     try:
-        payloads = orjson.loads(b"[" + b",".join(payload_texts) + b"]")
+        payloads = orjson.loads(joined)
     except orjson.JSONDecodeError:
         return False
-    if len(payloads) != len(payload_texts) or not all(type(p) is dict for p in payloads):
+    if len(payloads) != batch.num_rows or (payloads and set(map(type, payloads)) != {dict}):
         return False
+    if not (_canonical_as_joined(payloads, joined, offsets) or _canonical_one_by_one(payloads, payload_column)):
+        return False
+    if not payloads_valid(kind, payloads):
+        return False
+    return _typed_columns_ok(batch, kind, payloads)
+
+
+def _buffers(column: pa.Array) -> tuple[memoryview, np.ndarray]:
+    """The bytes of a string column's values end to end, and each value's offset into them (n + 1)."""
+    _, offsets, data = column.buffers()
+    offsets = np.frombuffer(offsets, np.int32)[column.offset:column.offset + len(column) + 1]
+    data = memoryview(b"") if data is None else memoryview(data).cast("B")
+    return data[offsets[0]:offsets[-1]], offsets - offsets[0]
+
+
+def _json_array(payloads: pa.Array) -> tuple[bytes, np.ndarray]:
+    """`[t1,t2,...]` of the payload texts (one copy, by Arrow), and each text's offset into the texts
+    end to end (n + 1 of them)."""
+    _, offsets = _buffers(payloads)
+    if len(payloads) == 0:
+        return b"[]", offsets
+    with_commas, _ = _buffers(pc.binary_join_element_wise(payloads, ",", ""))  # every text and a comma
+    return b"[" + with_commas[:-1].tobytes() + b"]", offsets
+
+
+_dumps_sorted = functools.partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
+
+
+def _canonical_as_joined(payloads: list[dict], joined: bytes, offsets: np.ndarray) -> bool:
+    """True only if every payload text is its payload's canonical text: orjson writes the whole list
+    back as it was read, with text orjson is sure to write as RFC 8785 does (`orjson_text_is_canonical`),
+    and the texts' boundaries are the list's, so that no text holds a piece of its neighbour: the only
+    "},{" in the list are those between two texts, or else each text is as long as its payload's text."""
+    try:
+        out = _dumps_sorted(payloads)
+    except (TypeError, orjson.JSONEncodeError):  # an int beyond 64 bits
+        return False
+    if out != joined or not orjson_text_is_canonical(out):
+        return False
+    n = len(payloads)
+    commas = 1 + offsets[1:-1] + np.arange(n - 1)  # where each text but the last ends in the list (after "[")
+    if joined.count(b"},{") == n - 1:
+        view = np.frombuffer(joined, np.uint8)
+        return bool((view[commas - 1] == ord("}")).all() and (view[commas + 1] == ord("{")).all())
+    lengths = np.fromiter(map(len, map(_dumps_sorted, payloads)), np.int64, n)  # (dicts in lists: "},{" inside)
+    return bool((lengths == np.diff(offsets)).all())
+
+
+def _canonical_one_by_one(payloads: list[dict], texts: pa.Array) -> bool:
+    """The payload texts against each payload's canonical text, made one at a time where need be."""
     canonical = fast_canonical_texts(payloads, numeric=False, parsed=True)
     if canonical is None:
         try:
             canonical = [canonical_json(p).encode() for p in payloads]
         except InvalidEvent:
             return False
-    if canonical != payload_texts or not payloads_valid(kind, payloads):
-        return False
-    return _typed_columns_ok(batch, kind, payloads)
+    return canonical == texts.cast(pa.binary()).to_pylist()
 
 
 def _all_equal(column: pa.Array, value: str) -> bool:
@@ -160,7 +225,7 @@ def _hashes_ok(batch: pa.RecordBatch) -> bool:
     event_ids = pc.binary_join_element_wise(col("run_id"), col("producer"), attempt, seq, ":")
     if not pc.all(pc.equal(event_ids, col("event_id"))).as_py():
         return False
-    if any(pc.any(pc.match_substring_regex(col(c), _NEEDS_ESCAPE)).as_py() for c in ("prev_hash", "producer", "run_id", "time")):
+    if any(_may_need_escape(col(c)) for c in ("prev_hash", "producer", "run_id", "time")):
         return False
     step = pc.fill_null(_int_text(col("step")), "null")
     texts = pc.binary_join_element_wise(
@@ -168,12 +233,32 @@ def _hashes_ok(batch: pa.RecordBatch) -> bool:
         ',"prev_hash":"', col("prev_hash"), '","producer":"', col("producer"), '","run_id":"', col("run_id"),
         '","schema_version":', _int_text(col("schema_version")), ',"seq":', seq, ',"step":', step,
         ',"time":"', col("time"), '"}', "")
-    _, offsets, data = texts.buffers()
-    offsets = np.frombuffer(offsets, np.int32)[texts.offset:texts.offset + len(texts) + 1]
-    data = memoryview(data).cast("B")
-    sha256 = hashlib.sha256
-    recomputed = [sha256(data[a:b]).hexdigest() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
-    return recomputed == col("hash").to_pylist()
+    stored, offsets = _buffers(col("hash"))
+    if not (np.diff(offsets) == HEX_DIGEST).all():  # (a hash of another length: the reference path names it)
+        return False
+    return stored == hex_sha256s(*_buffers(texts))
+
+
+HEX_DIGEST = 64  # characters of a SHA-256 in hex
+
+
+def hex_sha256s(data: memoryview, offsets: np.ndarray) -> bytes:
+    """The lowercase hex SHA-256 of each value (data[offsets[i]:offsets[i + 1]]), end to end. The loop
+    is map over C functions (no Python frame per value): hashing is most of its time."""
+    bounds = offsets.tolist()
+    digests = map(_DIGEST, map(hashlib.sha256, map(data.__getitem__, map(slice, bounds[:-1], bounds[1:]))))
+    return binascii.hexlify(b"".join(digests))
+
+
+_DIGEST = operator.methodcaller("digest")
+_ESCAPED = np.zeros(256, bool)  # the bytes a JSON string escapes: '"', '\\' and the controls
+_ESCAPED[:0x20] = _ESCAPED[ord('"')] = _ESCAPED[ord("\\")] = True
+
+
+def _may_need_escape(column: pa.Array) -> bool:
+    """Whether a value of a string column may hold a byte JSON escapes (any byte of its data does)."""
+    data, _ = _buffers(column)
+    return bool(_ESCAPED[np.frombuffer(data, np.uint8)].any())
 
 
 def _ts_ok(ts: pa.Array, time: pa.Array) -> bool:
@@ -190,22 +275,43 @@ def _ts_ok(ts: pa.Array, time: pa.Array) -> bool:
 
 def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) -> bool:
     """The typed payload columns are exactly what the ledger's writer makes of these payloads."""
-    rows = store.Rows([{"payload": p} for p in payloads], [None] * len(payloads), [0] * len(payloads))
-    expected = store.events_table(kind, rows, _EPOCH)
+    expected = typed_arrays(kind, payloads)
     columns = store.payload_columns(kind)
     for name, ck in columns.items():
         if ck == "wide":
             continue
-        if name not in batch.schema.names or not batch.column(name).equals(expected.column(name).combine_chunks()):
+        if name not in batch.schema.names or not batch.column(name).equals(expected[name]):
             return False
     for name in batch.schema.names:  # a StoredWide field's columns: a DOUBLE column per name, null where absent
         if columns.get(name.split("/", 1)[0]) != "wide":
             continue
-        want = (expected.column(name).combine_chunks() if name in expected.schema.names
-                else pa.nulls(batch.num_rows, pa.float64()))
+        want = expected[name] if name in expected else pa.nulls(batch.num_rows, pa.float64())
         if not batch.column(name).equals(want):
             return False
     return True
+
+
+def typed_arrays(kind: str, payloads: list[dict]) -> dict[str, pa.Array]:
+    """The typed payload columns `ledger.store.events_table` writes for these payloads, made as it
+    makes them (without the envelope columns it also makes; tests/test_verify_stream.py holds the two
+    alike for every kind)."""
+    out: dict[str, pa.Array] = {}
+    struct = store._TYPED_STRUCT[kind]
+    defaults = store._DEFAULTS[kind]
+    if struct.num_fields:
+        typed = pa.array(payloads, struct)
+        for i, f in enumerate(struct):
+            column = typed.field(i)  # a field absent from a payload is null: its default, if it has one
+            if defaults[f.name] is not None and column.null_count:
+                column = pc.fill_null(column, pa.scalar(defaults[f.name], f.type))
+            out[f.name] = column
+    for name, ck in store.payload_columns(kind).items():
+        if ck == "json":
+            d = defaults[name]
+            out[name] = pa.array([None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads], pa.string())
+        elif ck == "wide":
+            out.update({column: pa.array(values, pa.float64()) for column, values in wide_columns(name, payloads).items()})
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,9 @@ says so. SIGTERM/SIGINT: finish and commit the batch in hand, drain, exit 0.
 One ledger per root: `serve` holds the root's lock ({root}/ledger.lock, released by the OS when the
 process dies), and its durable consumer carries the root's id, so neither a second ledger on the same
 root nor a second root on the same consumer can take messages the other has written but not acked.
+With `ledger serve --partitions K` (ledger.partitions) several instances share a root instead, each
+partition written by one `Ledger` at a time (its lease in JetStream KV), with its own position and
+recovery; this loop is the same for both.
 
 Producers ask the ledger about their chains ({LEDGER_API}.chains.{run_id}.{producer}): how far it has
 acked the stream, how far each attempt's chain is stored, and the seqs at which a different event came
@@ -66,6 +69,8 @@ class Counters:
     commits: int = 0
     # the last commits' waits: seconds from the arrival of a commit's first batch to its ack
     ack_waits: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
+    # the last commits' own time: the files into the tables, the heads, the position (Ledger.commit)
+    commit_s: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
 
     def line(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.__dict__.items() if not isinstance(v, deque))
@@ -182,19 +187,27 @@ def stream_seq(msg) -> int:
     return msg.metadata.sequence.stream
 
 
-class Ledger:
-    """The service's state: the root, what is stored, and the counters."""
+class Fenced(RuntimeError):
+    """A partition's writer whose lease may have lapsed: it must not commit (see ledger.partitions)."""
 
-    def __init__(self, root: str | Path) -> None:
+
+class Ledger:
+    """The service's state: the root, what is stored, and the counters. With `part` (a partition of a
+    partitioned root, see ledger.partitions), recovery and the position are that partition's, and
+    `fence()` must be true for a commit to go ahead."""
+
+    def __init__(self, root: str | Path, part=None, fence=None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        recovered = store.recover(self.root)
+        self.part, self.fence = part, fence
+        recovered = store.recover(self.root) if part is None else part.recover(self.root)
         if any(recovered.values()):
             log.info("recovered root %s: %s", self.root, recovered)
         self.index = store.SeqIndex.load(self.root)
         self.quarantined = store.stored_quarantine_seqs(self.root)
         self.conflicts = store.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
-        self.taken_upto = store.taken_upto(self.root)  # the last stream seq this root has taken
+        # the last stream seq this root (or partition) has taken
+        self.taken_upto = store.taken_upto(self.root) if part is None else part.read_position(self.root)
         self.heads = self._load_heads()
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
@@ -203,6 +216,9 @@ class Ledger:
         self._heads_moved: set[str] = set()  # runs whose chain heads moved since the last commit
         self._taken = self.taken_upto  # the last stream seq written, recorded at the next commit
         self._expired_at = time.monotonic()
+        self._uncertain = False  # a commit failed: some of `_pending` may be in the tables already
+        self.last_commit: tuple[str, int] | None = None  # (when, ledger snapshot number) of the last commit
+        self.backlog: int | None = None  # messages still pending on the consumer as of the last fetch
         log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
 
     def _load_heads(self) -> dict[str, dict[heads.Chain, heads.Head]]:
@@ -319,6 +335,10 @@ class Ledger:
             except OSError:
                 raise
             except Exception as err:  # a value its column cannot hold: quarantine that event, write the rest
+                if type(err).__name__ == "CommitFailedException":  # another writer changed the table first
+                    self.tables._tables.pop(kind, None)  # (its cached handle is stale: loaded again on the retry)
+                    raise CatalogUnavailable(errno.EIO, f"table {kind} changed meanwhile: {_error_line(err)}") from err
+                _raise_if_unavailable(err)
                 rows = self._set_aside_unwritable(decoded, kind, rows, now, err)
                 path = store.write_group(self.root, kind, run_id, rows, now, self.tables) if rows.envs else None
             if path is not None:
@@ -349,17 +369,56 @@ class Ledger:
         """Make what was written readable and record how far it goes: what must happen before an ack.
         The files go into the tables' snapshots in one commit; then the chain heads (every acked event
         is at or below a recorded head) and the position (see store.write_position) are written.
-        Raises on failure (OSError: the disk; anything else: the catalog); calling it again is safe."""
+        Raises on failure (OSError: the disk; anything else: the catalog); calling it again is safe: a
+        catalog that failed mid-commit (its server killed) may have taken some files, and those are not
+        committed twice. A partition's writer commits only while its lease holds (raises Fenced)."""
+        if self.fence is not None and (self._pending or self._heads_moved or self._taken > self.taken_upto) \
+                and not self.fence():
+            raise Fenced(f"partition {self.part.p}: lease not held; not committing")
+        started = time.perf_counter()
         if self._pending:
             if self.tables is not None:
-                self.tables.commit(self._pending)
+                if self._uncertain:
+                    self._pending = self._not_committed(self._pending)
+                self._uncertain = True
+                if self.part is None:
+                    self.tables.commit(self._pending)
+                else:  # several writers conflict: a table whose commit went through is not taken again
+                    number = None
+                    for name in list(self._pending):
+                        if number is not None:
+                            self.tables.commit_no = number - 1  # (one number for the tables of one commit)
+                        number = self.tables.commit({name: self._pending[name]})
+                        del self._pending[name]
+                self._uncertain = False
+                self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
             self._pending = {}
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
             self._heads_moved = set()
         if self._taken > self.taken_upto:
-            store.write_position(self.root, self._taken)
+            if self.part is None:
+                store.write_position(self.root, self._taken)
+            else:
+                self.part.write_position(self.root, self._taken)
             self.taken_upto = self._taken
+        self.counters.commit_s.append(time.perf_counter() - started)
+
+    def _not_committed(self, pending: dict[str, list[Path]]) -> dict[str, list[Path]]:
+        """The files of `pending` that no table's current snapshot holds (after a commit that failed)."""
+        out = {}
+        for name, files in pending.items():
+            t = self.tables.table(name)
+            t.refresh()
+            snap = t.current_snapshot()
+            held = self.tables._live(t, snap) if snap is not None else set()
+            left = [f for f in files if f"file://{f}" not in held and str(f) not in held]
+            if len(left) < len(files):
+                log.warning("table %s: %d files of a commit that failed are in it already; not committing them again",
+                            name, len(files) - len(left))
+            if left:
+                out[name] = left
+        return out
 
     def write_safely(self, decoded: Decoded, messages: list[tuple[str, bytes, int]]) -> None:
         """`write`, and if it fails for any reason but the disk's (a bug on some message), the messages
@@ -368,7 +427,8 @@ class Ledger:
             self.write(decoded)
         except OSError:
             raise
-        except Exception:
+        except Exception as err:
+            _raise_if_unavailable(err)
             log.exception("the ledger failed writing %d messages; taking them one at a time", len(messages))
             self.write_each(messages)
 
@@ -388,6 +448,7 @@ class Ledger:
                     reason = f"the ledger cannot write this message: {_error_line(err)}"
                     self.write(Decoded(rejected=[Quarantined(sseq, subject, reason, data)]))
             except Exception as err:
+                _raise_if_unavailable(err)
                 log.exception("the ledger failed on message %d (%s); quarantining it", sseq, subject)
                 if sseq not in self.quarantined:
                     reason = f"the ledger failed on this message: {_error_line(err)}"
@@ -418,6 +479,8 @@ class Ledger:
     def compact_idle(self) -> None:
         """Compact the partitions written since their last compaction, and now and then expire old
         snapshots (call when there is no work, and nothing uncommitted)."""
+        if self.fence is not None and not self.fence():  # (a partition's writer whose lease lapsed)
+            return
         for part in list(self._unmerged):
             self._compact(part)
         if self.tables is not None and time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
@@ -466,6 +529,29 @@ async def _commit_and_ack(ledger: Ledger, unacked: list, stop: asyncio.Event | N
     ledger.counters.ack_waits.append(time.monotonic() - since)
     unacked.clear()
     return True
+
+
+def _pending_after(msg) -> int | None:
+    """Messages still pending on the consumer when `msg` was delivered (its ack subject's last token)."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    return int(tokens[-1]) if tokens and tokens[-1].isdigit() else None
+
+
+class CatalogUnavailable(OSError):
+    """The tables' catalog cannot be reached (a shared catalog's server is down, a sqlite catalog is
+    locked), or a partition's writer is fenced: like a failing disk, a reason to wait, never to blame
+    a message (an OSError with errno EIO, so `_of_the_disk` says so)."""
+
+
+def _raise_if_unavailable(err: BaseException) -> None:
+    """Raise CatalogUnavailable if `err` (or what caused it) is the catalog's connection, or Fenced."""
+    seen = err
+    while seen is not None:
+        kind = type(seen)
+        if isinstance(seen, Fenced) or (kind.__name__ in ("OperationalError", "InterfaceError")
+                                        and kind.__module__.split(".")[0] in ("sqlalchemy", "psycopg2", "sqlite3")):
+            raise CatalogUnavailable(errno.EIO, f"the catalog is unavailable: {_error_line(err)}") from err
+        seen = seen.__cause__ or seen.__context__
 
 
 def _of_the_disk(err: OSError) -> bool:
@@ -553,14 +639,16 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
 
 
 async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batch: int, durable: str,
-                 until_stored: int | None) -> Counters:
+                 until_stored: int | None, subscribe=None, unpack=None) -> Counters:
+    """The loop. A partition's writer (ledger.partitions) passes its own `subscribe` (the partitioned
+    stream's consumer) and `unpack` (a message's RUNLEDGER subject, data and stream seq)."""
     root = ledger.root
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    nc, sub = await _subscribe_until_ready(nats_url, durable, stop, ledger)
+    nc, sub = await (subscribe or _subscribe_until_ready)(nats_url, durable, stop, ledger)
     if nc is None:
         return ledger.counters
     log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
@@ -583,7 +671,8 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
                 break
             continue
         arrived = time.monotonic()
-        batch_in = [(m.subject, m.data, stream_seq(m)) for m in msgs]
+        ledger.backlog = _pending_after(msgs[-1])
+        batch_in = [unpack(m) for m in msgs] if unpack else [(m.subject, m.data, stream_seq(m)) for m in msgs]
         try:
             decoded = ledger.decode(batch_in)
         except Exception:  # a stored file it had to read is broken, say: the messages one at a time

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-BATCH_ROWS = 65_536
+BATCH_ROWS = 4_096  # rows of a batch: small, so that its memory is reused by the next (see ledger.rowcheck)
 
 
 def first_stream_seq(path: Path) -> int:
@@ -40,7 +40,7 @@ def in_stream_order(paths: list[Path], columns: list[str], batch_rows: int = BAT
         _, i, batches = heapq.heappop(heap)
         try:
             if batches is None:
-                batches = pq.ParquetFile(paths[i]).iter_batches(batch_size=batch_rows, columns=columns)
+                batches = pq.ParquetFile(paths[i]).iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
             batch = next(batches, None)
         except (OSError, ValueError):
             continue

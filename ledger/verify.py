@@ -15,8 +15,10 @@ Truncation: every chain must reach the head the ledger recorded for it (`ledger.
 whose tail was removed, a chain removed whole, or a run's folder deleted is a problem too.
 
 Streaming: the rows are checked a batch at a time, in parts of files (row groups) spread over
-processes (`jobs`); the chains are walked in stream order from the link columns meanwhile. Memory is
-a few batches per process, whatever the size of the ledger.
+processes (`jobs`, forked from a server that imported the checks once; the largest files first); the
+chains are walked in stream order from the link columns meanwhile. Memory is a few batches per
+process, whatever the size of the ledger. Each process reads its own files (nothing but file names
+and findings pass between them) with Arrow's threads off: the processes are the parallelism.
 
 Incremental (`since`, `ledger.verified`): a verify that passed can record what it checked (each
 file's SHA-256 and rows, each chain's last seq and hash); the next one checks only the files added
@@ -34,6 +36,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import threading
 from collections import Counter
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -199,6 +202,13 @@ def _parts(path: Path) -> list[list[int]]:
     return parts
 
 
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def _file_rows(path: Path) -> int:
     try:
         return pq.ParquetFile(path).metadata.num_rows
@@ -232,12 +242,28 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
 
     parallel = jobs > 1 and total // 2 >= PARALLEL_MIN_ROWS
     if parallel:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures: list[Future] = [pool.submit(rowcheck.check_part, *u, hash_bytes=record) for u in units]
-            for fut in futures:
-                fut.add_done_callback(lambda f: advance(f.result().rows) if not f.exception() else None)
+        # the largest files first, so that no process is left with a large one at the end; the parts
+        # are submitted from a thread, as starting the processes waits for them, and the walk need not
+        largest_first = sorted(range(len(units)), key=lambda k: -_file_size(units[k][0]))
+        futures: dict[int, Future] = {}
+        with ProcessPoolExecutor(jobs, mp_context=_workers()) as pool:
+            failed: list[BaseException] = []
+
+            def submit() -> None:
+                try:
+                    for k in largest_first:
+                        futures[k] = pool.submit(rowcheck.check_part, *units[k], hash_bytes=record)
+                        futures[k].add_done_callback(lambda f: advance(f.result().rows) if not f.exception() else None)
+                except BaseException as err:  # (raised again below, in this thread)
+                    failed.append(err)
+
+            submitting = threading.Thread(target=submit, name="verify-submit")
+            submitting.start()
             walk = _walk(root, plan, since, recorded, advance)
-            parts = [f.result() for f in futures]
+            submitting.join()
+            if failed:
+                raise failed[0]
+            parts = [futures[k].result() for k in range(len(units))]
     else:
         walk = _walk(root, plan, since, recorded, advance)
         parts = []
@@ -269,6 +295,14 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
                                            {key: (c.next_seq - 1, c.last_hash) for key, c in walk.chains.items()
                                             if c.max_seq >= 0})
     return report
+
+
+def _workers() -> multiprocessing.context.BaseContext:
+    """How the row-checking processes start: forked from a server that has imported `ledger.rowcheck`
+    once (a process of its own, so no thread of this one is forked), not each importing it anew."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["ledger.rowcheck"])
+    return ctx
 
 
 def _walk(root: Path, plan: _Plan, since: verified.Record | None, recorded: dict, advance: Callable[[int], None]

@@ -60,6 +60,12 @@ RULE_BOOK: tuple[Threshold, ...] = (
               ("views/lr_segments", "health/lr_schedule")),
     Threshold("silence_max_s", 600.0, "s", "Marin alert: telemetry silent > 10 min",
               ("health/telemetry_silence", "views/silence_bucket", "agents/telemetry")),
+    Threshold("stall_factor", 10.0, "median step gaps",
+              "runledger: a running run with no step for 10x its median step gap is stalled (wandb#8592: a "
+              "watchdog on stalled runs); an eval or a checkpoint save takes a few gaps, not ten", ("agents/stall",)),
+    Threshold("stall_min_s", 120.0, "s",
+              "runledger: ...and for at least 2 min, so that a fast run's pause (GC, a checkpoint) is no stall",
+              ("agents/stall",)),
     Threshold("skipped_steps_max", 3.0, "steps", "Marin alert: >= 3 skipped steps in 15 min",
               ("health/skipped_steps", "agents/skipped")),
     Threshold("skipped_window_s", 900.0, "s", "Marin alert: the 15 min window for skipped steps",

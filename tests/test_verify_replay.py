@@ -216,6 +216,20 @@ def test_replay_rebuilds_resume_decisions_and_schedule(root):
     assert set(at_proposal["attempts"]) == {"0"}
 
 
+def test_replay_takes_a_run_started_with_only_its_required_fields(root):
+    """Every optional field of a payload may be left out (a user's own loop plans no token budget)."""
+    from ledger.events import KINDS
+
+    s = Stream()
+    w = Producer(RUN, "worker-0", 0)
+    required = {n for n, f in KINDS["run_started"].model_fields.items() if f.is_required()}
+    s.emit(w, "run_started", {k: v for k, v in run_started().items() if k in required}, 0)
+    s.emit(w, "step", step_payload(2.0), 0)
+    s.write(root)
+    state = replay(root)
+    assert state["token_budget"] is None and state["step"] == 0 and state["status"] == "running"
+
+
 def test_replay_folds_in_stream_order_across_files(root):
     """Files are per kind; the fold must interleave them by stream_seq, not read them kind by kind."""
     build_run(root)

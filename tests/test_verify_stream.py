@@ -5,19 +5,24 @@ checked; `replay` streams to the same state as the fold of every event in memory
 from __future__ import annotations
 
 import json
+import random
 import shutil
+from datetime import datetime, timezone
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from bench.replay import make_events
 from bench.verify import write_sealed_run
 from conftest import cli
-from ledger import chainwalk, replay as rp, store
+from ledger import chainwalk, replay as rp, rowcheck, store
+from ledger.canonical import event_hash
 from ledger.sink import ParquetSink
-from test_verify_replay import RUN, build_run, set_cell
+from test_verify_replay import RUN, build_run, ledger_root, set_cell, steps_file  # noqa: F401 (a fixture)
 
 
 def verify(root: Path, *extra: str) -> tuple[int, str]:
@@ -147,6 +152,102 @@ def test_an_event_later_than_the_walk_waits_is_settled_by_the_exact_check():
     assert chainwalk.sorted_check(key, [(s, p, h, f"r:w:0:{s}") for s, p, h in rows]) == ([], [])
 
 
+def test_the_walk_takes_runs_whole_as_it_takes_them_a_row_at_a_time(monkeypatch):
+    """Rows of one chain in seq order are taken whole (`ChainWalk._take_run`); the answer is the row walk's
+    for chains with gaps, copies, broken links and blocks out of order, cut into batches anyhow."""
+    rng = random.Random(23)
+    for _ in range(150):
+        rows = [(key, s) for key in (("r", "a", 0), ("r", "b", 1)) for s in range(rng.randint(1, 120))]
+        rows = [[key, s, "" if s == 0 else f"{key[1]}{s - 1}", f"{key[1]}{s}"] for key, s in rows]
+        for _ in range(rng.randint(0, 5)):
+            i = rng.randrange(len(rows))
+            change = rng.randrange(4)
+            if change == 0:
+                rows.pop(i)  # a gap
+            elif change == 1:
+                rows.insert(rng.randrange(len(rows)), list(rows[i]))  # a copy
+            elif change == 2:
+                rows[i][2] = "x"  # a broken link
+            else:
+                block = rows[i:i + rng.randint(1, 30)]  # stored out of order
+                del rows[i:i + len(block)]
+                j = rng.randrange(len(rows) + 1)
+                rows[j:j] = block
+        cuts = sorted(rng.sample(range(1, len(rows)), min(len(rows) - 1, rng.randint(0, 6)))) if len(rows) > 1 else []
+        batches = [pa.table({"run_id": [r[0][0] for r in part], "producer": [r[0][1] for r in part],
+                             "attempt": [r[0][2] for r in part], "seq": [r[1] for r in part],
+                             "prev_hash": [r[2] for r in part], "hash": [r[3] for r in part],
+                             "event_id": [":".join(map(str, (*r[0], r[1]))) for r in part]})
+                   for part in (rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)]))]
+        pending_max = rng.choice([3, 40, chainwalk.PENDING_MAX])
+        walks = []
+        for run_min_rows in (chainwalk.RUN_MIN_ROWS, len(rows) + 1):  # runs whole, then every row alone
+            monkeypatch.setattr(chainwalk, "RUN_MIN_ROWS", run_min_rows)
+            walk = chainwalk.ChainWalk(pending_max=pending_max)
+            walk.watch(("r", "a", 0), 7)
+            for batch in batches:
+                walk.take(batch)
+            walk.finish()
+            walks.append((walk.problems(), {k: (c.next_seq, c.last_hash, c.max_seq, c.watch, c.gaps, c.recheck)
+                                            for k, c in walk.chains.items()}))
+        assert walks[0] == walks[1]
+
+
+# ---------------------------------------------------------------------------------------- the row checks
+
+
+def test_typed_arrays_are_what_the_writer_stores_for_every_kind():
+    by_kind: dict[str, list[dict]] = {}
+    for e in make_events(42_000):  # every kind of a training run's ledger, decisions and alerts too
+        by_kind.setdefault(e["kind"], []).append(e["payload"])
+    by_kind["metrics"] = [{"metrics": {"loss": 1.5, "acc": 0.5}}, {"metrics": {"loss": None, "ppl": 3}, "nonfinite": {"loss": "nan"}}]
+    for kind, payloads in by_kind.items():
+        payloads = payloads[:300]
+        n = len(payloads)
+        written = store.events_table(kind, store.Rows([{"payload": p} for p in payloads], [None] * n, [0] * n),
+                                     datetime.now(timezone.utc))
+        made = rowcheck.typed_arrays(kind, payloads)
+        columns = [c for c in written.schema.names if c.split("/", 1)[0] in store.payload_columns(kind)]
+        assert sorted(made) == sorted(columns), kind
+        for c in columns:
+            assert made[c].equals(written.column(c).combine_chunks()), (kind, c)
+
+
+def test_payload_texts_shifted_between_two_rows_are_named(ledger_root):
+    """Two rows' payload texts cut at another place (hashes made anew): their list is canonical JSON as a
+    whole, yet neither text is; the batch check must not be fooled by the whole."""
+    table = pq.read_table(steps_file(ledger_root))
+    i = 2
+    texts = table.column("payload").to_pylist()
+    cut = texts[i].index(",") + 1  # the first of row i's fields stays, the rest goes to row i + 1
+    texts[i], texts[i + 1] = texts[i][:cut - 1], texts[i][cut:] + "," + texts[i + 1]
+    table = set_cell(set_cell(table, "payload", i, texts[i]), "payload", i + 1, texts[i + 1])
+    for j in (i, i + 1):
+        table = set_cell(table, "hash", j, event_hash(table.slice(j, 1).to_pylist()[0], texts[j]))
+    batch = table.combine_chunks().to_batches()[0]
+    joined, _ = rowcheck._json_array(batch.column("payload"))
+    assert orjson.dumps(orjson.loads(joined), option=orjson.OPT_SORT_KEYS) == joined  # the whole is canonical
+    assert not rowcheck.batch_ok(batch, "step", RUN)
+    problems = rowcheck.row_problems(batch.to_pylist(), "step", RUN, "here")
+    assert [p.split(" ")[0] for p in problems] == [table.column("event_id")[j].as_py() for j in (i, i + 1)], problems
+
+
+@pytest.mark.parametrize("texts, canonical", [
+    (['{"a":1,"b":2}', '{"c":3}'], True),
+    (['{"a":1', '"b":2},{"c":3}'], False),  # the same list, cut elsewhere
+    (['{"a":[{"x":1},{"y":2}]}', '{"b":1}'], True),  # "},{" inside a text too
+    (['{"a":[{"x":1}', '{"y":2}]},{"b":1}'], False),  # ... and the list cut there
+    (['{"b":1,"a":2}', '{"c":3}'], False),  # keys out of order
+])
+def test_the_batch_check_of_canonical_texts_keeps_each_text_apart(texts, canonical):
+    column = pa.array(texts)
+    joined, offsets = rowcheck._json_array(column)
+    payloads = orjson.loads(joined)
+    assert len(payloads) == len(texts)
+    assert rowcheck._canonical_as_joined(payloads, joined, offsets) is canonical
+    assert rowcheck._canonical_one_by_one(payloads, column) is canonical  # the slower way agrees
+
+
 # ---------------------------------------------------------------------------------------- replay
 
 
@@ -156,6 +257,27 @@ def test_streamed_replay_is_the_fold_of_every_event(root):
         streamed = rp.replay_run(root, RUN, as_of)
         folded = rp.replay(RUN, rp.run_events(root, RUN, as_of))
         assert streamed.to_json() == folded.to_json(), as_of
+
+
+def test_replay_opens_a_file_when_the_stream_reaches_it(tmp_path, monkeypatch):
+    """Memory is a batch per open file: the files of a kind written one after another are open one at
+    a time (all of them were open at once: 1.2 GB for 10M events)."""
+    root = tmp_path / "root"
+    write_sealed_run(root, 30_000, run_id="big", flush_events=5_000, compact=False)
+    assert len(store.event_files(root, "step", "big")) >= 5
+    file_batches, open_now, most = rp._file_batches, set(), [0]
+
+    def counted(path, columns, as_of_seq):
+        open_now.add(path)
+        most[0] = max(most[0], len(open_now))
+        yield from file_batches(path, columns, as_of_seq)
+        open_now.discard(path)
+
+    monkeypatch.setattr(rp, "_file_batches", counted)
+    state = rp.replay_run(root, "big")
+    assert state.events == 30_000 and most[0] <= 3  # a step, an eval and a checkpoint file at most
+    monkeypatch.setattr(rp, "_file_batches", file_batches)
+    assert state.to_json() == rp.replay("big", rp.run_events(root, "big")).to_json()
 
 
 def test_step_tokens_count_a_redone_step_once_and_forget_steps_after_a_resume():

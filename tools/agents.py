@@ -11,7 +11,6 @@ import logging
 import signal
 import uuid
 
-from ledger import settings
 from tools.args import UsageError, add_nats, add_root, resolve_nats
 
 log = logging.getLogger(__name__)
@@ -57,15 +56,16 @@ def decision_made(args: argparse.Namespace):
     """The person's decision as a typed `DecisionMade`; a malformed one is a UsageError."""
     from pydantic import ValidationError
 
+    from ledger import review
     from ledger.events import DecisionMade
 
     person = f"person:{args.by or getpass.getuser()}"
-    if args.approve or args.reject:
-        target = args.approve or args.reject
-        action = "approve" if args.approve else "reject"
-        fields = dict(decision_id=f"{person}:{action}:{target}", agent=person, rule="review", action=action,
-                      params={"decision_id": target}, rationale=args.reason or f"{action}d by {person}",
-                      evidence={"reviewed": target})
+    if args.approve or args.reject:  # the review the dashboard's buttons make too
+        try:
+            return review.review(args.approve or args.reject, bool(args.approve), args.by or getpass.getuser(),
+                                 args.reason, strict=False)
+        except (ValidationError, review.ReviewRefused) as err:
+            raise UsageError(f"not a valid review: {str(err).splitlines()[0]}") from None
     else:
         if not args.reason:
             raise UsageError("--action needs --reason: a decision without a reason is not auditable")
@@ -88,22 +88,16 @@ def decision_made(args: argparse.Namespace):
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    from ledger.chains import next_attempt
-    from ledger.emitter import Emitter
-    from ledger.replay import replay_run
+    from ledger import review
     from ledger.validation import check_name
 
     check_name(args.run, "run_id")
     decision = decision_made(args)
-    state = replay_run(args.root, args.run)
-    target = args.approve or args.reject
-    if target is not None and target not in state.decisions:
-        raise UsageError(f"no decision {target!r} in run {args.run!r}")
-    spool = settings.spool_dir(args.root)
-    attempt = next_attempt(args.run, "cli", spool, root=args.root, continue_spooled=True)
-    em = Emitter(args.run, "cli", attempt, resolve_nats(args), spool)
-    em.emit(decision, step=state.step)
-    if not em.close(timeout=30):
+    try:  # (the path the dashboard's approve and reject take too)
+        acked = review.record(args.root, resolve_nats(args), args.run, decision, producer="cli")
+    except review.ReviewRefused as err:
+        raise UsageError(str(err)) from None
+    if not acked:
         log.error("the decision is spooled but NATS has not acknowledged it yet; it will be sent next time")
         return 1
     print(decision.decision_id)

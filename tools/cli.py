@@ -92,8 +92,21 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
 
     from ledger import bus, locks, service
 
+    if args.partitions < 1:
+        raise UsageError(f"--partitions {args.partitions}: at least 1")
     try:
-        asyncio.run(service.serve(args.root, resolve_nats(args), batch=args.batch, durable=args.durable))
+        if args.partitions > 1:
+            from ledger import partitions
+
+            asyncio.run(partitions.serve(args.root, resolve_nats(args), args.partitions, batch=args.batch,
+                                         catalog=args.catalog))
+        else:
+            from ledger import partitions
+
+            catalog = args.catalog or partitions.catalog_of(args.root)  # (a root's shared catalog stays its own)
+            if catalog:
+                partitions.use_catalog(args.root, catalog)
+            asyncio.run(service.serve(args.root, resolve_nats(args), batch=args.batch, durable=args.durable))
     except (locks.Busy, bus.ConsumerTaken) as err:
         raise UsageError(str(err)) from None
     return 0
@@ -305,7 +318,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tools.demo import run_demo
 
-    return run_demo(Path(args.root) if args.root else None, quick=args.quick)
+    return run_demo(Path(args.root) if args.root else None, quick=args.quick, ui=args.ui)
 
 
 # ------------------------------------------------------------------------------------ parser
@@ -321,6 +334,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="the main job, end to end on one machine")
     s.add_argument("--root", default=None, help="ledger root (default: a fresh ./runledger-demo-* directory)")
     s.add_argument("--quick", action="store_true", help="a short version (used by a test)")
+    s.add_argument("--ui", action="store_true", help="keep the dashboard (`runledger ui`) up while it runs, to watch it live")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("nats", help="a local JetStream server on loopback")
@@ -340,6 +354,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_nats(s)
     s.add_argument("--batch", type=int, default=2000, help="messages fetched per batch")
     s.add_argument("--durable", default="ledger", help="the durable consumer's name (one per root)")
+    s.add_argument("--partitions", type=int, default=1,
+                   help="serve the root in K partitions by run, with other instances (one writer per partition, "
+                        "standbys take over); every instance of a root gives the same K")
+    s.add_argument("--catalog", default=None,
+                   help="the tables' catalog as a SQLAlchemy URI (a shared PostgreSQL); default: sqlite in the root")
     s.set_defaults(func=cmd_ledger_serve)
 
     s = sub.add_parser("publish", help="validate JSON Lines envelopes from stdin and publish them")

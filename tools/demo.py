@@ -1,11 +1,12 @@
-"""`runledger demo [--root DIR] [--quick]`: everything runledger is for, end to end on one machine.
+"""`runledger demo [--root DIR] [--quick] [--ui]`: everything runledger is for, end to end on one machine.
 
 Local NATS → ledger service → agents → (full only) the scaling ladder with its forecast → the main
 run, in which
   (a) a slow-down planted in its first quarter makes the throughput agent shorten the horizon,
   (b) a scheduled context extension is probed ahead and held by the drop agent,
   (c) the worker is SIGKILLed once and resumes from its last checkpoint;
-then the audit (health, provenance, forecast vs actual, decision trail), `verify`, and report.html.
+then the audit (health, provenance, forecast vs actual, decision trail), `verify`, and report.html;
+last, the command that opens the ledger in the dashboard (`--ui`: the dashboard is up while it runs).
 Every component is a real process (`runledger ledger serve`, `runledger agents`, `runledger train`),
 stopped cleanly at the end; a second demo runs in a fresh root.
 """
@@ -212,7 +213,20 @@ def print_audit(root: Path, console: Console) -> None:
             console.print(t)
 
 
-def run_demo(root: Path | None, quick: bool = False) -> int:
+def start_ui(demo: Demo) -> str:
+    """`runledger ui` over the demo's root while it runs (`demo --ui`): its address, token included."""
+    import secrets
+    import socket
+
+    with socket.socket() as s:  # a free loopback port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_urlsafe(24)
+    demo.spawn("ui", "ui", "--root", str(demo.root), "--nats", demo.nats.url, "--port", str(port), "--token", token)
+    return f"http://127.0.0.1:{port}/?token={token}"
+
+
+def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
     if root is None:  # a fresh root each time, so a second demo never mixes with the first
         Path(settings.DEFAULT_ROOT).mkdir(exist_ok=True)
         root = Path(tempfile.mkdtemp(prefix=time.strftime("demo-%Y%m%d-%H%M%S-"), dir=settings.DEFAULT_ROOT))
@@ -226,6 +240,8 @@ def run_demo(root: Path | None, quick: bool = False) -> int:
     console.rule(f"runledger demo ({'quick' if quick else 'full'}) → {root}")
     try:
         demo.start()
+        if ui:
+            console.print(f"watch it live: {start_ui(demo)}")
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console) as progress:
             if plan.ladder_scale is not None:
                 demo.ladder(progress)
@@ -242,4 +258,5 @@ def run_demo(root: Path | None, quick: bool = False) -> int:
     ok = report.ok and all(happened.values())
     console.print(json.dumps(happened))
     console.rule(f"{'done' if ok else 'INCOMPLETE'} in {time.monotonic() - t0:.0f}s · report: {html}")
+    console.print(f"open this ledger in the dashboard: runledger ui --root {root}")
     return 0 if ok else 1

@@ -1,0 +1,103 @@
+"""An MLflow run read into a `SourceRun` with MLflow's own client: every metric's whole history, params, tags, times.
+
+`MlflowClient(tracking_uri=...)` (mlflow-skinny) on any store it reads: a database (`sqlite:///f.db`),
+a file store (`file:///…/mlruns`, or its folder), a tracking server (`http://…`). The run: `--source-run`,
+the run whose folder was given (`mlruns/EXP/RUN`), or the store's only run. Every key's
+`get_metric_history` (every step, each value as the float64 MLflow stored, with its timestamp) becomes
+`metrics` events, one per step (a key logged twice at one step: two events), in the order
+(step, timestamp, key); keys under `system/` (MLflow's system metrics) become `system` events. Params
+(strings, as MLflow keeps them) are the config; tags that are not MLflow's own (`mlflow.*`) are tags
+`key=value`, MLflow's under the config's `_import`; the run's start is `run_started`'s time, and a run
+that ended (FINISHED, FAILED, KILLED) gets `run_finished` at its end time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from interop.importers.source import (
+    SourceError, SourceRun, check_metric_name, check_step, grouped, millis_text, run_finished, run_id_of, run_started,
+)
+
+SYSTEM_PREFIX = "system/"  # mlflow.enable_system_metrics_logging() logs under it
+STATUS = {"FINISHED": "completed", "FAILED": "failed", "KILLED": "stopped"}
+
+
+def tracking_uri(where: str) -> tuple[str, str | None]:
+    """(tracking URI, the run id a run folder names) from a URI, a store folder, a run folder or a .db file."""
+    if where.startswith("sqlite:///") and not where.startswith("sqlite:////"):  # a relative path: made absolute
+        return f"sqlite:///{Path(where[len('sqlite:///'):]).resolve()}", None
+    if "://" in where or where.startswith(("sqlite:", "file:", "databricks")):
+        return where, None
+    path = Path(where).resolve()
+    if path.is_file():
+        return f"sqlite:///{path}", None
+    if (path / "meta.yaml").is_file() and (path / "metrics").is_dir():  # a run's folder: STORE/EXP/RUN
+        return path.parent.parent.as_uri(), path.name
+    if path.is_dir():
+        return path.as_uri(), None
+    raise SourceError(f"no MLflow store at {where}")
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("file:"):  # MLflow 3 reads a file store only when asked to (it is in maintenance mode)
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MlflowClient(tracking_uri=uri)
+
+
+def _only_run(client, uri: str) -> str:
+    from mlflow.entities import ViewType
+
+    runs = [r.info.run_id for e in client.search_experiments(view_type=ViewType.ALL)
+            for r in client.search_runs([e.experiment_id], run_view_type=ViewType.ALL, max_results=3)]
+    if len(runs) != 1:
+        raise SourceError(f"{uri} holds {'no runs' if not runs else 'several runs'}: pick one with --source-run ID"
+                          + (f" (e.g. {', '.join(runs[:3])})" if runs else ""))
+    return runs[0]
+
+
+def read(where: str, source_run: str | None = None) -> SourceRun:
+    """The MLflow run at `where` (see the module docstring)."""
+    from mlflow.exceptions import MlflowException
+
+    uri, named = tracking_uri(where)
+    client = _client(uri)
+    try:
+        run_id = source_run or named or _only_run(client, uri)
+        mrun = client.get_run(run_id)
+        experiment = client.get_experiment(mrun.info.experiment_id)
+        keys = sorted(mrun.data.metrics)
+        history = {key: client.get_metric_history(run_id, key) for key in keys}
+    except MlflowException as err:
+        raise SourceError(f"MLflow at {uri}: {str(err).splitlines()[0]}") from None
+    info = mrun.info
+    run = SourceRun("mlflow", run_id, uri, run_id_of("mlflow", run_id))
+    points = {"metrics": [], "system": []}
+    for key, metrics in history.items():
+        kind = "system" if key.startswith(SYSTEM_PREFIX) else "metrics"
+        name = check_metric_name(key[len(SYSTEM_PREFIX):] if kind == "system" else key)
+        for m in metrics:
+            points[kind].append((check_step(m.step, f"metric {key}"), m.timestamp, name, float(m.value)))
+    events = []
+    for kind, found in points.items():
+        found.sort(key=lambda p: (p[0], p[1], p[2]))
+        events += grouped(kind, found, millis_text)
+    events.sort(key=lambda e: (e.step, e.time, e.kind))  # (stable: a step's metrics, then its system sample)
+    own = {k: v for k, v in mrun.data.tags.items() if not k.startswith("mlflow.")}
+    mlflow_tags = {k: v for k, v in sorted(mrun.data.tags.items()) if k.startswith("mlflow.")}
+    run.events = [run_started(run, millis_text(info.start_time), dict(sorted(mrun.data.params.items())),
+                              tags=[f"{k}={v}" for k, v in sorted(own.items())], project=experiment.name,
+                              extra={"run_name": info.run_name, "tags": mlflow_tags}),
+                  *events]
+    status = STATUS.get(info.status)
+    if status is not None and info.end_time is not None:
+        last = {}
+        for e in events:
+            if e.kind == "metrics":
+                last.update(e.payload["metrics"])
+        run.events.append(run_finished(status, millis_text(info.end_time), events, summary=last,
+                                       reason=f"MLflow status {info.status}"))
+    return run

@@ -1,0 +1,64 @@
+"""`runledger ui [--root DIR] [--host 127.0.0.1] [--port P]`: the live dashboard (ui/app.py) under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ledger import settings
+from tools.args import UsageError, add_nats, add_root
+
+log = logging.getLogger(__name__)
+DEFAULT_PORT = 8765  # (no registered service: a free-looking port near the usual dashboards')
+
+
+def register(sub) -> None:
+    s = sub.add_parser("ui", help="the live dashboard (loopback; a token for any other address)")
+    add_root(s)
+    add_nats(s)
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
+    s.add_argument("--token", default=None, help="read-write token every request must carry (made up if not given)")
+    s.add_argument("--read-token", default=None, help="a read-only token (cannot approve or reject)")
+    s.add_argument("--token-file", default=None,
+                   help='JSON {"token": ..., "read_token": ...}: the tokens, kept out of the process list')
+    s.set_defaults(func=cmd_ui)
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ui.access import configure
+    from ui.app import create_app
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port} is not a TCP port")
+    try:
+        access = configure(args.host, args.token, args.read_token, args.token_file)
+    except (ValueError, OSError) as err:
+        raise UsageError(str(err)) from None
+    nats_url = settings.nats_url(args.nats, args.creds, args.root)
+    app = create_app(args.root, nats_url, access)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+
+    async def serve():
+        import asyncio
+
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            port = server.servers[0].sockets[0].getsockname()[1]
+            host = f"[{args.host}]" if ":" in args.host else args.host
+            token = access.write_token if (args.token is None and access.open_reads) else None
+            print(f"http://{host}:{port}/" + (f"?token={token}" if token else ""), flush=True)
+            log.info("runledger ui over %s (live updates from %s)%s", args.root, nats_url,
+                     "" if token else "; open it with ?token=YOUR_TOKEN once")
+        await task
+
+    import asyncio
+
+    asyncio.run(serve())
+    return 0

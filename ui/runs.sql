@@ -1,0 +1,45 @@
+-- The runs page: one row per run with what the list shows and filters on (status, last step, last
+-- event, tags, config, open alerts). One pass over each kind it reads (run_started, the typed steps
+-- and the free-form metrics for the last step, run_finished, alerts), grouped by run. The dashboard
+-- puts the same rows together from each file's parts (ui/data.py Reader._FILE_PARTS, kept by file, so a
+-- restart or a new file costs only the new files); this query is what they must equal (tests/test_ui.py)
+-- and what `runledger sql` can run. `silent` (no event for silence_max_s) is judged when asked.
+with started as (
+    select
+        run_id,
+        arg_min(project, ts) as project,
+        arg_min(tags, ts) as tags,
+        arg_min(config, ts) as config,
+        arg_min(preset, ts) as preset,
+        arg_min(ladder ->> 'name', ts) as ladder,
+        min(ts) as started_at,
+        max(ts) as last_start,
+        count(distinct attempt) as attempts
+    from runs
+    group by run_id
+), stepped as (
+    select run_id, max(step) as last_step, max(ts) as last_ts, count(*) as steps
+    from (select run_id, step, ts from step_events union all select run_id, step, ts from metric_events)
+    group by run_id
+), finished as (
+    select run_id, arg_max(status, ts) as status, max(ts) as finished_at
+    from runs_finished
+    group by run_id
+), alerted as (
+    select run_id,
+           count(*) filter (severity = 'warn') as alerts_warn,
+           count(*) filter (severity = 'fail') as alerts_fail
+    from (select * from alerts qualify row_number() over (partition by run_id, alert_id order by ts desc, seq desc) = 1)
+    where state = 'open'
+    group by run_id
+)
+select
+    s.run_id, s.project, s.preset, s.ladder, s.attempts,
+    coalesce(from_json(s.tags, '["VARCHAR"]'), []) as tags,
+    s.config, f.status as finished, p.last_step, coalesce(p.steps, 0) as steps, s.started_at,
+    greatest(coalesce(p.last_ts, s.last_start), s.last_start, coalesce(f.finished_at, s.last_start)) as last_event,
+    coalesce(a.alerts_warn, 0) as alerts_warn, coalesce(a.alerts_fail, 0) as alerts_fail
+from started s
+left join stepped p using (run_id)
+left join finished f using (run_id)
+left join alerted a using (run_id)

@@ -1,0 +1,491 @@
+// runledger ui: the page's views (runs, run, compare, ladder, SQL), routed by the address's #fragment.
+// Charts are uPlot; their points come downsampled (min/max per pixel bucket, in SQL) from /api/run/R/series, exact once zoomed
+// in, and new points arrive over /api/live (server-sent events) once the ledger has stored them.
+"use strict";
+
+const $main = document.getElementById("main");
+const $live = document.getElementById("live");
+const COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
+let source = null; // the EventSource of the current view
+window.rlCharts = []; // every chart drawn on the current view (the browser tests read them)
+
+function esc(s) {
+  return String(s ?? "").replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+}
+function fmt(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : (Math.abs(v) < 1e4 && Math.abs(v) >= 1e-3 ? v.toPrecision(4) : v.toExponential(3));
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+function age(s) {
+  if (s === null || s === undefined) return "";
+  if (s < 90) return `${Math.round(s)} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+function cookie(name) {
+  const m = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
+  return m ? decodeURIComponent(m[1]) : "";
+}
+async function api(path, opts) {
+  const r = await fetch(path, Object.assign({credentials: "same-origin"}, opts || {}));
+  const body = await r.json().catch(() => ({error: `HTTP ${r.status}`}));
+  if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
+  return body;
+}
+function table(columns, rows, cell) {
+  const head = columns.map(c => `<th>${esc(c)}</th>`).join("");
+  const body = rows.map((r, i) => "<tr>" + columns.map((c, j) => `<td>${cell ? cell(r, c, j, i) : esc(fmt(Array.isArray(r) ? r[j] : r[c]))}</td>`).join("") + "</tr>").join("");
+  return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+}
+function setLive(st) {
+  $live.textContent = st.live ? `live · ledger position ${st.position}` : `no live updates: ${st.reason}`;
+  $live.className = "live " + (st.live ? "on" : "off");
+}
+function follow(url, handlers) {
+  if (source) source.close();
+  source = new EventSource(url);
+  source.addEventListener("status", e => setLive(JSON.parse(e.data)));
+  source.addEventListener("stored", e => { const st = JSON.parse(e.data); setLive(st); handlers.stored && handlers.stored(st); });
+  if (handlers.points) source.addEventListener("points", e => handlers.points(JSON.parse(e.data)));
+  source.onerror = () => { $live.textContent = "event stream interrupted (reconnecting)"; $live.className = "live off"; };
+}
+
+// ------------------------------------------------------------------------------------- charts
+// A chart holds tables per series (name -> [xs, ys]) and draws them joined on x.
+class Chart {
+  constructor(parent, title, opts) {
+    this.el = document.createElement("div");
+    this.el.className = "chart";
+    this.el.dataset.title = title;
+    this.el.dataset.points = "0";
+    parent.appendChild(this.el);
+    this.title = title;
+    this.opts = opts || {};
+    this.tables = new Map();
+    this.markers = [];
+    this.band = null; // [xs, lo, hi] drawn as a filled band
+    this.plot = null;
+    this.zoomed = false;
+    window.rlCharts.push(this);
+  }
+  set(name, xs, ys) { this.tables.set(name, [xs.slice(), ys.slice()]); }
+  append(name, xs, ys) {
+    const t = this.tables.get(name) || [[], []];
+    const last = t[0].length ? t[0][t[0].length - 1] : -Infinity;
+    for (let i = 0; i < xs.length; i++) if (xs[i] > last) { t[0].push(xs[i]); t[1].push(ys[i]); }
+    this.tables.set(name, t);
+  }
+  points() { let n = 0; for (const [xs] of this.tables.values()) n += xs.length; return n; }
+  draw() {
+    const names = [...this.tables.keys()];
+    const width = Math.max(300, this.el.clientWidth - 12 || 520);
+    if (!names.length && !this.band) {
+      this.el.innerHTML = `<div><b>${esc(this.title)}</b></div><div class="empty">no data in the ledger</div>`;
+      return;
+    }
+    const tables = names.map(n => this.tables.get(n));
+    let bandIdx = null;
+    if (this.band) { tables.push([this.band[0], this.band[1]]); tables.push([this.band[0], this.band[2]]); bandIdx = names.length + 1; }
+    const data = tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
+    const series = [{label: this.opts.xLabel || "step"}];
+    names.forEach((n, i) => series.push({label: n, stroke: this.opts.colors ? this.opts.colors[i % this.opts.colors.length] : COLORS[i % COLORS.length], width: 1.25, spanGaps: true, points: {show: false}}));
+    const opts = {
+      title: this.title, width, height: 230, series,
+      scales: {x: {time: !!this.opts.time}},
+      axes: [{}, {size: 64, values: (u, vals) => vals.map(v => v === null ? "" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(1) : String(+v.toPrecision(3)))}],
+      legend: {live: true}, cursor: {drag: {x: true, y: false}},
+      hooks: {setScale: [(u, key) => { if (key === "x" && this.onZoom && this._ready) this.onZoom(u.scales.x.min, u.scales.x.max); }],
+              draw: [u => this.drawMarkers(u)]},
+    };
+    if (bandIdx !== null) {
+      series.push({label: "forecast band low", stroke: "#1f77b4", dash: [4, 4], spanGaps: true, width: 1});
+      series.push({label: "forecast band high", stroke: "#1f77b4", dash: [4, 4], spanGaps: true, width: 1});
+      opts.bands = [{series: [bandIdx + 1, bandIdx], fill: "rgba(31,119,180,0.15)"}];
+    }
+    this._ready = false;
+    if (this.plot) this.plot.destroy();
+    this.el.innerHTML = "";
+    this.plot = new uPlot(opts, data, this.el);
+    this._ready = true;
+    this.el.dataset.points = String(this.points());
+  }
+  drawMarkers(u) {
+    if (!this.markers.length) return;
+    const ctx = u.ctx;
+    ctx.save();
+    ctx.strokeStyle = "#000"; ctx.fillStyle = "#000"; ctx.setLineDash([4, 3]); ctx.lineWidth = 1;
+    ctx.font = `${10 * devicePixelRatio}px system-ui`;
+    this.markers.forEach(([x, label], i) => {
+      const px = u.valToPos(x, "x", true);
+      if (px < u.bbox.left || px > u.bbox.left + u.bbox.width) return;
+      ctx.beginPath(); ctx.moveTo(px, u.bbox.top); ctx.lineTo(px, u.bbox.top + u.bbox.height); ctx.stroke();
+      ctx.fillText(label, px + 3, u.bbox.top + (12 + 12 * (i % 3)) * devicePixelRatio);
+    });
+    ctx.restore();
+  }
+  update() {
+    if (!this.plot) return this.draw();
+    const names = [...this.tables.keys()];
+    if (names.length !== this.plot.series.length - 1 - (this.band ? 2 : 0)) return this.draw();
+    const tables = names.map(n => this.tables.get(n));
+    if (this.band) { tables.push([this.band[0], this.band[1]]); tables.push([this.band[0], this.band[2]]); }
+    const data = tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
+    this._ready = false;
+    this.plot.setData(data, !this.zoomed);
+    this._ready = true;
+    this.el.dataset.points = String(this.points());
+  }
+}
+
+// ------------------------------------------------------------------------------------- runs
+async function viewRuns(params) {
+  window.rlRunsPage = 0; // (a new filter starts at the first page; a live reload keeps the page)
+  const f = Object.assign({name: "", tag: "", status: "", config: ""}, params);
+  $main.innerHTML = `<h1>Runs</h1>
+    <div class="filters">
+      <input id="f-name" placeholder="name contains" value="${esc(f.name)}">
+      <input id="f-tag" placeholder="tag" value="${esc(f.tag)}">
+      <select id="f-status">${["", "running", "silent", "completed", "failed", "stopped"].map(s => `<option ${s === f.status ? "selected" : ""}>${s}</option>`).join("")}</select>
+      <input id="f-config" placeholder="config key=value" value="${esc(f.config)}">
+      <button id="f-go">Filter</button>
+      <button id="compare">Compare selected</button>
+      <span id="count" class="muted"></span>
+    </div><div id="runs">loading…</div>`;
+  const go = () => {
+    const q = new URLSearchParams({name: val("f-name"), tag: val("f-tag"), status: val("f-status"), config: val("f-config")});
+    location.hash = "#/?" + q.toString();
+  };
+  document.getElementById("f-go").onclick = go;
+  for (const id of ["f-name", "f-tag", "f-config"]) document.getElementById(id).onkeydown = e => { if (e.key === "Enter") go(); };
+  document.getElementById("f-status").onchange = go;
+  document.getElementById("compare").onclick = () => {
+    const picked = [...document.querySelectorAll("input.pick:checked")].map(c => c.value).slice(0, 20);
+    if (picked.length) location.hash = "#/compare/" + picked.map(encodeURIComponent).join(",");
+  };
+  const load = async () => {
+    const q = new URLSearchParams(f);
+    const data = await api("/api/runs?" + q.toString());
+    renderRuns(data.runs, window.rlRunsPage || 0);
+  };
+  await load();
+  let pending = null;
+  follow("/api/live", {stored: () => { if (!pending) pending = setTimeout(() => { pending = null; load(); }, 1000); }});
+}
+function val(id) { return document.getElementById(id).value.trim(); }
+const PAGE_ROWS = 100; // rows of the runs list drawn at a time (a page; its health counts come in one request)
+function renderRuns(runs, page) {
+  const pages = Math.max(1, Math.ceil(runs.length / PAGE_ROWS));
+  page = Math.min(Math.max(0, page || 0), pages - 1);
+  const shown = runs.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS);
+  document.getElementById("count").textContent = runs.length > PAGE_ROWS
+    ? `${runs.length} runs · ${page * PAGE_ROWS + 1}–${page * PAGE_ROWS + shown.length}` : `${runs.length} runs`;
+  const cols = ["", "run", "status", "last step", "age", "health", "alerts", "attempts", "tags", "project"];
+  const pager = pages > 1 ? `<div class="pager"><button id="p-prev" ${page ? "" : "disabled"}>‹ newer</button>
+    page ${page + 1} of ${pages} <button id="p-next" ${page < pages - 1 ? "" : "disabled"}>older ›</button></div>` : "";
+  document.getElementById("runs").innerHTML = pager + table(cols, shown, (r, c) => {
+    switch (c) {
+      case "": return `<input type="checkbox" class="pick" value="${esc(r.run_id)}">`;
+      case "run": return `<a class="run-link" href="#/run/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a>`;
+      case "status": return `<span class="s-${esc(r.status)}">${esc(r.status)}</span>`;
+      case "last step": return esc(fmt(r.last_step));
+      case "age": return esc(age(r.age_s));
+      case "health": return `<span class="health muted" data-run="${esc(r.run_id)}">…</span>`;
+      case "alerts": return (r.alerts_fail ? `<span class="s-fail">${r.alerts_fail} fail</span> ` : "") + (r.alerts_warn ? `<span class="s-warn">${r.alerts_warn} warn</span>` : "");
+      case "attempts": return esc(r.attempts);
+      case "tags": return (r.tags || []).map(t => `<span class="tag">${esc(t)}</span>`).join("");
+      case "project": return esc(r.project);
+    }
+  });
+  if (pages > 1) {
+    document.getElementById("p-prev").onclick = () => renderRuns(runs, page - 1);
+    document.getElementById("p-next").onclick = () => renderRuns(runs, page + 1);
+  }
+  window.rlRunsPage = page;
+  fillHealth([...document.querySelectorAll(".health")]);
+}
+async function fillHealth(cells) {
+  // the health checklist's counts of every row shown, in one request (the server runs the checks of the
+  // runs it has not counted yet in one pass, and keeps each until the run's files change)
+  if (!cells.length) return;
+  try {
+    const res = await api("/api/health?runs=" + cells.map(c => encodeURIComponent(c.dataset.run)).join(","));
+    for (const cell of cells) {
+      const n = res.health[cell.dataset.run];
+      if (!n) { cell.textContent = "?"; cell.title = "no events"; continue; }
+      cell.classList.remove("muted");
+      cell.innerHTML = `<a href="#/run/${encodeURIComponent(cell.dataset.run)}"><span class="s-ok">${n.ok} ok</span> ` +
+        `<span class="s-warn">${n.warn} warn</span> <span class="s-fail">${n.fail} fail</span></a>`;
+    }
+  } catch (e) { for (const cell of cells) { cell.textContent = "?"; cell.title = e.message; } }
+}
+
+// ------------------------------------------------------------------------------------- one run
+const SPECIAL = {loss: ["loss", "train/loss"], mfu: ["mfu", "train/mfu", "throughput/mfu"], lr: ["lr", "learning_rate", "train/lr", "optim/learning_rate"]};
+function pxOf(chart) { return Math.max(200, Math.round((chart.el.clientWidth || 520) - 60)); }
+
+async function viewRun(run) {
+  $main.innerHTML = `<h1>Run ${esc(run)}</h1><div id="info" class="muted">loading…</div>
+    <h2>Charts</h2><div class="grid" id="charts"></div>
+    <h2>Decision trail</h2><div id="decisions"></div>
+    <h2>Health checklist</h2><div id="health" class="muted">running the checks…</div>
+    <h2>Provenance</h2><div id="provenance" class="muted">…</div>
+    <h2>Attempts</h2><div id="attempts"></div>`;
+  const t0 = performance.now();
+  const info = await api(`/api/run/${encodeURIComponent(run)}`);
+  const tInfo = performance.now();
+  const first = info.attempts[0] || {};
+  document.getElementById("info").innerHTML = `${info.attempts.length} attempt(s) · project ${esc(first.project || "–")} · preset ${esc(first.preset || "–")} · ` +
+    (JSON.parse(first.tags || "[]")).map(t => `<span class="tag">${esc(t)}</span>`).join("") +
+    ` <details><summary>config</summary><pre>${esc(JSON.stringify(JSON.parse(first.config || "{}"), null, 1))}</pre></details>`;
+  document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "code_commit"], info.attempts);
+  renderDecisions(run, info.decisions);
+  const grid = document.getElementById("charts");
+  window.rlCharts = [];
+  const charts = []; // {chart, source, keys: [key], live: (source,key) -> series name}
+  const pick = (names, source) => names.find(n => (info.keys[source] || []).includes(n));
+  const used = {step: new Set(), metrics: new Set()};
+  const special = (title, what, opts) => {
+    const c = new Chart(grid, title, opts);
+    for (const src of ["step", "metrics"]) {
+      const k = pick(SPECIAL[what], src);
+      if (k) { used[src].add(k); charts.push({chart: c, source: src, keys: [k]}); return c; }
+    }
+    charts.push({chart: c, source: null, keys: []});
+    return c;
+  };
+  const loss = special("Loss vs forecast band", "loss");
+  if (info.forecast.length) loss.band = [info.forecast.map(f => f.step), info.forecast.map(f => f.band_low), info.forecast.map(f => f.band_high)];
+  const drops = new Chart(grid, "Token drop fraction per layer");
+  charts.push({chart: drops, source: "drops", keys: ["drop_fraction"]});
+  special("MFU", "mfu");
+  const lr = special("Learning rate, decisions marked", "lr");
+  lr.markers = info.decisions.filter(d => d.review !== "rejected").map(d => [d.applied_at_step ?? d.decided_at_step, `${d.action.replace("set_", "")}${d.status === "applied" ? "" : " (" + d.review + ")"}`]).filter(m => m[0] !== null);
+  for (const src of ["step", "metrics", "eval", "system"]) {
+    for (const k of info.keys[src] || []) {
+      if (used[src] && used[src].has(k)) continue;
+      const c = new Chart(grid, `${src === "step" ? "" : src + ": "}${k}`, {time: src === "system", xLabel: src === "system" ? "time" : "step"});
+      charts.push({chart: c, source: src, keys: [k]});
+    }
+  }
+  // one request per source (all its keys in one SQL pass), then per chart when zoomed
+  const bySource = {};
+  for (const c of charts) if (c.source) (bySource[c.source] = bySource[c.source] || []).push(c);
+  let since = Infinity;
+  const nameOf = (src, grp) => {
+    if (src !== "drops") return `attempt ${grp}`;
+    const [a, layer] = grp.split(":");
+    return `${layer === "-1" ? "all layers" : "layer " + layer} · attempt ${a}`;
+  };
+  await Promise.all(Object.entries(bySource).map(async ([src, cs]) => {
+    const keys = [...new Set(cs.flatMap(c => c.keys))];
+    const px = pxOf(cs[0].chart);
+    const data = await api(`/api/run/${encodeURIComponent(run)}/series?source=${src}&keys=${encodeURIComponent(keys.join(","))}&px=${px}`);
+    since = Math.min(since, data.seq);
+    for (const c of cs) {
+      for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(data.keys[k] || {})) c.chart.set(nameOf(src, grp), xs, ys);
+      c.chart.onZoom = zoomer(run, c, nameOf);
+    }
+  }));
+  const tSeries = performance.now();
+  for (const c of charts) c.chart.draw();
+  window.rlParts = {info_ms: tInfo - t0, series_ms: tSeries - tInfo, draw_ms: performance.now() - tSeries};
+  if (!isFinite(since)) since = 0; // no points yet: every point stored from now on is new
+  follow(`/api/live?run=${encodeURIComponent(run)}&since=${since}`, {
+    points: news => {
+      for (const c of charts) {
+        if (!c.source) continue;
+        const got = c.source === "drops" ? {drop_fraction: news.drops} : news[c.source];
+        if (!got) continue;
+        let changed = false;
+        for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(got[k] || {})) { c.chart.append(nameOf(c.source, grp), xs, ys); changed = true; }
+        if (changed) c.chart.update();
+      }
+      if ((news.kinds || []).some(k => k === "decision" || k === "decision_applied")) {
+        api(`/api/run/${encodeURIComponent(run)}`).then(i => renderDecisions(run, i.decisions));
+      }
+    },
+  });
+  loadAudit(run, "health", "health");
+  loadAudit(run, "provenance", "provenance");
+}
+function zoomer(run, c, nameOf) {
+  let timer = null, full = null;
+  return (lo, hi) => {
+    if (full === null) { const xs = [...c.chart.tables.values()].flatMap(t => [t[0][0], t[0][t[0].length - 1]]); full = [Math.min(...xs), Math.max(...xs)]; }
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const reset = lo <= full[0] && hi >= full[1];
+      c.chart.zoomed = !reset;
+      const q = new URLSearchParams({source: c.source, keys: c.keys.join(","), px: pxOf(c.chart)});
+      if (!reset) { q.set("x0", Math.floor(lo)); q.set("x1", Math.ceil(hi)); }
+      const data = await api(`/api/run/${encodeURIComponent(run)}/series?` + q.toString());
+      for (const name of c.chart.tables.keys()) c.chart.set(name, [], []); // a series with no point in the range: empty
+      for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(data.keys[k] || {})) c.chart.set(nameOf(c.source, grp), xs, ys);
+      c.chart.update();
+      c.chart.el.dataset.zoom = reset ? "" : `${lo},${hi}`;
+    }, 250);
+  };
+}
+let shownDecisions = "";
+function renderDecisions(run, decisions) {
+  const el = document.getElementById("decisions");
+  const text = JSON.stringify(decisions);
+  if (text === shownDecisions && el.childElementCount) return; // unchanged: keep what a person is typing
+  shownDecisions = text;
+  if (!decisions.length) { el.innerHTML = `<p class="muted">No decisions.</p>`; return; }
+  const me = localStorage.getItem("rl-name") || "";
+  el.innerHTML = table(["decided at", "agent", "action", "params", "mode", "review", "applied", "rationale", "evidence"], decisions, (d, c) => {
+    switch (c) {
+      case "decided at": return `step ${esc(d.decided_at_step)}<br><span class="muted">${esc(d.decided_at)}</span>`;
+      case "agent": return esc(d.agent);
+      case "action": return `<b>${esc(d.action)}</b>`;
+      case "params": return `<pre>${esc(JSON.stringify(d.params))}</pre>`;
+      case "mode": return esc(d.mode);
+      case "review":
+        if (d.review === "proposed") return `<span class="s-proposed">proposed</span><div class="decide" data-id="${esc(d.decision_id)}">
+          <input class="who" placeholder="your name" value="${esc(me)}"> <button class="approve">Approve</button> <button class="reject">Reject</button> <span class="msg"></span></div>`;
+        return `<span class="s-${esc(d.review)}">${esc(d.review)}</span>${d.reviewed_by ? "<br>by " + esc(d.reviewed_by) : ""}`;
+      case "applied": return `${esc(d.status)}${d.applied_at_step !== null ? " at step " + esc(d.applied_at_step) : ""}${d.refusal_reason ? "<br>" + esc(d.refusal_reason) : ""}`;
+      case "rationale": return esc(d.rationale);
+      case "evidence": return `<details><summary>evidence</summary><pre>${esc(JSON.stringify(d.evidence, null, 1))}</pre></details>`;
+    }
+  });
+  for (const box of el.querySelectorAll(".decide")) {
+    for (const action of ["approve", "reject"]) {
+      box.querySelector("." + action).onclick = async () => {
+        const by = box.querySelector(".who").value.trim();
+        const msg = box.querySelector(".msg");
+        if (!by) { msg.textContent = "your name, please"; return; }
+        localStorage.setItem("rl-name", by);
+        try {
+          const r = await api("/api/decide", {method: "POST", headers: {"content-type": "application/json", "x-csrf-token": cookie("rl_csrf")},
+            body: JSON.stringify({run, decision_id: box.dataset.id, action, by})});
+          msg.textContent = r.acknowledged ? `${action}d: recorded as ${r.decision_id}` : r.note;
+          msg.className = "msg s-ok";
+        } catch (e) { msg.textContent = e.message; msg.className = "msg err"; }
+      };
+    }
+  }
+}
+async function loadAudit(run, suite, id) {
+  const el = document.getElementById(id);
+  try {
+    const res = await api(`/api/run/${encodeURIComponent(run)}/audit/${suite}`);
+    if (suite === "health") {
+      const rows = res.results.flatMap(r => r.rows);
+      el.className = "";
+      el.innerHTML = table(["check", "status", "value", "threshold", "at_step", "evidence"], rows, (r, c, j) => {
+        const v = r[j + 1];
+        return c === "status" ? `<span class="s-${esc(v)}">${esc(v)}</span>` : esc(fmt(v));
+      });
+    } else {
+      el.className = "";
+      el.innerHTML = res.results.map(r => `<details ${r.rows.length ? "open" : ""}><summary>${esc(r.name)} (${r.rows.length} rows)</summary>${table(r.columns, r.rows.slice(0, 200))}</details>`).join("");
+    }
+  } catch (e) { el.innerHTML = `<span class="err">${esc(e.message)}</span>`; }
+}
+
+// ------------------------------------------------------------------------------------- compare
+async function viewCompare(runs, params) {
+  const key = params.key || "loss", src = params.source || "step";
+  $main.innerHTML = `<h1>Compare ${runs.length} runs</h1>
+    <div class="filters">source <select id="c-src">${["step", "metrics", "eval", "system"].map(s => `<option ${s === src ? "selected" : ""}>${s}</option>`).join("")}</select>
+    key <input id="c-key" value="${esc(key)}"> <button id="c-go">Show</button></div>
+    <div class="grid" id="charts"></div><h2>Config: the keys that differ</h2><div id="diff"></div>`;
+  document.getElementById("c-go").onclick = () => { location.hash = `#/compare/${runs.map(encodeURIComponent).join(",")}?source=${val("c-src")}&key=${encodeURIComponent(val("c-key"))}`; };
+  const data = await api(`/api/compare?runs=${encodeURIComponent(runs.join(","))}&source=${src}&key=${encodeURIComponent(key)}&px=1000`);
+  window.rlCharts = [];
+  const chart = new Chart(document.getElementById("charts"), `${key} (${src})`, {time: src === "system"});
+  for (const r of data.runs) for (const [a, [xs, ys]] of Object.entries(data.series[r] || {})) chart.set(`${r} · attempt ${a}`, xs, ys);
+  chart.draw();
+  document.getElementById("diff").innerHTML = data.diff.length ? table(["key", ...data.runs], data.diff, (d, c) => c === "key" ? esc(d.key) : esc(fmt(d.values[c])))
+    : `<p class="muted">The runs' configs are the same.</p>`;
+}
+
+// ------------------------------------------------------------------------------------- ladder
+async function viewLadders() {
+  const data = await api("/api/ladders");
+  $main.innerHTML = `<h1>Scaling ladders</h1>` + (data.ladders.length ? table(["ladder", "rungs", "targets"], data.ladders, (l, c) =>
+    c === "ladder" ? `<a href="#/ladder/${encodeURIComponent(l.ladder)}">${esc(l.ladder)}</a>` : esc(fmt(l[c]))) : `<p class="muted">No ladder in this ledger.</p>`);
+}
+async function viewLadder(name) {
+  const data = await api(`/api/ladder/${encodeURIComponent(name)}`);
+  $main.innerHTML = `<h1>Ladder ${esc(name)}</h1><h2>Rungs</h2><div id="rungs"></div><h2>Fitted law and the target's forecast vs actual</h2><div class="grid" id="charts"></div><div id="targets"></div>`;
+  document.getElementById("rungs").innerHTML = table(["run_id", "rung", "preset", "tokens", "flops", "last_step", "final_loss"], data.rungs, (r, c) =>
+    c === "run_id" ? `<a href="#/run/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a>` : esc(fmt(r[c])));
+  window.rlCharts = [];
+  const grid = document.getElementById("charts");
+  const rungs = data.rungs.filter(r => r.flops && r.final_loss !== null);
+  let html = "";
+  for (const t of data.targets) {
+    const fit = (t.fit && t.fit.fit) || {};
+    if (rungs.length && fit.E !== undefined) {
+      const law = new Chart(grid, `L = E + A·C^(−α): E=${fmt(fit.E)} A=${fmt(fit.A)} α=${fmt(fit.alpha)} (C: training FLOPs)`, {xLabel: "FLOPs"});
+      const cs = rungs.map(r => r.flops).sort((a, b) => a - b);
+      law.set("rungs (final loss)", rungs.map(r => r.flops).sort((a, b) => a - b), rungs.slice().sort((a, b) => a.flops - b.flops).map(r => r.final_loss));
+      const lo = cs[0], hi = cs[cs.length - 1] * 10, xs = [];
+      for (let i = 0; i <= 40; i++) xs.push(lo * Math.pow(hi / lo, i / 40));
+      law.set("fitted law", xs, xs.map(c => fit.E + fit.A * Math.pow(c, -fit.alpha)));
+      law.draw();
+    }
+    const pts = t.points.filter(p => p.at_tokens !== null);
+    const c = new Chart(grid, `${t.target}: forecast vs actual`, {xLabel: "tokens"});
+    c.set("projected", pts.map(p => p.at_tokens), pts.map(p => p.projected_loss));
+    const seen = pts.filter(p => p.observed_loss !== null);
+    c.set("observed", seen.map(p => p.at_tokens), seen.map(p => p.observed_loss));
+    c.band = [pts.map(p => p.at_tokens), pts.map(p => p.band_low), pts.map(p => p.band_high)];
+    c.draw();
+    html += `<h2>${esc(t.target)}</h2>` + table(["revision", "fraction", "at_tokens", "projected_loss", "band_low", "band_high", "observed_loss", "inside_band", "in_force"], t.points);
+  }
+  document.getElementById("targets").innerHTML = html || `<p class="muted">No forecast for a target of this ladder yet.</p>`;
+}
+
+// ------------------------------------------------------------------------------------- SQL
+function viewSql(params) {
+  const q = params.q || "select run_id, count(*) as steps, min(loss), max(step) from steps group by run_id order by run_id";
+  $main.innerHTML = `<h1>SQL</h1><p class="muted">Read-only queries over the ledger's views (the guard and bounds of <code>runledger sql</code>):
+    steps, steps_all, metrics, metrics_all, system_metrics, drops, evals, decisions, alerts, forecasts, runs, checkpoints, data, events…</p>
+    <textarea id="q" rows="6">${esc(q)}</textarea><br><button id="run">Run (Ctrl+Enter)</button> <span id="took" class="muted"></span><div id="out"></div>`;
+  const run = async () => {
+    const t0 = performance.now();
+    const out = document.getElementById("out");
+    try {
+      const res = await api("/api/sql?q=" + encodeURIComponent(val("q")));
+      document.getElementById("took").textContent = `${res.total} rows in ${Math.round(performance.now() - t0)} ms` + (res.total > res.rows.length ? ` (first ${res.rows.length} shown)` : "");
+      out.innerHTML = table(res.columns, res.rows);
+    } catch (e) { out.innerHTML = `<p class="err">${esc(e.message)}</p>`; document.getElementById("took").textContent = ""; }
+  };
+  document.getElementById("run").onclick = run;
+  document.getElementById("q").onkeydown = e => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) run(); };
+  if (params.q) run();
+}
+
+// ------------------------------------------------------------------------------------- router
+async function route() {
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const params = Object.fromEntries(new URLSearchParams(query || ""));
+  const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
+  if (source) { source.close(); source = null; }
+  window.rlCharts = [];
+  document.body.dataset.ready = "0";
+  const t0 = performance.now();
+  try {
+    if (parts[0] === "run" && parts[1]) await viewRun(parts[1]);
+    else if (parts[0] === "compare" && parts[1]) await viewCompare(parts[1].split(","), params);
+    else if (parts[0] === "ladder" && parts[1]) await viewLadder(parts[1]);
+    else if (parts[0] === "ladder") await viewLadders();
+    else if (parts[0] === "sql") viewSql(params);
+    else await viewRuns(params);
+  } catch (e) {
+    $main.insertAdjacentHTML("beforeend", `<p class="err">${esc(e.message)}</p>`);
+  }
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))); // drawn and painted
+  window.rlTimings = {view: parts[0] || "runs", ms: performance.now() - t0, at: performance.now()}; // (bench/ui.py reads it)
+  document.body.dataset.ready = "1";
+  if (!source) follow("/api/live", {});
+}
+window.addEventListener("hashchange", route);
+route();
