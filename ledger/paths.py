@@ -144,8 +144,10 @@ def _catalog_rows(root: Path) -> dict[str, str]:
     try:
         rows = con.execute("select table_name, metadata_location from iceberg_tables where catalog_name = ? and "
                            "table_namespace = ?", (CATALOG_NAME, NAMESPACE)).fetchall()
-    except sqlite3.OperationalError:  # the catalog is being created
-        rows = []
+    except sqlite3.OperationalError as err:
+        if "no such table" not in str(err):
+            raise  # (a catalog that cannot be read, locked past the timeout say, is not one with no tables)
+        rows = []  # the catalog is being created
     finally:
         con.close()
     return dict(rows)
@@ -166,8 +168,10 @@ def _shared_catalog_rows(uri: str) -> dict[str, str]:
             rows = con.execute(sqlalchemy.text(
                 "select table_name, metadata_location from iceberg_tables where catalog_name = :c and "
                 "table_namespace = :n"), {"c": CATALOG_NAME, "n": NAMESPACE}).fetchall()
-    except sqlalchemy.exc.ProgrammingError:  # the catalog is being created
-        rows = []
+    except sqlalchemy.exc.ProgrammingError as err:
+        if "iceberg_tables" not in str(err):
+            raise  # (only a catalog without its table yet is one with no tables)
+        rows = []  # the catalog is being created
     return {name: location for name, location in rows}
 
 
