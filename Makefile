@@ -33,11 +33,11 @@ postgres:
 test: setup browser postgres
 	$(BIN)/python -m pytest -q
 
-# the fast tier, for your own loop (the unit tests, about a minute on 2 cores): tests/conftest.py marks
-# `slow` every test that starts a server, a process or a browser, trains or compiles JAX, itself or
-# through its fixtures; `make test` runs them all
+# the fast tier, for your own loop (the unit tests, under a minute on 2 cores, in 2 pytest-xdist
+# workers): tests/conftest.py marks `slow` every test that starts a server, a process or a browser,
+# trains or compiles JAX, itself or through its fixtures; `make test` runs them all, one at a time
 test-fast: setup
-	$(BIN)/python -m pytest -q -x -m "not slow"
+	$(BIN)/python -m pytest -q -x -m "not slow" -n 2
 
 bench: setup
 	$(BIN)/python -m bench.ingest

@@ -2,14 +2,16 @@
 events, side by side with the floor (the same files read by pyarrow and every hash recomputed in a
 plain loop), in one command:
 
-    python -m bench.verify [--sizes 1000000 10000000] [--jobs N] [--keep DIR]
+    python -m bench.verify [--sizes 1000000 10000000] [--jobs N] [--keep DIR] [--cold] [--before DIR]
 
 Each measured command runs as its own process (`runledger ...`), so its wall time and peak RSS are
 what a user sees: the peak RSS of that process (GNU time), and that of all its processes together
 with their CPU seconds (psutil, sampled: verify's row-checking processes are in it). The ledger is one run, one worker chain: per 1,000
 steps, 1,000 `step` events sealed at once (`ledger.sealing.seal_many` through `ParquetSink`, the
 project's writer), then an `eval` and a `checkpoint`; the ledger's small files are compacted as the
-ledger does. `verify --since` is measured after 1% more events are written (new files).
+ledger does. `verify --since` is measured after 1% more events are written (new files), with and without
+`--assume-unchanged` (which does not hash again the files checked before). `--cold` drops the root
+from the page cache before each command.
 
 Goals (issue 23): verify >= 200k events/s, replay >= 500k events/s on 2 cores, peak RSS <= 1 GB.
 """
@@ -128,6 +130,19 @@ def measure(argv: list[str], cwd: Path | None = None) -> dict:
             "cpu_s": sum(cpu.values()), "out": stdout}
 
 
+def evict(root: Path) -> None:
+    """Drop the files under `root` from the page cache (their clean pages: what was written is synced
+    first), so that the next reader reads them from the disk."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -137,6 +152,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="build the roots here and keep them")
+    parser.add_argument("--cold", action="store_true",
+                        help="before each measured command, drop the root's files from the page cache "
+                             "(posix_fadvise DONTNEED), so that each reads them from the disk")
     parser.add_argument("--before", type=Path, default=None, metavar="DIR",
                         help="also run verify and replay from the checkout in DIR (e.g. `git archive` of an earlier "
                              "commit), in the same command: before and after under the same load")
@@ -155,25 +173,39 @@ def main() -> None:
             write_sealed_run(root, size)
             log.info("built %d events in %.0f s", size, time.monotonic() - started)
         record = base / f"verified-{size}.json"
+        cold = (lambda: evict(root)) if args.cold else (lambda: None)
+        cold()
         v = measure([*cli, "verify", "--root", str(root), "--format", "json", "--record", str(record), *jobs])
+        cold()
         r = measure([*cli, "replay", RUN_ID, "--root", str(root), "--format", "json"])
         before = []
-        if args.before:
-            before = [("verify, before", measure([*cli, "verify", "--root", str(root), "--format", "json", *jobs], args.before), 0),
-                      ("replay, before", measure([*cli, "replay", RUN_ID, "--root", str(root), "--format", "json"], args.before), 0)]
+        if args.before:  # (the same work: --record, which hashes every file's bytes too)
+            cold()
+            before.append(("verify, before", measure([*cli, "verify", "--root", str(root), "--format", "json", "--record",
+                                                      str(base / f"verified-before-{size}.json"), *jobs], args.before), 0))
+            cold()
+            before.append(("replay, before", measure([*cli, "replay", RUN_ID, "--root", str(root), "--format", "json"],
+                                                     args.before), 0))
+        cold()
         f = measure([sys.executable, "-c", f"from bench.verify import floor; print(floor({str(root)!r}))"])
         extra = size // 100
         write_sealed_run(root, extra, compact=False)
+        cold()  # (--record elsewhere: the record stays where it was for the next one)
+        q = measure([*cli, "verify", "--root", str(root), "--format", "json", "--since", str(record), "--assume-unchanged",
+                     "--record", str(base / f"verified-quick-{size}.json"), *jobs])
+        cold()
         s = measure([*cli, "verify", "--root", str(root), "--format", "json", "--since", str(record), *jobs])
         checked = json.loads(s["out"])["checked_events"]
+        assert json.loads(q["out"])["checked_events"] == checked
         rows.append((size, v, r, f, s, checked))
         events = json.loads(v["out"])["events"]  # (a root kept from an earlier run has its 1% more)
         for name, m, n in (("verify", v, events), ("replay", r, events), *((w, m, events) for w, m, _ in before),
-                           ("floor (pyarrow + loop hash)", f, events), ("verify --since (+1%)", s, checked)):
+                           ("floor (pyarrow + loop hash)", f, events), ("verify --since (+1%)", s, checked),
+                           ("  --assume-unchanged", q, checked)):
             print(f"{events:>10,} {name:<28} {m['wall_s']:8.2f} s {n / m['wall_s']:>12,.0f} ev/s "
                   f"{m['peak_mib']:8.0f} MiB {m['tree_peak_mib']:8.0f} MiB all {m['cpu_s']:8.2f} cpu-s")
         print(f"{'':>10} verify / floor wall: {v['wall_s'] / f['wall_s']:.2f}x; since / full: {s['wall_s'] / v['wall_s']:.3f}x; "
-              f"{load()}")
+              f"assuming unchanged: {q['wall_s'] / v['wall_s']:.3f}x; {load()}")
     if args.keep is None:
         shutil.rmtree(base, ignore_errors=True)
 

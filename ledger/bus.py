@@ -63,6 +63,23 @@ async def connect(url: str = DEFAULT_URL, name: str = "runledger", **kw) -> nats
     return await nats.connect(servers, **opts)
 
 
+async def listening(url: str, timeout: float = 1.0) -> bool:
+    """Whether any server `url` lists accepts a TCP connection: nats-py's first connect tries a server
+    that refuses again and again until its caller's timeout, so a caller that must answer soon asks this
+    first."""
+    from urllib.parse import urlsplit
+
+    for u in (u.strip() for u in url.split(",") if u.strip()):
+        parts = urlsplit(u if "://" in u else f"nats://{u}")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port or 4222), timeout)
+        except (OSError, asyncio.TimeoutError, ValueError):
+            continue
+        writer.close()
+        return True
+    return False
+
+
 async def _report_error(err: Exception) -> None:
     """What the server refuses (a permissions violation, say) is reported, never silently dropped."""
     text = str(err)

@@ -17,12 +17,21 @@ a row at a time, which it does for everything else (tests/test_verify_stream.py 
 
 A chain may start at a known point (`verify --since`: the head verified before), and may be asked for
 the hash it holds at given seqs (`watch`: the recorded heads, the head verified before).
+
+Summaries, so that verify reads each byte once: the process that checks a part of a file also
+summarises its link columns (`Summariser`): the part's rows as segments (one chain's consecutive seqs,
+each row linked to the one before it, which it checks there), and the hashes at the watched seqs.
+`ChainWalk.take_sorted` then links a chain from all its segments, sorted, as the walk would have from
+the rows. A part whose rows make too many segments (chains interleaved row by row) hands back none,
+and its run is walked from its rows instead, so a part's summary holds at most SEGMENTS_FLOOR
+segments and one more per SEGMENT_ROWS rows.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +43,7 @@ PENDING_MAX = 1 << 18  # events of one chain waiting for an earlier seq before i
 RUN_MIN_ROWS = 16  # a batch smaller than this is walked a row at a time (taking runs whole costs a few calls)
 
 Key = tuple[str, str, int]  # (run_id, producer, attempt)
+LINK = ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")  # the columns a walk reads
 
 
 @dataclass
@@ -53,6 +63,7 @@ class ChainWalk:
     copies: dict[tuple[Key, int], int] = field(default_factory=dict)  # (chain, seq) -> times stored, if > 1
     broken: list[tuple[Key, int, str]] = field(default_factory=list)  # (chain, seq, problem)
     pending_max: int = PENDING_MAX
+    _seen_at: dict[tuple[Key, int], int] = field(default_factory=dict)  # watched (chain, seq) -> stream_seq of the hash kept
 
     def start(self, key: Key, seq: int, hash_: str) -> None:
         """Let `key` start after `seq` (whose hash is `hash_`): events from seq + 1 must continue it."""
@@ -63,8 +74,11 @@ class ChainWalk:
         self.chains.setdefault(key, Chain()).watch.setdefault(seq, None)
 
     def take(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Walk stored rows; rows with an empty link cell are left out (rowcheck names them)."""
-        cols = [batch.column(c) for c in ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")]
+        """Walk stored rows; rows with an empty link cell, or of a file without a link column, are left
+        out (rowcheck names them)."""
+        if not set(LINK) <= set(batch.schema.names):
+            return
+        cols = [batch.column(c) for c in LINK]
         if any(c.null_count for c in cols):
             mask = cols[0].is_valid()
             for c in cols[1:]:
@@ -166,14 +180,59 @@ class ChainWalk:
         """Declare the seqs before the first waiting event missing, and go on from it."""
         seq = min(chain.pending)
         prev, hash_, eid = chain.pending.pop(seq)
+        self._declare_gap(key, chain, seq, eid)
+        chain.next_seq, chain.last_hash = seq + 1, hash_
+        self._advance(key, chain)
+
+    def _declare_gap(self, key: Key, chain: Chain, seq: int, eid: str) -> None:
+        """The seqs from the chain's next one to `seq` - 1 are missing (`eid`: the event at `seq`)."""
         run, producer, attempt = key
         first, last = (make_event_id(run, producer, attempt, s) for s in (chain.next_seq, seq - 1))
         missing = first if first == last else f"{first} .. {last}"
         self.broken.append((key, chain.next_seq, f"{missing} missing: seq {chain.next_seq}..{seq - 1} of "
                                                  f"{run}:{producer}:{attempt} (gap before {eid})"))
         chain.gaps.append((chain.next_seq, seq - 1))
-        chain.next_seq, chain.last_hash = seq + 1, hash_
-        self._advance(key, chain)
+
+    def take_sorted(self, key: Key, segments: list[Segment]) -> None:
+        """Take every stored event of chain `key` at once, summarised as segments (a `Summary`'s, of all
+        the parts that hold the chain), sorted by (first, stream_seq): gaps and the links between
+        segments, as the walk finds them from the rows (the links inside a segment were checked by the
+        summariser). An event stored again inside what is taken is counted as a copy; a segment that
+        both repeats events and goes on past them, or a chain the walk holds events of out of turn,
+        is left to the exact check (`recheck`)."""
+        chain = self.chains.get(key)
+        if chain is None:
+            chain = self.chains[key] = Chain()
+        if chain.pending:
+            chain.recheck = True
+        for seg in segments:
+            if seg.first < chain.next_seq:
+                if seg.last >= chain.next_seq:  # which copy the rows after it link to is not known here
+                    chain.recheck = True
+                    chain.next_seq, chain.last_hash = seg.last + 1, seg.last_hash
+                else:
+                    for seq in range(seg.first, seg.last + 1):
+                        self.copies[(key, seq)] = self.copies.get((key, seq), 1) + 1
+            else:
+                if seg.first > chain.next_seq:
+                    self._declare_gap(key, chain, seg.first, seg.first_eid)
+                elif seg.first_prev != chain.last_hash:
+                    self.broken.append((key, seg.first, f"{seg.first_eid}: prev_hash does not match the hash of seq "
+                                                         f"{seg.first - 1} (chain broken)"))
+                self.broken += [(key, seq, problem) for seq, problem in seg.broken]
+                chain.next_seq, chain.last_hash = seg.last + 1, seg.last_hash
+            chain.max_seq = max(chain.max_seq, seg.last)
+
+    def take_seen(self, summary: Summary) -> None:
+        """The hashes a part's summary saw at the watched seqs (of several copies, the one stored first:
+        the least stream_seq)."""
+        for (key, seq), (stream_seq, hash_) in summary.seen.items():
+            chain = self.chains.get(key)
+            if chain is None or seq not in chain.watch:
+                continue
+            kept = self._seen_at.get((key, seq))
+            if (kept is None and chain.watch[seq] is None) or (kept is not None and stream_seq < kept):
+                chain.watch[seq], self._seen_at[(key, seq)] = hash_, stream_seq
 
     def finish(self) -> None:
         """No more rows: what still waits lies after a gap."""
@@ -192,6 +251,118 @@ class ChainWalk:
                   if key not in recheck]
         broken = [p for key, _, p in sorted(self.broken, key=lambda b: (b[0], b[1])) if key not in recheck]
         return copies + broken
+
+
+class Segment(NamedTuple):
+    """Rows of one chain with consecutive seqs, in file order; each linked to the row before it, or named
+    in `broken`."""
+
+    producer: str
+    attempt: int
+    first: int
+    last: int
+    first_prev: str  # the prev_hash of seq `first`
+    last_hash: str  # the hash of seq `last`
+    first_eid: str
+    stream_seq: int  # of seq `first`: which of two copies was stored first
+    broken: list[tuple[int, str]]  # (seq, problem) of each row inside it that does not link to the row before it
+
+
+@dataclass
+class Summary:
+    """The link columns of a part of one run's events file, as `ChainWalk.take_sorted` and `take_seen`
+    take them. `segments` is None if they were too many to be worth handing on (see `Summariser`)."""
+
+    run_id: str
+    segments: list[Segment] | None = field(default_factory=list)
+    seen: dict[tuple[Key, int], tuple[int, str]] = field(default_factory=dict)  # watched (chain, seq) -> (stream_seq, hash)
+
+
+SEGMENTS_FLOOR = 65_536  # segments a part may hand on whatever its size (an eval every 1,000 steps: 10k in 10M events)
+SEGMENT_ROWS = 32  # and one more for every this many rows (memory: ~0.5 KB a segment)
+
+
+class Summariser:
+    """Summarise a part's rows (batches of at least `rowcheck.LINK` and stream_seq, in file order) for
+    run `run_id`: rows of another run, or with an empty link cell, are left out (the row checks name
+    them). `watch`: (producer, attempt) -> the seqs whose hashes are wanted."""
+
+    def __init__(self, run_id: str, watch: dict[tuple[str, int], set[int]] | None = None):
+        self.summary = Summary(run_id)
+        self.watch = watch or {}
+        self.rows = 0
+
+    def take(self, batch: pa.RecordBatch) -> None:
+        segments = self.summary.segments
+        if segments is None:
+            return
+        self.rows += batch.num_rows
+        names = batch.schema.names
+        if not set(LINK) <= set(names):
+            self.summary.segments = None  # (a column dropped: the row checks name every row)
+            return
+        cols = [batch.column(c) for c in LINK]
+        if not (pa.types.is_integer(cols[3].type) and pa.types.is_integer(cols[2].type)
+                and all(pa.types.is_string(c.type) for i, c in enumerate(cols) if i not in (2, 3))):
+            self.summary.segments = None  # (the walk takes such rows one by one)
+            return
+        stream_seq = batch.column("stream_seq") if "stream_seq" in names else None
+        if stream_seq is None or not pa.types.is_integer(stream_seq.type):
+            stream_seq = pa.nulls(batch.num_rows, pa.int64())
+        mask = pc.fill_null(pc.equal(cols[0], self.summary.run_id), False)
+        for c in cols[1:]:
+            if c.null_count:
+                mask = pc.and_(mask, c.is_valid())
+        if not pc.all(mask).as_py():
+            cols, stream_seq = [c.filter(mask) for c in cols], stream_seq.filter(mask)
+        n = len(cols[0])
+        if n == 0:
+            return
+        _, producer, attempt, seq, prev, hashes, eids = cols
+        seqs = seq.to_numpy()
+        breaks = np.diff(seqs) != 1
+        breaks |= pc.not_equal(producer.slice(1), producer.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        breaks |= pc.not_equal(attempt.slice(1), attempt.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        starts = np.concatenate(([0], np.flatnonzero(breaks) + 1))
+        ends = np.concatenate((starts[1:], [n])) - 1
+        links_ok = pc.equal(prev.slice(1), hashes.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        broken: dict[int, list[tuple[int, str]]] = {}  # segment -> its rows that do not link to the row before
+        for r in (np.flatnonzero(~links_ok & ~breaks) + 1).tolist():
+            s = int(seqs[r])
+            broken.setdefault(int(np.searchsorted(starts, r, side="right")) - 1, []).append(
+                (s, f"{eids[r].as_py()}: prev_hash does not match the hash of seq {s - 1} (chain broken)"))
+        firsts = pa.array(starts)
+        new = zip(producer.take(firsts).to_pylist(), attempt.take(firsts).to_pylist(), seqs[starts].tolist(),
+                  seqs[ends].tolist(), prev.take(firsts).to_pylist(), hashes.take(pa.array(ends)).to_pylist(),
+                  eids.take(firsts).to_pylist(), pc.fill_null(stream_seq.take(firsts), -1).to_pylist())
+        for i, seg in enumerate(new):
+            seg = Segment(*seg, broken.get(i, []))
+            tail = segments[-1] if segments else None
+            if tail is not None and (tail.producer, tail.attempt) == (seg.producer, seg.attempt) and seg.first == tail.last + 1:
+                if seg.first_prev != tail.last_hash:
+                    tail.broken.append((seg.first, f"{seg.first_eid}: prev_hash does not match the hash of seq "
+                                                   f"{seg.first - 1} (chain broken)"))
+                tail.broken.extend(seg.broken)
+                segments[-1] = tail._replace(last=seg.last, last_hash=seg.last_hash)
+            else:
+                segments.append(seg)
+        if self.watch:
+            self._see(producer, attempt, seqs, hashes, stream_seq)
+        if len(segments) > SEGMENTS_FLOOR + self.rows // SEGMENT_ROWS:
+            self.summary.segments = None  # chains interleaved row by row: the walk reads this part's rows itself
+
+    def _see(self, producer: pa.Array, attempt: pa.Array, seqs: np.ndarray, hashes: pa.Array, stream_seq: pa.Array) -> None:
+        """Keep the hashes at the watched seqs (the least stream_seq's, if stored more than once)."""
+        wanted = np.isin(seqs, np.fromiter({s for w in self.watch.values() for s in w}, np.int64))
+        for r in np.flatnonzero(wanted).tolist():
+            chain = (producer[r].as_py(), attempt[r].as_py())
+            seq = int(seqs[r])
+            if seq not in self.watch.get(chain, ()):
+                continue
+            at = (self.summary.run_id, *chain), seq
+            here = (stream_seq[r].as_py() if stream_seq[r].is_valid else -1, hashes[r].as_py())
+            if at not in self.summary.seen or here[0] < self.summary.seen[at][0]:
+                self.summary.seen[at] = here
 
 
 def _runs(cols: list[pa.Array]) -> tuple[list[int], np.ndarray, np.ndarray] | None:

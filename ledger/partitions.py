@@ -702,6 +702,8 @@ async def figures(root: str | Path, nats_url: str | None, timeout: float = 5.0) 
     live = False
     if nats_url:
         try:
+            if not await bus.listening(nats_url):
+                raise ConnectionRefusedError("no server listens there")
             nc = await asyncio.wait_for(bus.connect(nats_url, name="runledger-status", max_reconnect_attempts=0,
                                                     allow_reconnect=False), timeout)
         except Exception as err:

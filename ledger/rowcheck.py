@@ -34,9 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ledger import store
+from ledger import chainwalk, store
 from ledger.canonical import canonical_json, event_hash, fast_canonical_texts, orjson_text_is_canonical
-from ledger.columns import wide_columns
 from ledger.events import InvalidEvent, make_event_id
 from ledger.validation import check_payload, payloads_valid
 
@@ -46,7 +45,7 @@ from ledger.validation import check_payload, payloads_valid
 BATCH_ROWS = 4_096
 DIGEST_ROWS = 65_536  # values of one column hashed at once for the file's digest
 
-LINK = ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")  # what the chain walk reads
+LINK = chainwalk.LINK
 REQUIRED = (*LINK, "kind", "time", "schema_version", "payload")
 
 
@@ -59,13 +58,19 @@ class PartChecked:
     rows: int = 0
     problems: list[str] = field(default_factory=list)
     file_sha256: str | None = None  # of the file's bytes, when asked (for `verify --since`)
+    links: chainwalk.Summary | None = None  # its link columns summarised for the chain walk
 
 
 def check_part(path: str, kind: str, run_id: str, row_groups: list[int], whole_file: bool,
-               batch_rows: int = BATCH_ROWS, hash_bytes: bool = False) -> PartChecked:
+               batch_rows: int = BATCH_ROWS, hash_bytes: bool = False,
+               watch: dict[tuple[str, int], set[int]] | None = None) -> PartChecked:
     """Check the rows of `row_groups` of one events file; with `whole_file`, the file's digest too
-    (and, with `hash_bytes`, the SHA-256 of its bytes). Never raises for a bad file: says so."""
+    (and, with `hash_bytes`, the SHA-256 of its bytes). Never raises for a bad file: says so. The rows'
+    links are summarised on the way (`chainwalk.Summariser`; `watch`: the seqs whose hashes are wanted),
+    so that the chain walk need not read the part again."""
     out = PartChecked(path, row_groups[0] if row_groups else 0)
+    links = chainwalk.Summariser(run_id, watch)
+    out.links = links.summary
     where = f"{Path(path).relative_to(Path(path).parents[2])}"
     try:
         pf = pq.ParquetFile(path)
@@ -80,9 +85,11 @@ def check_part(path: str, kind: str, run_id: str, row_groups: list[int], whole_f
         for batch in pf.iter_batches(batch_size=batch_rows, row_groups=row_groups, use_threads=False):
             if not batch_ok(batch, kind, run_id):
                 out.problems += row_problems(batch.to_pylist(), kind, run_id, where)
+            links.take(batch)
             out.rows += batch.num_rows
-    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, truncated
-        out.problems.append(f"{path}: cannot be read ({str(err).splitlines()[0][:200]})")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, pa.ArrowException) as err:  # (ArrowInvalid is a
+        # ValueError: not Parquet, truncated; the others: a file of a shape no writer of ours makes)
+        out.problems.append(f"{path}: cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''})")
     return out
 
 
@@ -98,7 +105,7 @@ def digest_ok(pf: pq.ParquetFile, batch_rows: int = DIGEST_ROWS) -> bool:
     """`ledger.store.digest_ok`, reading one column at a time in batches: the same bytes are hashed in
     the same order (every event_id, then each of stream_seq, ts, ingested_at)."""
     recorded = (pf.schema_arrow.metadata or {}).get(store.DIGEST_KEY)
-    if recorded is None:
+    if recorded is None or not {"event_id", "stream_seq", "ts", "ingested_at"} <= set(pf.schema_arrow.names):
         return False
     h = hashlib.sha256()
     newline = b""  # "\n".join over the whole column: a newline before every batch but the first
@@ -275,7 +282,7 @@ def _ts_ok(ts: pa.Array, time: pa.Array) -> bool:
 
 def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) -> bool:
     """The typed payload columns are exactly what the ledger's writer makes of these payloads."""
-    expected = typed_arrays(kind, payloads)
+    expected = store.typed_arrays(kind, payloads)
     columns = store.payload_columns(kind)
     for name, ck in columns.items():
         if ck == "wide":
@@ -289,29 +296,6 @@ def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) ->
         if not batch.column(name).equals(want):
             return False
     return True
-
-
-def typed_arrays(kind: str, payloads: list[dict]) -> dict[str, pa.Array]:
-    """The typed payload columns `ledger.store.events_table` writes for these payloads, made as it
-    makes them (without the envelope columns it also makes; tests/test_verify_stream.py holds the two
-    alike for every kind)."""
-    out: dict[str, pa.Array] = {}
-    struct = store._TYPED_STRUCT[kind]
-    defaults = store._DEFAULTS[kind]
-    if struct.num_fields:
-        typed = pa.array(payloads, struct)
-        for i, f in enumerate(struct):
-            column = typed.field(i)  # a field absent from a payload is null: its default, if it has one
-            if defaults[f.name] is not None and column.null_count:
-                column = pc.fill_null(column, pa.scalar(defaults[f.name], f.type))
-            out[f.name] = column
-    for name, ck in store.payload_columns(kind).items():
-        if ck == "json":
-            d = defaults[name]
-            out[name] = pa.array([None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads], pa.string())
-        elif ck == "wide":
-            out.update({column: pa.array(values, pa.float64()) for column, values in wide_columns(name, payloads).items()})
-    return out
 
 
 # --------------------------------------------------------------------------------------------

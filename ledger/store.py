@@ -129,6 +129,29 @@ _TYPED_STRUCT = {  # a kind's payload fields that are not JSON text, converted b
 }
 
 
+def typed_arrays(kind: str, payloads: list[dict]) -> dict[str, pa.Array]:
+    """The typed payload columns of (validated) payloads, as written: a field absent from a payload is
+    its default; JSON fields are canonical text; a StoredWide field is a DOUBLE column per name, null
+    where a payload has no such name. `ledger.rowcheck` compares stored columns with these."""
+    out: dict[str, pa.Array] = {}
+    struct = _TYPED_STRUCT[kind]
+    defaults = _DEFAULTS[kind]
+    if struct.num_fields:
+        typed = pa.array(payloads, struct)  # pyarrow converts the dicts' fields itself (fast)
+        for i, f in enumerate(struct):
+            column = typed.field(i)  # a field absent from a payload is null: its default, if it has one
+            if defaults[f.name] is not None and column.null_count:
+                column = pc.fill_null(column, pa.scalar(defaults[f.name], f.type))
+            out[f.name] = column
+    for name, ck in _COLUMNS[kind].items():
+        if ck == "json":
+            d = defaults[name]
+            out[name] = pa.array([None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads], pa.string())
+        elif ck == "wide":
+            out.update({column: pa.array(values, pa.float64()) for column, values in wide_columns(name, payloads).items()})
+    return out
+
+
 def events_table(kind: str, rows: list[StoredEvent] | Rows, ingested_at: datetime) -> pa.Table:
     if not isinstance(rows, Rows):
         rows = Rows.of(rows)
@@ -139,26 +162,11 @@ def events_table(kind: str, rows: list[StoredEvent] | Rows, ingested_at: datetim
     data["payload"] = pa.array(rows.payload_texts, pa.string())
     data["stream_seq"] = pa.array(rows.stream_seqs, pa.int64())
     data["ingested_at"] = pa.repeat(pa.scalar(ingested_at, TIMESTAMP), len(envs))
-    payloads = [e["payload"] for e in envs]
-    struct = _TYPED_STRUCT[kind]
-    if struct.num_fields:
-        typed = pa.array(payloads, struct)
-        defaults = _DEFAULTS[kind]
-        for i, f in enumerate(struct):
-            column = typed.field(i)  # a field absent from a payload is null: its default, if it has one
-            if defaults[f.name] is not None and column.null_count:
-                column = pc.fill_null(column, pa.scalar(defaults[f.name], f.type))
-            data[f.name] = column
-    for name, ck in _COLUMNS[kind].items():
-        if ck == "json":
-            d = _DEFAULTS[kind][name]
-            data[name] = pa.array([None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads], pa.string())
+    data.update(typed_arrays(kind, [e["payload"] for e in envs]))
     schema = arrow_schema(kind)
-    for name, ck in _COLUMNS[kind].items():
-        if ck == "wide":
-            for column, values in wide_columns(name, payloads).items():
-                data[column] = pa.array(values, pa.float64())
-                schema = schema.append(pa.field(column, pa.float64()))
+    known = set(schema.names)
+    for column in [c for c in data if c not in known]:  # a StoredWide field's columns, in the order made
+        schema = schema.append(pa.field(column, pa.float64()))
     return pa.table([data[f.name] for f in schema], schema=schema)
 
 

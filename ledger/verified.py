@@ -23,6 +23,8 @@ VERSION = 1
 class FileChecked:
     sha256: str
     rows: int
+    size: int | None = None  # bytes and mtime when checked: `verify --since F --assume-unchanged` reads a
+    mtime_ns: int | None = None  # file again only if either differs (records before these: always)
 
 
 @dataclass
@@ -33,13 +35,16 @@ class Record:
     chains: dict[Key, tuple[int, str]] = field(default_factory=dict)  # chain -> (last seq, its hash)
 
     @classmethod
-    def of(cls, root: Path, events: int, files: dict[Path, tuple[str, int]], chains: dict[Key, tuple[int, str]]) -> "Record":
+    def of(cls, root: Path, events: int, files: dict[Path, tuple[str, int, int, int]],
+           chains: dict[Key, tuple[int, str]]) -> "Record":
+        """`files`: path -> (sha256, rows, size, mtime_ns)."""
         now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
         return cls(now, events, {name_of(root, f): FileChecked(*v) for f, v in sorted(files.items())}, dict(chains))
 
     def to_json(self) -> dict:
         return {"version": VERSION, "written_at": self.written_at, "events": self.events,
-                "files": [{"name": n, "sha256": f.sha256, "rows": f.rows} for n, f in sorted(self.files.items())],
+                "files": [{"name": n, "sha256": f.sha256, "rows": f.rows, "size": f.size, "mtime_ns": f.mtime_ns}
+                          for n, f in sorted(self.files.items())],
                 "chains": [{"run_id": r, "producer": p, "attempt": a, "seq": s, "hash": h}
                            for (r, p, a), (s, h) in sorted(self.chains.items())]}
 
@@ -48,7 +53,7 @@ class Record:
         if doc.get("version") != VERSION:
             raise ValueError(f"a verify record of version {doc.get('version')!r}, not {VERSION}")
         return cls(doc["written_at"], int(doc["events"]),
-                   {f["name"]: FileChecked(f["sha256"], int(f["rows"])) for f in doc["files"]},
+                   {f["name"]: FileChecked(f["sha256"], int(f["rows"]), f.get("size"), f.get("mtime_ns")) for f in doc["files"]},
                    {(c["run_id"], c["producer"], int(c["attempt"])): (int(c["seq"]), c["hash"]) for c in doc["chains"]})
 
 

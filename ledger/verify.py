@@ -15,10 +15,13 @@ Truncation: every chain must reach the head the ledger recorded for it (`ledger.
 whose tail was removed, a chain removed whole, or a run's folder deleted is a problem too.
 
 Streaming: the rows are checked a batch at a time, in parts of files (row groups) spread over
-processes (`jobs`, forked from a server that imported the checks once; the largest files first); the
-chains are walked in stream order from the link columns meanwhile. Memory is a few batches per
-process, whatever the size of the ledger. Each process reads its own files (nothing but file names
-and findings pass between them) with Arrow's threads off: the processes are the parallelism.
+processes (`jobs`, forked from a server that imported the checks once; the largest files first). Each
+process reads its own files with Arrow's threads off (the processes are the parallelism) and hands back
+its findings and a summary of the part's link columns (`chainwalk.Summary`: runs of one chain's
+consecutive seqs, linked inside), from which each run's chains are linked once all its parts are in,
+so every byte is read once. A run whose chains are interleaved row by row (too many segments to hand
+on) is walked from its files in stream order instead. Memory is a few batches per process, and the
+segments of the runs in progress, whatever the number of events.
 
 Incremental (`since`, `ledger.verified`): a verify that passed can record what it checked (each
 file's SHA-256 and rows, each chain's last seq and hash); the next one checks only the files added
@@ -33,8 +36,8 @@ differ are left and reported.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import queue
 import re
 import threading
 from collections import Counter
@@ -45,7 +48,7 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 
-from ledger import chainwalk, heads, locks, paths, rowcheck, store, streams, verified
+from ledger import chainwalk, heads, locks, paths, rowcheck, store, streams, verified, workers
 from ledger.events import KINDS, make_event_id
 
 MAX_LISTED = 50
@@ -109,7 +112,8 @@ def _files_now(root: Path) -> list[tuple[str, int]] | None:
 
 
 def verify(root: str | Path, since: verified.Record | None = None, jobs: int | None = None,
-           progress: Progress | None = None, record: bool = False, snapshot: int | None = None) -> Report:
+           progress: Progress | None = None, record: bool = False, snapshot: int | None = None,
+           assume_unchanged: bool = False) -> Report:
     """Check a root (see the module docstring); with `since`, only what was added after that record.
     With `record`, a report that passes carries what a later `since` starts from (`report.record`;
     every file checked is hashed too). `jobs`: processes checking rows (default: the cores usable).
@@ -117,17 +121,19 @@ def verify(root: str | Path, since: verified.Record | None = None, jobs: int | N
     again (VERIFY_TRIES), so a file compacted away is never reported as a chain cut short.
     `snapshot`: check ledger snapshot N (see `ledger.paths.Cut`; raises paths.SnapshotGone if it
     expired), not the current one; its chains cannot be held to the heads recorded since, so the
-    heads are not checked then."""
+    heads are not checked then. `assume_unchanged` (with `since`): a file checked before whose size and
+    mtime are as recorded is not read again (its bytes are not hashed): a check that costs only what is
+    new, which an edit that keeps a file's size and restores its mtime gets past."""
     root = Path(root)
     jobs = jobs or len(os.sched_getaffinity(0))
     report = Report()
     if snapshot is not None:
         if not paths.is_tables(root):
             raise paths.SnapshotGone(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
-        return _verify_once(root, since, jobs, progress, record, paths.cut(root, snapshot))
+        return _verify_once(root, since, jobs, progress, record, paths.cut(root, snapshot), assume_unchanged)
     for _ in range(VERIFY_TRIES):
         before = _files_now(root)
-        report = _verify_once(root, since, jobs, progress, record)
+        report = _verify_once(root, since, jobs, progress, record, assume_unchanged=assume_unchanged)
         if before is not None and before == _files_now(root):
             break
     return report
@@ -154,15 +160,19 @@ def _kind_of(path: Path) -> str:
 
 
 def _plan(root: Path, files: list[Path], since: verified.Record | None, recorded: dict, jobs: int,
-          report: Report) -> _Plan:
+          report: Report, assume_unchanged: bool = False) -> _Plan:
     runs = {_run_of(f) for f in files}
     if since is None:
         return _Plan(files, files, runs)
     plan = _Plan(files, [], set())
     before = {name: f for name, f in since.files.items()}
     now = {verified.name_of(root, f): f for f in files}
+    kept = [n for n in before if n in now]
+    sums = {n: before[n].sha256 for n in kept if assume_unchanged and before[n].size is not None
+            and (before[n].size, before[n].mtime_ns) == _size_and_mtime(now[n])}
+    again = [n for n in kept if n not in sums]
     with ThreadPoolExecutor(jobs) as pool:  # hashlib lets go of the GIL: the old files are hashed in parallel
-        sums = dict(zip([n for n in before if n in now], pool.map(rowcheck.file_sha256, [now[n] for n in before if n in now])))
+        sums.update(zip(again, pool.map(rowcheck.file_sha256, [now[n] for n in again])))
     for name, old in before.items():
         run = name.split("/")[2].removeprefix("run_id=") if name.count("/") >= 3 else None
         if name not in now:
@@ -202,6 +212,14 @@ def _parts(path: Path) -> list[list[int]]:
     return parts
 
 
+def _size_and_mtime(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 def _file_size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -217,7 +235,7 @@ def _file_rows(path: Path) -> int:
 
 
 def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress: Progress | None, record: bool,
-                 at: paths.Cut | None = None) -> Report:
+                 at: paths.Cut | None = None, assume_unchanged: bool = False) -> Report:
     report = Report(since=since.written_at if since else None)
     for path in store.stray_files(root):  # the views read exactly the files verify reads (paths.event_files)
         report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
@@ -230,7 +248,7 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
         else:
             files.append(path)
     recorded, unreadable = heads.read_all(root) if heads.recorded(root) else ({}, [])
-    plan = _plan(root, files, since, recorded, jobs, report)
+    plan = _plan(root, files, since, recorded, jobs, report, assume_unchanged)
     units = [(str(f), _kind_of(f), _run_of(f), groups, i == 0) for f in plan.to_check for i, groups in enumerate(_parts(f))]
     total = 2 * sum(_file_rows(f) for f in plan.to_check)
     done = [0]
@@ -240,36 +258,46 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
         if progress is not None:
             progress(done[0], total)
 
-    parallel = jobs > 1 and total // 2 >= PARALLEL_MIN_ROWS
-    if parallel:
+    walk = _start_walk(plan, since, recorded)
+    watched = _watched(walk)
+    linking = _Linking(plan, walk, [u[2] for u in units], advance)
+    parts: list[rowcheck.PartChecked | None] = [None] * len(units)
+    if jobs > 1 and total // 2 >= PARALLEL_MIN_ROWS:
         # the largest files first, so that no process is left with a large one at the end; the parts
-        # are submitted from a thread, as starting the processes waits for them, and the walk need not
+        # are submitted from a thread, as starting the processes waits for them, and taking the
+        # results need not
         largest_first = sorted(range(len(units)), key=lambda k: -_file_size(units[k][0]))
-        futures: dict[int, Future] = {}
-        with ProcessPoolExecutor(jobs, mp_context=_workers()) as pool:
-            failed: list[BaseException] = []
+        finished: queue.SimpleQueue = queue.SimpleQueue()  # k of each part checked, or the error that stopped submitting
+        with ProcessPoolExecutor(jobs, mp_context=workers.context()) as pool:
+            futures: dict[int, Future] = {}
 
             def submit() -> None:
                 try:
                     for k in largest_first:
-                        futures[k] = pool.submit(rowcheck.check_part, *units[k], hash_bytes=record)
-                        futures[k].add_done_callback(lambda f: advance(f.result().rows) if not f.exception() else None)
+                        futures[k] = pool.submit(rowcheck.check_part, *units[k], hash_bytes=record,
+                                                 watch=watched.get(units[k][2]))
+                        futures[k].add_done_callback(lambda _, k=k: finished.put(k))
                 except BaseException as err:  # (raised again below, in this thread)
-                    failed.append(err)
+                    finished.put(err)
 
             submitting = threading.Thread(target=submit, name="verify-submit")
             submitting.start()
-            walk = _walk(root, plan, since, recorded, advance)
-            submitting.join()
-            if failed:
-                raise failed[0]
-            parts = [futures[k].result() for k in range(len(units))]
+            try:
+                for _ in units:
+                    k = finished.get()
+                    if isinstance(k, BaseException):
+                        raise k
+                    parts[k] = futures[k].result()
+                    advance(parts[k].rows)
+                    linking.add(k, parts[k])
+            finally:
+                submitting.join()
     else:
-        walk = _walk(root, plan, since, recorded, advance)
-        parts = []
-        for u in units:
-            parts.append(rowcheck.check_part(*u, hash_bytes=record))
-            advance(parts[-1].rows)
+        for k, u in enumerate(units):
+            parts[k] = rowcheck.check_part(*u, hash_bytes=record, watch=watched.get(u[2]))
+            advance(parts[k].rows)
+            linking.add(k, parts[k])
+    walk.finish()
     for part in parts:
         report.problems += part.problems
     report.problems += walk.problems()
@@ -291,23 +319,16 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
         rows = {f: (since.files[verified.name_of(root, f)].rows if f in plan.sha256 else 0) for f in files}
         for p in parts:
             rows[Path(p.path)] += p.rows
-        report.record = verified.Record.of(root, report.events, {f: (sha256[f], rows[f]) for f in files},
+        report.record = verified.Record.of(root, report.events, {f: (sha256[f], rows[f], *(_size_and_mtime(f) or (None, None)))
+                                                                 for f in files},
                                            {key: (c.next_seq - 1, c.last_hash) for key, c in walk.chains.items()
                                             if c.max_seq >= 0})
     return report
 
 
-def _workers() -> multiprocessing.context.BaseContext:
-    """How the row-checking processes start: forked from a server that has imported `ledger.rowcheck`
-    once (a process of its own, so no thread of this one is forked), not each importing it anew."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["ledger.rowcheck"])
-    return ctx
-
-
-def _walk(root: Path, plan: _Plan, since: verified.Record | None, recorded: dict, advance: Callable[[int], None]
-          ) -> chainwalk.ChainWalk:
-    """Walk every chain: runs walked whole from seq 0, the others (`since`) from the point verified on."""
+def _start_walk(plan: _Plan, since: verified.Record | None, recorded: dict) -> chainwalk.ChainWalk:
+    """The walk before any row: the chains checked before (`since`) start at the point verified, or,
+    in a run walked whole again, are watched there; the recorded heads are watched."""
     walk = chainwalk.ChainWalk()
     for key, (seq, hash_) in (since.chains.items() if since else ()):
         if key[0] in plan.whole_runs:
@@ -317,15 +338,54 @@ def _walk(root: Path, plan: _Plan, since: verified.Record | None, recorded: dict
     for run_id, chains in recorded.items():
         for (producer, attempt), (seq, _) in chains.items():
             walk.watch((run_id, producer, attempt), seq)
-    by_run: dict[str, list[Path]] = {}
-    for f in plan.to_check:
-        by_run.setdefault(_run_of(f), []).append(f)
-    for run_id, files in sorted(by_run.items()):
-        for batch in streams.in_stream_order(files, [*rowcheck.LINK, "stream_seq"]):
-            walk.take(batch)
-            advance(batch.num_rows)
-    walk.finish()
     return walk
+
+
+def _watched(walk: chainwalk.ChainWalk) -> dict[str, dict[tuple[str, int], set[int]]]:
+    """run -> (producer, attempt) -> the seqs whose hashes the walk is asked for (for the summarisers)."""
+    out: dict[str, dict[tuple[str, int], set[int]]] = {}
+    for (run_id, producer, attempt), chain in walk.chains.items():
+        if chain.watch:
+            out.setdefault(run_id, {})[(producer, attempt)] = set(chain.watch)
+    return out
+
+
+class _Linking:
+    """Links each run's chains once every part of it is checked: from the parts' summaries of their
+    link columns (`chainwalk.Summary`), so that nothing is read twice; or, if a part could not
+    summarise its rows (chains interleaved row by row), by walking the run's files in stream order."""
+
+    def __init__(self, plan: _Plan, walk: chainwalk.ChainWalk, run_of_part: list[str], advance: Callable[[int], None]):
+        self.walk, self.run_of_part, self.advance = walk, run_of_part, advance
+        self.left = Counter(run_of_part)
+        self.parts: dict[str, list[rowcheck.PartChecked]] = {}
+        self.files: dict[str, list[Path]] = {}
+        for f in plan.to_check:
+            self.files.setdefault(_run_of(f), []).append(f)
+
+    def add(self, k: int, part: rowcheck.PartChecked) -> None:
+        run_id = self.run_of_part[k]
+        self.parts.setdefault(run_id, []).append(part)
+        self.left[run_id] -= 1
+        if self.left[run_id] == 0:
+            self._link(run_id, self.parts.pop(run_id))
+
+    def _link(self, run_id: str, parts: list[rowcheck.PartChecked]) -> None:
+        summaries = [p.links for p in parts]
+        if any(s is None or s.segments is None for s in summaries):
+            for batch in streams.in_stream_order(self.files[run_id], [*rowcheck.LINK, "stream_seq"]):
+                self.walk.take(batch)
+                self.advance(batch.num_rows)
+            return
+        by_chain: dict[chainwalk.Key, list[chainwalk.Segment]] = {}
+        for s in summaries:
+            for seg in s.segments:
+                by_chain.setdefault((run_id, seg.producer, seg.attempt), []).append(seg)
+        for key in sorted(by_chain):
+            self.walk.take_sorted(key, sorted(by_chain[key], key=lambda seg: (seg.first, seg.stream_seq)))
+        for s in summaries:
+            self.walk.take_seen(s)
+        self.advance(sum(p.rows for p in parts))
 
 
 def _rechecked(root: Path, walk: chainwalk.ChainWalk) -> list[str]:

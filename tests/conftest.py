@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # fixtures that start a server, a child process or a browser; a fixture built on one is caught through
 # pytest's closure of fixture names, and one that starts them itself by the names its body uses
-SLOW_FIXTURES = frozenset({"nats_server", "ledger_process", "chromium", "local_root"})
+SLOW_FIXTURES = frozenset({"nats_server", "ledger_process", "chromium", "local_root", "cluster"})
 # names that, used in a test's or a fixture's own body, make it slow: a child process or a server
 # (runledger, subprocess, Popen, NatsServer, LedgerProcess, natsserver.up), a training run (the
 # worker's train), a JAX program compiled (jax, jit), whole synthetic runs (audit_ledger.write_run),

@@ -431,3 +431,34 @@ def test_approving_a_proposed_decision_stores_a_decision_event_with_the_approver
     assert rows == [("person:Ada Lovelace", "agent-drops:cf:1", "ui")]
     # and the page shows who decided, live
     wait(chromium, lambda d: "by person:Ada Lovelace" in d.find_element("css selector", "#decisions").text, timeout=10)
+
+
+def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_not_skipped(tmp_path):
+    """One commit makes its kinds' tables readable one after another: a page's live cursor that moved to
+    the greatest seq it read (a step) would skip an earlier event of a kind made readable after it (a
+    metric). The cursor is the ledger's position, written once the whole commit is readable."""
+    from ledger import store
+    from test_store import Producer, step_payload
+    from test_verify_replay import RUN, Stream, run_started
+    from ui.data import Reader
+
+    root = tmp_path / "ledger"
+    s, w = Stream(), Producer(RUN, "worker-0", 0)
+    s.emit(w, "run_started", run_started(), 0)
+    s.emit(w, "step", step_payload(5.0), 0)
+    s.emit(w, "metrics", {"metrics": {"acc": 0.1}}, 0)  # stream seq 3
+    s.emit(w, "step", step_payload(4.9), 1)  # stream seq 4
+    store.write_events(root, s.rows[:2])
+    store.write_position(root, 2)
+    reader = Reader(root)
+    first = reader.new_points(RUN, 0)
+    assert first["seq"] == 2 and first["step"]["loss"] == {"0": ([0], [5.0])}
+    store.write_events(root, [s.rows[3]])  # the step's table is readable, the metric's not yet
+    reader.refresh()
+    assert reader.new_points(RUN, 2) == {"seq": 2, "kinds": []}
+    store.write_events(root, [s.rows[2]])
+    store.write_position(root, 4)
+    reader.refresh()
+    news = reader.new_points(RUN, 2)
+    assert news["seq"] == 4 and news["metrics"]["acc"] == {"0": ([0], [0.1])} and news["step"]["loss"] == {"0": ([1], [4.9])}
+    reader.close()

@@ -246,6 +246,16 @@ def test_a_truncated_file_is_reported_not_crashed_on(ledger_root):
     assert rc == 1 and f"{f.name}: cannot be read" in out and "Traceback" not in out, out
 
 
+@pytest.mark.parametrize("column", ["prev_hash", "seq", "stream_seq"])
+def test_a_dropped_column_is_reported_not_crashed_on(ledger_root, column):
+    f = steps_file(ledger_root)
+    t = pq.read_table(f)
+    rewrite(f, t.drop_columns([column]))
+    rc, out = verify(ledger_root)
+    assert rc == 1 and "Traceback" not in out, out
+    assert f"no value in {column}" in out or "digest" in out, out
+
+
 def test_an_emptied_cell_is_reported_not_crashed_on(ledger_root):
     f = steps_file(ledger_root)
     t = pq.read_table(f)

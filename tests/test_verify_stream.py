@@ -5,6 +5,7 @@ checked; `replay` streams to the same state as the fold of every event in memory
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from datetime import datetime, timezone
@@ -115,6 +116,37 @@ def test_verify_since_names_a_file_changed_after_it_was_verified(root, tmp_path)
     assert rc == 1 and f"{f}: changed since it was verified" in out and "column loss =" in out, out
 
 
+def test_verify_since_assuming_unchanged_reads_only_what_changed_by_size_or_mtime(root, tmp_path):
+    """--assume-unchanged trusts a file whose size and mtime are as recorded (what it costs: an edit
+    that keeps both is not seen, which the default check, hashing every file again, names); a file
+    whose mtime moved is read and checked again."""
+    build_run(root)
+    record = tmp_path / "verified.json"
+    assert verify(root, "--record", str(record))[0] == 0
+    f = max(store.event_files(root, "step", RUN), key=lambda p: p.stat().st_size)  # a file checked before
+    add_steps(root, 4)
+    rc, out = verify(root, "--since", str(record), "--record", str(tmp_path / "r2.json"), "--assume-unchanged", "--format", "json")
+    assert rc == 0 and json.loads(out)["checked_events"] == 4, out
+    before = f.stat()
+    data = bytearray(f.read_bytes())  # a byte changed in place, size and mtime kept
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns))
+    rc, out = verify(root, "--since", str(record), "--assume-unchanged")
+    assert rc == 0, out  # not seen: the price of the option
+    rc, out = verify(root, "--since", str(record))
+    assert rc == 1 and f"{f}: changed since it was verified" in out, out
+    os.utime(f)  # its mtime moves: read again, and named, with the option too
+    rc, out = verify(root, "--since", str(record), "--assume-unchanged")
+    assert rc == 1 and f"{f}: changed since it was verified" in out, out
+
+
+def test_assume_unchanged_needs_since(root):
+    build_run(root)
+    rc, out = verify(root, "--assume-unchanged")
+    assert rc == 2 and "--since" in out, out
+
+
 def test_verify_since_without_a_record_is_bad_usage(root, tmp_path):
     build_run(root)
     rc, out = verify(root, "--since", str(tmp_path / "nope.json"))
@@ -193,10 +225,100 @@ def test_the_walk_takes_runs_whole_as_it_takes_them_a_row_at_a_time(monkeypatch)
         assert walks[0] == walks[1]
 
 
+def test_chains_linked_from_the_parts_summaries_are_the_exact_check():
+    """Each part (a file, or some of its rows) summarised on its own (`chainwalk.Summariser`) and the
+    chains linked from the segments of all parts (`ChainWalk.take_sorted`): gaps, copies, broken links,
+    blocks out of order, chains interleaved, cut into parts anyhow: the exact sorted check's answer, or
+    the chain is left to it (`recheck`); and the hashes at the watched seqs are the first stored."""
+    rng = random.Random(2023)
+    for _ in range(300):
+        chains = (("r", "a", 0), ("r", "b", 1))
+        rows = [[key, s, "" if s == 0 else f"{key[1]}{s - 1}", f"{key[1]}{s}"] for key in chains for s in range(rng.randint(1, 90))]
+        if rng.random() < 0.3:
+            rng.shuffle(rows)  # interleaved row by row
+        for change in sorted(rng.randrange(4) for _ in range(rng.randint(0, 5))):  # (links broken before copies made)
+            i = rng.randrange(len(rows))
+            if change == 0 and len(rows) > 1:
+                rows.pop(i)  # a gap
+            elif change == 1:
+                rows[i][2] = "x"  # a broken link
+            elif change == 2:
+                block = [list(r) for r in rows[i:i + rng.randint(1, 5)]]  # stored again (the same content)
+                j = rng.randrange(len(rows) + 1)
+                rows[j:j] = block
+            else:
+                block = rows[i:i + rng.randint(1, 30)]  # stored out of order
+                del rows[i:i + len(block)]
+                j = rng.randrange(len(rows) + 1)
+                rows[j:j] = block
+        for n, r in enumerate(rows):
+            r.append(n)  # its stream_seq: the rows' order is the order they were stored in
+        cuts = sorted(rng.sample(range(1, len(rows)), min(len(rows) - 1, rng.randint(0, 6)))) if len(rows) > 1 else []
+        parts = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)])]
+        watched = {("a", 0): {0, 7}, ("b", 1): {3}}
+        walk = chainwalk.ChainWalk()
+        for (producer, attempt), seqs in watched.items():
+            for seq in seqs:
+                walk.watch(("r", producer, attempt), seq)
+        summaries = []
+        for part in parts:
+            summariser = chainwalk.Summariser("r", watched)
+            for a in range(0, len(part), 7):  # batches of 7 rows: segments go on across batches
+                b = part[a:a + 7]
+                summariser.take(pa.record_batch({
+                    "run_id": [r[0][0] for r in b], "producer": [r[0][1] for r in b], "attempt": [r[0][2] for r in b],
+                    "seq": [r[1] for r in b], "prev_hash": [r[2] for r in b], "hash": [r[3] for r in b],
+                    "event_id": [":".join(map(str, (*r[0], r[1]))) for r in b], "stream_seq": [r[4] for r in b]}))
+            summaries.append(summariser.summary)
+        by_chain = {}
+        for summary in summaries:
+            for seg in summary.segments:
+                by_chain.setdefault(("r", seg.producer, seg.attempt), []).append(seg)
+        for key, segments in by_chain.items():
+            walk.take_sorted(key, sorted(segments, key=lambda seg: (seg.first, seg.stream_seq)))
+        for summary in summaries:
+            walk.take_seen(summary)
+        walk.finish()
+        for key in chains:
+            exact = chainwalk.sorted_check(key, [(r[1], r[2], r[3], ":".join(map(str, (*key, r[1])))) for r in rows if r[0] == key])
+            chain = walk.chains.get(key)
+            if chain is None or chain.recheck:
+                continue
+            assert [p for p in walk.problems() if p.startswith(":".join(map(str, key)) + ":")] == [*exact[0], *exact[1]], rows
+            first_stored = {}
+            for r in rows:
+                first_stored.setdefault((r[0], r[1]), r[3])
+            for seq in watched[key[1:]]:
+                assert walk.hash_at(key, seq) == first_stored.get((key, seq)), (key, seq, rows)
+
+
+def test_verify_reads_the_link_columns_once_and_walks_interleaved_chains_from_the_files(ledger_root, monkeypatch):
+    """A run of the usual layout is linked from the parts' summaries, without reading its files again;
+    a run whose chains are interleaved row by row in a file (too many segments) is walked from its files."""
+    from ledger import streams, verify as v
+
+    walked = []
+    real = streams.in_stream_order
+    monkeypatch.setattr(v.streams, "in_stream_order", lambda files, *a, **k: walked.append(files) or real(files, *a, **k))
+    report = v.verify(ledger_root, jobs=1)
+    assert report.ok and report.events == 18 and walked == [], report.text()
+
+    monkeypatch.setattr(chainwalk, "SEGMENTS_FLOOR", 0)  # every part now makes too many segments to hand on
+    monkeypatch.setattr(chainwalk, "SEGMENT_ROWS", 1 << 30)
+    report = v.verify(ledger_root, jobs=1)
+    assert report.ok and report.events == 18 and walked, report.text()
+    (f,) = store.event_files(ledger_root, "step", RUN)
+    t = pq.read_table(f)  # a link cut: still named when the run is walked from its files
+    pq.write_table(set_cell(t, "prev_hash", 2, "0" * 64), f)
+    assert "prev_hash does not match the hash of seq" in v.verify(ledger_root, jobs=1).text()
+
+
 # ---------------------------------------------------------------------------------------- the row checks
 
 
-def test_typed_arrays_are_what_the_writer_stores_for_every_kind():
+def test_the_typed_columns_written_and_checked_are_the_reference_ones_for_every_kind():
+    """`store.typed_arrays` (what the writer stores and the vectorised check compares with) against
+    `store.typed_columns` (the reference, one payload at a time, which names a row that fails)."""
     by_kind: dict[str, list[dict]] = {}
     for e in make_events(42_000):  # every kind of a training run's ledger, decisions and alerts too
         by_kind.setdefault(e["kind"], []).append(e["payload"])
@@ -206,11 +328,13 @@ def test_typed_arrays_are_what_the_writer_stores_for_every_kind():
         n = len(payloads)
         written = store.events_table(kind, store.Rows([{"payload": p} for p in payloads], [None] * n, [0] * n),
                                      datetime.now(timezone.utc))
-        made = rowcheck.typed_arrays(kind, payloads)
+        made = store.typed_arrays(kind, payloads)
+        reference = store.typed_columns(kind, payloads)
         columns = [c for c in written.schema.names if c.split("/", 1)[0] in store.payload_columns(kind)]
-        assert sorted(made) == sorted(columns), kind
+        assert sorted(made) == sorted(columns) == sorted(reference), kind
         for c in columns:
             assert made[c].equals(written.column(c).combine_chunks()), (kind, c)
+            assert made[c].equals(pa.array(reference[c], made[c].type)), (kind, c)
 
 
 def test_payload_texts_shifted_between_two_rows_are_named(ledger_root):

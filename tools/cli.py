@@ -228,6 +228,10 @@ def _progress_bar(what: str):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ledger import workers
+
+    if not args.since:  # (--since checks only what is new: too little to guess from the root's size)
+        workers.start_early(args.root, args.jobs)  # (its imports then run beside this process's next ones)
     from ledger import locks, verified
     from ledger.verify import repair, verify
 
@@ -252,12 +256,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for eid in left:
             print(f"not repaired: {eid}: stored more than once with different content")
         print(f"removed {sum(removed.values())} duplicate rows of {len(removed)} events")
+    if args.assume_unchanged and not args.since:
+        raise UsageError("--assume-unchanged goes with --since FILE (the files it assumes unchanged are FILE's)")
     record_to = args.record or args.since
     started = time.monotonic()
     with _progress_bar("verifying (rows checked + chains walked)") as progress:
         try:
             report = verify(args.root, since=since, jobs=args.jobs, progress=progress, record=record_to is not None,
-                            snapshot=args.snapshot)
+                            snapshot=args.snapshot, assume_unchanged=args.assume_unchanged)
         except SnapshotGone as err:
             raise UsageError(str(err)) from None
     seconds = time.monotonic() - started
@@ -400,6 +406,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--since", metavar="FILE", default=None,
                    help="check only what was added since the verify recorded in FILE (and continue its chains); "
                         "if it passes, FILE moves on to now (or --record's FILE)")
+    s.add_argument("--assume-unchanged", action="store_true",
+                   help="with --since: do not read again a file checked before whose size and mtime are as recorded "
+                        "(the check then costs only what is new; a file edited in place with its mtime restored "
+                        "goes unnoticed: without it, every file checked before is hashed again)")
     s.add_argument("--jobs", type=int, default=None, help="processes checking rows (default: the cores usable)")
     s.add_argument("--snapshot", type=int, default=None, metavar="N",
                    help="check ledger snapshot N (see `sql --snapshot`), not the current one (its heads are not checked)")

@@ -561,20 +561,28 @@ class Reader:
         return {"keys": out, "x": [lo, hi], "seq": seq or 0, "rows": n or 0}
 
     def new_points(self, run_id: str, since: int) -> dict:
-        """Every number of the run stored after stream seq `since`, exact: {source: {key: {attempt: [[x], [y]]}}},
-        the drops per layer, and the kinds of the other events that came (decisions, alerts ...)."""
-        out: dict = {"seq": since}
+        """Every number of the run stored after stream seq `since` up to the ledger's position, exact:
+        {source: {key: {attempt: [[x], [y]]}}}, the drops per layer, and the kinds of the other events
+        that came (decisions, alerts ...); "seq": the position, where the next call starts.
+        Only up to the position: the ledger writes it after committing everything below it, while the
+        tables of one commit become readable one kind after another, so a later event of one kind can be
+        readable before an earlier one of another (a cursor at the greatest seq read would skip that one)."""
+        upto = self.position  # (read before the snapshot's files are listed: they hold all of it)
+        out: dict = {"seq": max(since, upto), "kinds": []}
+        if upto <= since:
+            return out
         with self.scoped([run_id]) as cur:
             out["kinds"] = [r[0] for r in cur.execute(
-                "select distinct kind from events where run_id = ? and stream_seq > ?", [run_id, since]).fetchall()]
+                "select distinct kind from events where run_id = ? and stream_seq > ? and stream_seq <= ?",
+                [run_id, since, upto]).fetchall()]
             for source, (view, x, _) in SOURCES.items():
                 if SOURCE_KINDS[source] not in out["kinds"]:
                     continue
                 cols = self.numeric_columns(source, cur)
                 cur.execute(f"select attempt, {x}, stream_seq, {', '.join(_quote(c) for c in cols)} from {view} "
-                            f"where run_id = ? and stream_seq > ? and {x} is not null order by stream_seq", [run_id, since])
+                            f"where run_id = ? and stream_seq > ? and stream_seq <= ? and {x} is not null order by stream_seq",
+                            [run_id, since, upto])
                 for row in cur.fetchall():
-                    out["seq"] = max(out["seq"], row[2])
                     for c, v in zip(cols, row[3:]):
                         if v is not None:
                             xs, ys = out.setdefault(source, {}).setdefault(self.key_name(source, c), {}).setdefault(
@@ -585,11 +593,11 @@ class Reader:
                 return out
             for grp, step, frac, seq in cur.execute(
                     f"select attempt || ':' || layer, step, drop_fraction, stream_seq from ({load('layer_drops')}) "
-                    "where stream_seq > $since order by stream_seq", {"run": run_id, "since": since}).fetchall():
+                    "where stream_seq > $since and stream_seq <= $upto order by stream_seq",
+                    {"run": run_id, "since": since, "upto": upto}).fetchall():
                 xs, ys = out.setdefault("drops", {}).setdefault(grp, ([], []))
                 xs.append(step)
                 ys.append(frac)
-                out["seq"] = max(out["seq"], seq)
         return out
 
     def decisions(self, run_id: str, cur=None) -> list[dict]:
