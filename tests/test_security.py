@@ -8,6 +8,7 @@ producer's spool and is reported (Emitter.refused, an ERROR log, close() returni
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import nats
@@ -110,3 +111,63 @@ def test_a_wrong_password_is_refused(secure):
 
     with pytest.raises(Exception):
         asyncio.run(connect())
+
+
+def test_a_partitioned_ledger_serves_a_secure_server_and_no_other_role_reaches_its_stream_or_leases(tmp_path):
+    """`ledger serve --partitions 2` with the ledger's credentials: it makes its derived stream and lease
+    bucket and stores every run's events. A worker and an agent then try to take a partition's lease,
+    read or delete the derived stream, or consume from it: each is refused, and the ledger goes on
+    storing every event exactly once."""
+    root = tmp_path / "root"
+    natsserver.up(root, secure=True, runs=("r1", "r2"))
+    creds = natsserver.nats_dir(root) / "creds"
+    ledger = LedgerProcess(root, url(creds, "ledger"), tmp_path / "ledger.log", "--partitions", "2").start()
+    try:
+        def emit(run: str, steps: range) -> None:
+            em = Emitter(run, "worker-0", 0, url(creds, f"worker-{run}"), tmp_path / "spool")  # (the spool's chain goes on)
+            for s in steps:
+                em.emit_dict("step", STEP, step=s)
+            assert em.close(timeout=60), em.refused
+
+        emit("r1", range(0, 40))
+        emit("r2", range(0, 40))
+        assert wait_for_count(root, "select count(*) from steps_all", 80) == 80
+
+        for role in ("worker-r1", "agent"):
+            errors: list[str] = []
+
+            async def attack():
+                async def on_error(err):
+                    errors.append(str(err).lower())
+
+                nc = await nats.connect(url(creds, role), error_cb=on_error)
+                for subject, body in (("$KV.runledger-leases-k2.p0", b'{"holder": "rogue"}'),  # take a lease
+                                      ("$JS.API.STREAM.DELETE.RUNLEDGER_P2", b""),
+                                      ("$JS.API.STREAM.PURGE.RUNLEDGER_P2", b""),
+                                      ("$JS.API.STREAM.INFO.RUNLEDGER_P2", b""),
+                                      ("$JS.API.CONSUMER.CREATE.RUNLEDGER_P2", b'{"stream_name": "RUNLEDGER_P2"}')):
+                    with pytest.raises(Exception):  # no reply: the server refused the publish
+                        await nc.request(subject, body, timeout=1)
+                await nc.close()
+
+            asyncio.run(attack())
+            assert sum("permissions violation for publish" in e for e in errors) == 5, (role, errors)
+
+        async def streams_and_leases():
+            nc = await bus.connect(url(creds, "ledger"))
+            js = nc.jetstream()
+            info = await js.stream_info("RUNLEDGER_P2")
+            kv = await js.key_value("runledger-leases-k2")
+            holders = {json.loads((await kv.get(f"p{p}")).value)["holder"] for p in (0, 1)}
+            await nc.close()
+            return info, holders
+
+        info, holders = asyncio.run(streams_and_leases())
+        assert all("rogue" not in h for h in holders), holders
+        emit("r1", range(40, 60))  # the ledger goes on, exactly once
+        assert wait_for_count(root, "select count(*) from steps_all", 100) == 100
+        con = reader(root)
+        assert con.execute("select count(distinct event_id), count(*) from events where kind = 'step'").fetchone() == (100, 100)
+    finally:
+        ledger.kill()
+        natsserver.down(root)
