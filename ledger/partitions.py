@@ -79,6 +79,32 @@ def partition_of(run_id: str, k: int) -> int:
     return h % k
 
 
+def positions(root: str | Path) -> dict[str, int]:
+    """Every position recorded under `root`, by name: "" the single ledger's (store.write_position),
+    "k{K}-p{P}" each partition's (Part.write_position), of each K a ledger served the root with."""
+    root = Path(root)
+    out = {"": store.read_position(root)} if (root / "ledger.position").exists() else {}
+    for f in (root / STATUS_DIR).glob("k*-p*.position"):
+        try:
+            out[f.name.removesuffix(".position")] = int(f.read_text())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def stored_upto(recorded: dict[str, int], run_id: str) -> int:
+    """How far the stream is stored for `run_id`, from `positions`: every event of the run up to this
+    stream seq is readable (the single ledger's position, or that of the run's partition, whichever
+    is further: each is written after a commit of everything below it, of its runs)."""
+    upto = recorded.get("", 0)
+    for name, seq in recorded.items():
+        if name:
+            k, p = (int(x) for x in name.removeprefix("k").split("-p"))
+            if partition_of(run_id, k) == p:
+                upto = max(upto, seq)
+    return upto
+
+
 def parts_stream(k: int) -> str:
     return f"{STREAM}_P{k}"
 

@@ -462,3 +462,51 @@ def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_no
     news = reader.new_points(RUN, 2)
     assert news["seq"] == 4 and news["metrics"]["acc"] == {"0": ([0], [0.1])} and news["step"]["loss"] == {"0": ([1], [4.9])}
     reader.close()
+
+
+def test_a_partitioned_roots_run_goes_live_at_its_partitions_position(tmp_path, nats_server):
+    """On a root served by `ledger serve --partitions 2` there is no single position: the feed waits for
+    the run's own last message to be stored by its partition's writer, and a page's points come up to
+    that partition's position."""
+    import asyncio
+
+    from ledger import partitions
+    from ledger.emitter import Emitter
+    from test_store import step_payload
+    from ui.data import Reader
+    from ui.live import Feed
+
+    root = tmp_path / "root"
+    ledger = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log", "--partitions", "2").start()
+    em = Emitter("r1", "worker-0", 0, nats_server.url, tmp_path / "spool")
+    try:
+        em.emit_dict("step", step_payload(5.0), step=0)
+        assert em.flush(60)
+        assert wait_for_count(root, "select count(*) from steps_all", 1) == 1
+
+        async def follow() -> list[int]:
+            reader = Reader(root)
+            feed = Feed(reader, nats_server.url)
+            await feed.start()
+            try:
+                since, seen = 0, []
+                for step in range(1, 4):
+                    version = feed.version
+                    await asyncio.to_thread(lambda: em.emit_dict("step", step_payload(5.0 - step), step=step) or em.flush(60))
+                    deadline = time.monotonic() + 30
+                    while step not in seen and time.monotonic() < deadline:
+                        if await feed.wait_change(version, 1.0):
+                            version = feed.version
+                        news = await asyncio.to_thread(reader.new_points, "r1", since)
+                        since = news["seq"]
+                        seen += news.get("step", {}).get("loss", {}).get("0", ([], []))[0]
+                assert "" not in reader.positions and since == partitions.stored_upto(reader.positions, "r1") > 0
+                return seen
+            finally:
+                await feed.stop()
+                reader.close()
+
+        assert asyncio.run(follow()) == [0, 1, 2, 3]
+    finally:
+        em.close(timeout=10)
+        ledger.kill()

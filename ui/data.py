@@ -36,7 +36,7 @@ from pathlib import Path
 import duckdb
 
 import queries
-from ledger import paths, settings, store
+from ledger import partitions, paths, settings
 from queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ class Reader:
         self.root = Path(root).resolve()
         self._lock = threading.Lock()
         self._cursor_lock = threading.Lock()
-        self.position = store.read_position(self.root)
+        self.positions = partitions.positions(self.root)  # the ledger's, or each partition's (see `position_of`)
+        self.position = max(self.positions.values(), default=0)
         # the views of views.sql over no files: every read shadows the kind views with temp views over
         # the files of the runs it is about, listed from the current snapshot (`scoped`)
         self.con = queries.connect(self.root, threads=threads, memory_limit=queries.MEMORY_LIMIT, files={})
@@ -115,14 +116,18 @@ class Reader:
 
     # ------------------------------------------------------------------------------ snapshots
     def refresh(self, force: bool = False) -> bool:
-        """Take the ledger's new position, if it moved; True if it did. (Each read lists the files of the
-        snapshot current when it starts, so nothing else is to be moved.)"""
+        """Take the ledger's new positions, if one moved; True if one did. (Each read lists the files of
+        the snapshot current when it starts, so nothing else is to be moved.)"""
         with self._lock:
-            position = store.read_position(self.root)
-            if position == self.position and not force:
+            positions = partitions.positions(self.root)
+            if positions == self.positions and not force:
                 return False
-            self.position = position
+            self.positions, self.position = positions, max(positions.values(), default=0)
             return True
+
+    def position_of(self, run_id: str) -> int:
+        """How far the stream is stored for this run's events (its partition's position on a partitioned root)."""
+        return partitions.stored_upto(self.positions, run_id)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -564,10 +569,11 @@ class Reader:
         """Every number of the run stored after stream seq `since` up to the ledger's position, exact:
         {source: {key: {attempt: [[x], [y]]}}}, the drops per layer, and the kinds of the other events
         that came (decisions, alerts ...); "seq": the position, where the next call starts.
-        Only up to the position: the ledger writes it after committing everything below it, while the
-        tables of one commit become readable one kind after another, so a later event of one kind can be
-        readable before an earlier one of another (a cursor at the greatest seq read would skip that one)."""
-        upto = self.position  # (read before the snapshot's files are listed: they hold all of it)
+        Only up to the position (of the run's partition, on a partitioned root): the ledger writes it
+        after committing everything below it, while the tables of one commit become readable one kind
+        after another, so a later event of one kind can be readable before an earlier one of another
+        (a cursor at the greatest seq read would skip that one)."""
+        upto = self.position_of(run_id)  # (read before the snapshot's files are listed: they hold all of it)
         out: dict = {"seq": max(since, upto), "kinds": []}
         if upto <= since:
             return out

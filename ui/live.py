@@ -1,8 +1,9 @@
 """The dashboard's live feed: a NATS core subscription on `runledger.>` wakes it; it then waits until the
-ledger has stored the stream up to the message that woke it (the ledger's position, written after each
-commit), moves the read connection to the new snapshot and tells the pages' event streams, which push
-only what was stored since they last pushed. So a point reaches a page once it is in the ledger, never
-before, and nothing is read again on a timer.
+ledger has stored the stream up to the message that woke it, for that message's run (the ledger's
+position, written after each commit; on a partitioned root, the position of the run's partition), moves
+the read connection to the new snapshot and tells the pages' event streams, which push only what was
+stored since they last pushed, up to the position. So a point reaches a page once it is in the ledger,
+never before, and nothing is read again on a timer.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import asyncio
 import logging
 import time
 
-from ledger import store
-from ledger.events import STREAM
+from ledger import partitions
+from ledger.events import STREAM, SUBJECT_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -108,33 +109,49 @@ class Feed:
                 await asyncio.sleep(RECONNECT_S)
 
     async def _follow(self, nc) -> None:
+        woken: set[str] = set()  # runs whose messages came since the last look
         wake = asyncio.Event()
 
         async def on_message(msg) -> None:
+            parts = msg.subject.split(".")
+            if len(parts) == 3:
+                woken.add(parts[1])
             wake.set()
 
         await nc.subscribe("runledger.>", cb=on_message)
         js = nc.jetstream()
         self.live, self.reason = True, "live"
         await self.moved()  # whatever was stored while we were away
-        pending, since = 0, time.monotonic()  # the stream seq awaited, and since when
+        awaited: dict[str, int] = {}  # run -> the stream seq the ledger is to store for it (of its partition, if any)
+        since = time.monotonic()  # when the last message came
         while True:
-            if self.reader.position >= pending:  # nothing awaited: sleep until a message comes
+            if not awaited:  # nothing awaited: sleep until a message comes
                 await wake.wait()
             if wake.is_set():
                 wake.clear()
-                self.last_wake_s = time.monotonic()
-                try:  # the stream's last message: what woke us, or later
-                    upto = (await js.stream_info(STREAM)).state.last_seq
-                except Exception:  # a role that may not ask: wait for the position to move at all
-                    upto = self.reader.position + 1
-                if upto > pending:
-                    pending, since = upto, time.monotonic()
-            if store.read_position(self.reader.root) > self.reader.position:
+                runs, since = set(woken), time.monotonic()
+                woken.clear()
+                self.last_wake_s = since
+                for run in runs:
+                    awaited[run] = max(awaited.get(run, 0), await self._last_seq(js, run))
+            if partitions.positions(self.reader.root) != self.reader.positions:
                 await self.moved()  # each commit is pushed as soon as it is stored
-            if self.reader.position < pending:  # (a ledger that is slow or down: asked less often)
+            for run in [r for r, seq in awaited.items() if self.reader.position_of(r) >= seq]:
+                del awaited[run]
+            if awaited:  # (a ledger that is slow or down: asked less often)
                 slow = time.monotonic() - since > STORED_WAIT_S
                 try:
                     await asyncio.wait_for(wake.wait(), SLOW_POLL_S if slow else POSITION_POLL_S)
                 except asyncio.TimeoutError:
                     pass
+
+    async def _last_seq(self, js, run: str) -> int:
+        """The stream seq of the run's last message (what woke us, or later): the seq the ledger, or the
+        run's partition, has stored the run up to once its position reaches it."""
+        try:
+            return (await js.get_last_msg(STREAM, f"{SUBJECT_PREFIX}.{run}.>")).seq
+        except Exception:  # a role that may not ask: the stream's last message (a single ledger's position
+            try:  # reaches it), or else the run's position moving at all
+                return (await js.stream_info(STREAM)).state.last_seq
+            except Exception:
+                return self.reader.position_of(run) + 1
