@@ -54,6 +54,7 @@ from ledger.events import KINDS, make_event_id
 MAX_LISTED = 50
 PART_ROWS = 1 << 20  # rows of one unit of work (whole row groups): enough to pay for handing it to a process
 PARALLEL_MIN_ROWS = 200_000  # below it, starting processes costs more than it saves
+SEGMENTS_HELD = 262_144  # chain segments kept for the runs not yet linked (~0.6 KB each: ~160 MB)
 
 Progress = Callable[[int, int], None]  # (rows done, rows in all): both the rows checked and the rows walked
 
@@ -353,30 +354,48 @@ def _watched(walk: chainwalk.ChainWalk) -> dict[str, dict[tuple[str, int], set[i
 class _Linking:
     """Links each run's chains once every part of it is checked: from the parts' summaries of their
     link columns (`chainwalk.Summary`), so that nothing is read twice; or, if a part could not
-    summarise its rows (chains interleaved row by row), by walking the run's files in stream order."""
+    summarise its rows (chains interleaved row by row), or the runs waiting for their last parts hold
+    more than SEGMENTS_HELD segments between them (then the run holding most is let go of), by walking
+    the run's files in stream order."""
 
     def __init__(self, plan: _Plan, walk: chainwalk.ChainWalk, run_of_part: list[str], advance: Callable[[int], None]):
         self.walk, self.run_of_part, self.advance = walk, run_of_part, advance
         self.left = Counter(run_of_part)
         self.parts: dict[str, list[rowcheck.PartChecked]] = {}
+        self.held: Counter = Counter()  # run -> the segments its parts' summaries hold
+        self.walked: set[str] = set()  # runs to walk from their files
         self.files: dict[str, list[Path]] = {}
         for f in plan.to_check:
             self.files.setdefault(_run_of(f), []).append(f)
 
     def add(self, k: int, part: rowcheck.PartChecked) -> None:
         run_id = self.run_of_part[k]
+        if part.links is None or part.links.segments is None:
+            self.walked.add(run_id)
+        if run_id in self.walked:
+            part.links = None
+            self.held.pop(run_id, None)
+        else:
+            self.held[run_id] += len(part.links.segments)
         self.parts.setdefault(run_id, []).append(part)
+        while sum(self.held.values()) > SEGMENTS_HELD:
+            most, _ = self.held.most_common(1)[0]
+            self.walked.add(most)
+            self.held.pop(most)
+            for p in self.parts[most]:
+                p.links = None
         self.left[run_id] -= 1
         if self.left[run_id] == 0:
+            self.held.pop(run_id, None)
             self._link(run_id, self.parts.pop(run_id))
 
     def _link(self, run_id: str, parts: list[rowcheck.PartChecked]) -> None:
-        summaries = [p.links for p in parts]
-        if any(s is None or s.segments is None for s in summaries):
+        if run_id in self.walked:
             for batch in streams.in_stream_order(self.files[run_id], [*rowcheck.LINK, "stream_seq"]):
                 self.walk.take(batch)
                 self.advance(batch.num_rows)
             return
+        summaries = [p.links for p in parts]
         by_chain: dict[chainwalk.Key, list[chainwalk.Segment]] = {}
         for s in summaries:
             for seg in s.segments:

@@ -294,7 +294,8 @@ def test_chains_linked_from_the_parts_summaries_are_the_exact_check():
 
 def test_verify_reads_the_link_columns_once_and_walks_interleaved_chains_from_the_files(ledger_root, monkeypatch):
     """A run of the usual layout is linked from the parts' summaries, without reading its files again;
-    a run whose chains are interleaved row by row in a file (too many segments) is walked from its files."""
+    a run whose summaries would hold too much, or whose chains are interleaved row by row in a file (too
+    many segments), is walked from its files."""
     from ledger import streams, verify as v
 
     walked = []
@@ -303,6 +304,11 @@ def test_verify_reads_the_link_columns_once_and_walks_interleaved_chains_from_th
     report = v.verify(ledger_root, jobs=1)
     assert report.ok and report.events == 18 and walked == [], report.text()
 
+    monkeypatch.setattr(v, "SEGMENTS_HELD", 1)  # the summaries of the runs not yet linked hold too much
+    report = v.verify(ledger_root, jobs=1)
+    assert report.ok and report.events == 18 and walked, report.text()
+    monkeypatch.setattr(v, "SEGMENTS_HELD", 1 << 30)
+    walked.clear()
     monkeypatch.setattr(chainwalk, "SEGMENTS_FLOOR", 0)  # every part now makes too many segments to hand on
     monkeypatch.setattr(chainwalk, "SEGMENT_ROWS", 1 << 30)
     report = v.verify(ledger_root, jobs=1)
