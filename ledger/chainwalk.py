@@ -43,6 +43,12 @@ PENDING_MAX = 1 << 18  # events of one chain waiting for an earlier seq before i
 RUN_MIN_ROWS = 16  # a batch smaller than this is walked a row at a time (taking runs whole costs a few calls)
 
 Key = tuple[str, str, int]  # (run_id, producer, attempt)
+
+
+def broken_link(eid: str, seq: int) -> str:
+    """The problem of event `eid` (at `seq`) whose prev_hash is not the hash of seq - 1."""
+    return f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)"
+
 LINK = ("run_id", "producer", "attempt", "seq", "prev_hash", "hash", "event_id")  # the columns a walk reads
 
 
@@ -111,10 +117,10 @@ class ChainWalk:
             return False
         prev, hashes, eids = cols[4], cols[5], cols[6]
         if prev[a].as_py() != chain.last_hash:
-            self.broken.append((key, first, f"{eids[a].as_py()}: prev_hash does not match the hash of seq {first - 1} (chain broken)"))
+            self.broken.append((key, first, broken_link(eids[a].as_py(), first)))
         for r in (np.flatnonzero(~links_ok[a:b - 1]) + a + 1).tolist():  # each row links to the one before it
             seq = int(seqs[r])
-            self.broken.append((key, seq, f"{eids[r].as_py()}: prev_hash does not match the hash of seq {seq - 1} (chain broken)"))
+            self.broken.append((key, seq, broken_link(eids[r].as_py(), seq)))
         for seq, h in (list(chain.watch.items()) if chain.watch else ()):
             if h is None and first <= seq <= last:
                 chain.watch[seq] = hashes[a + seq - first].as_py()
@@ -138,7 +144,7 @@ class ChainWalk:
                 chain.watch[seq] = hash_
             if seq == chain.next_seq:  # the usual case: the next link
                 if prev != chain.last_hash:
-                    self.broken.append((key, seq, f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)"))
+                    self.broken.append((key, seq, broken_link(eid, seq)))
                 chain.next_seq, chain.last_hash = seq + 1, hash_
                 if seq > chain.max_seq:
                     chain.max_seq = seq
@@ -173,7 +179,7 @@ class ChainWalk:
             seq = chain.next_seq
             prev, hash_, eid = pending.pop(seq)
             if prev != chain.last_hash:
-                self.broken.append((key, seq, f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)"))
+                self.broken.append((key, seq, broken_link(eid, seq)))
             chain.next_seq, chain.last_hash = seq + 1, hash_
 
     def _skip_gap(self, key: Key, chain: Chain) -> None:
@@ -217,8 +223,7 @@ class ChainWalk:
                 if seg.first > chain.next_seq:
                     self._declare_gap(key, chain, seg.first, seg.first_eid)
                 elif seg.first_prev != chain.last_hash:
-                    self.broken.append((key, seg.first, f"{seg.first_eid}: prev_hash does not match the hash of seq "
-                                                         f"{seg.first - 1} (chain broken)"))
+                    self.broken.append((key, seg.first, broken_link(seg.first_eid, seg.first)))
                 self.broken += [(key, seq, problem) for seq, problem in seg.broken]
                 chain.next_seq, chain.last_hash = seg.last + 1, seg.last_hash
             chain.max_seq = max(chain.max_seq, seg.last)
@@ -302,10 +307,6 @@ class Summariser:
             self.summary.segments = None  # (a column dropped: the row checks name every row)
             return
         cols = [batch.column(c) for c in LINK]
-        if not (pa.types.is_integer(cols[3].type) and pa.types.is_integer(cols[2].type)
-                and all(pa.types.is_string(c.type) for i, c in enumerate(cols) if i not in (2, 3))):
-            self.summary.segments = None  # (the walk takes such rows one by one)
-            return
         stream_seq = batch.column("stream_seq") if "stream_seq" in names else None
         if stream_seq is None or not pa.types.is_integer(stream_seq.type):
             stream_seq = pa.nulls(batch.num_rows, pa.int64())
@@ -315,22 +316,21 @@ class Summariser:
                 mask = pc.and_(mask, c.is_valid())
         if not pc.all(mask).as_py():
             cols, stream_seq = [c.filter(mask) for c in cols], stream_seq.filter(mask)
-        n = len(cols[0])
-        if n == 0:
+        if len(cols[0]) == 0:
             return
-        _, producer, attempt, seq, prev, hashes, eids = cols
-        seqs = seq.to_numpy()
-        breaks = np.diff(seqs) != 1
-        breaks |= pc.not_equal(producer.slice(1), producer.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-        breaks |= pc.not_equal(attempt.slice(1), attempt.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-        starts = np.concatenate(([0], np.flatnonzero(breaks) + 1))
-        ends = np.concatenate((starts[1:], [n])) - 1
-        links_ok = pc.equal(prev.slice(1), hashes.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        runs = _runs(cols)
+        if runs is None:
+            self.summary.segments = None  # (link columns of unusual types: the walk takes such rows one by one)
+            return
+        bounds, seqs, links_ok = runs
+        _, producer, attempt, _, prev, hashes, eids = cols
+        starts, ends = np.array(bounds[:-1]), np.array(bounds[1:]) - 1
+        inside = np.ones(len(links_ok), bool)  # row r + 1 is in the segment of row r
+        inside[starts[1:] - 1] = False
         broken: dict[int, list[tuple[int, str]]] = {}  # segment -> its rows that do not link to the row before
-        for r in (np.flatnonzero(~links_ok & ~breaks) + 1).tolist():
-            s = int(seqs[r])
+        for r in (np.flatnonzero(~links_ok & inside) + 1).tolist():
             broken.setdefault(int(np.searchsorted(starts, r, side="right")) - 1, []).append(
-                (s, f"{eids[r].as_py()}: prev_hash does not match the hash of seq {s - 1} (chain broken)"))
+                (int(seqs[r]), broken_link(eids[r].as_py(), int(seqs[r]))))
         firsts = pa.array(starts)
         new = zip(producer.take(firsts).to_pylist(), attempt.take(firsts).to_pylist(), seqs[starts].tolist(),
                   seqs[ends].tolist(), prev.take(firsts).to_pylist(), hashes.take(pa.array(ends)).to_pylist(),
@@ -340,8 +340,7 @@ class Summariser:
             tail = segments[-1] if segments else None
             if tail is not None and (tail.producer, tail.attempt) == (seg.producer, seg.attempt) and seg.first == tail.last + 1:
                 if seg.first_prev != tail.last_hash:
-                    tail.broken.append((seg.first, f"{seg.first_eid}: prev_hash does not match the hash of seq "
-                                                   f"{seg.first - 1} (chain broken)"))
+                    tail.broken.append((seg.first, broken_link(seg.first_eid, seg.first)))
                 tail.broken.extend(seg.broken)
                 segments[-1] = tail._replace(last=seg.last, last_hash=seg.last_hash)
             else:
@@ -400,6 +399,6 @@ def sorted_check(key: Key, links: list[tuple[int, str, str, str]]) -> tuple[list
             broken.append(f"{missing} missing: seq {prev_seq + 1}..{seq - 1} of {run}:{producer}:{attempt} "
                           f"(gap before {eid})")
         elif ph != prev_hash:
-            broken.append(f"{eid}: prev_hash does not match the hash of seq {seq - 1} (chain broken)")
+            broken.append(broken_link(eid, seq))
         prev_seq, prev_hash = seq, h
     return copies, broken
