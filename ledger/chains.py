@@ -5,6 +5,12 @@ over NATS, `ask_ledger`), the Parquet files of a root (read directly), and this 
 not yet stored, perhaps). `next_attempt` is the one rule every producer uses: one past every attempt
 known, or, for a producer that continues its own spooled chain (an agent, a person's `decide`), the
 newest spooled chain when no newer one is stored, so that what it left unacknowledged is sent.
+
+A new attempt is claimed, not just counted: its spool folder is made with one `mkdir`, which the OS
+lets only one process win, and a taken number moves the claim to the next. So two processes starting
+one run together (two `runledger.init(id=R, resume=True)`) get two attempts, never one chain between
+them. (Across machines, whose spools the claim cannot reach, two starts of one attempt write different
+events under one seq: the ledger quarantines the second as a conflict and `verify` names it.)
 """
 
 from __future__ import annotations
@@ -71,14 +77,29 @@ def spooled_attempts(spool_dir: str | Path, run_id: str, producer: str) -> list[
 
 def next_attempt(run_id: str, producer: str, spool_dir: str | Path, *, nats_url: str | None = None,
                  root: str | Path | None = None, wait_s: float = 0.0, continue_spooled: bool = False) -> int:
-    """The attempt a (re)started producer takes: one past every attempt known of it — spooled in
-    `spool_dir`, stored by the ledger at `nats_url` (asked, waiting up to `wait_s`; RuntimeError if no
-    ledger answers) and stored under `root`. With `continue_spooled`, the newest spooled chain is
-    taken again when nothing newer is stored (its spool is the outbox of what it has not yet sent)."""
+    """The attempt a (re)started producer takes, claimed (`claim_attempt`): the first free one past every
+    attempt known of it — spooled in `spool_dir`, stored by the ledger at `nats_url` (asked, waiting up
+    to `wait_s`; RuntimeError if no ledger answers) and stored under `root`. With `continue_spooled`,
+    the newest spooled chain is taken again when nothing newer is stored (its spool is the outbox of
+    what it has not yet sent)."""
     spooled = spooled_attempts(spool_dir, run_id, producer)
     stored = ledger_attempts(run_id, producer, nats_url, wait_s) if nats_url is not None else []
     if root is not None:
         stored += stored_attempts(root, run_id, producer)
     if continue_spooled and spooled and max(spooled) >= max(stored, default=-1):
         return max(spooled)
-    return max(spooled + stored, default=-1) + 1
+    return claim_attempt(spool_dir, run_id, producer, max(spooled + stored, default=-1) + 1)
+
+
+def claim_attempt(spool_dir: str | Path, run_id: str, producer: str, first: int) -> int:
+    """The first attempt from `first` on whose spool folder this call made: `mkdir` is atomic, so of two
+    processes claiming one number, one gets it and the other goes on to the next."""
+    parent = Path(spool_dir) / run_id / producer
+    parent.mkdir(parents=True, exist_ok=True)
+    attempt = first
+    while True:
+        try:
+            (parent / str(attempt)).mkdir()
+            return attempt
+        except FileExistsError:
+            attempt += 1

@@ -16,6 +16,7 @@ process logging to the root.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,6 +37,7 @@ from ledger.chains import next_attempt
 from ledger.emitter import Emitter, origin, send_leftovers
 from ledger.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
 from ledger.sink import NullSink
+from ledger.spool import chain_dir
 from queries.thresholds import NAMES
 from runledger.system import SystemSampler
 
@@ -479,9 +481,11 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     attachment = None if remote else local.attach(root)
     url = settings.nats_url(nats) if remote else attachment.url
     spool = settings.spool_dir(root)
+    attempt = None
     try:
-        attempt = next_attempt(run_id, producer, spool, nats_url=url, wait_s=LEDGER_WAIT_S)  # 0: none known
-        exists = attempt > 0 or (spool / run_id).exists()
+        spooled = (spool / run_id).exists()  # (before the claim below makes a folder there)
+        attempt = next_attempt(run_id, producer, spool, nats_url=url, wait_s=LEDGER_WAIT_S)  # claimed; 0: none known
+        exists = attempt > 0 or spooled
         if exists and resume in (None, False, "never"):
             raise LogError(f"run {run_id!r} exists; pass resume=True to go on with it, or another name")
         if not exists and resume == "must":
@@ -493,6 +497,9 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
             first_step = 0 if last is None else last + 1
         sink = Emitter(run_id, producer, attempt, url, spool)
     except BaseException:
+        if attempt is not None:
+            with contextlib.suppress(OSError):  # the attempt claimed and never started is free again
+                chain_dir(spool, run_id, producer, attempt).rmdir()
         if attachment is not None:
             attachment.release()
         raise
