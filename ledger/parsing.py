@@ -2,13 +2,16 @@
 
 `parse_json` reads one message (orjson on the hot path, the standard library as the reference: exact
 integers, no duplicate keys, no NaN/Infinity, no lone surrogates, no invalid UTF-8);
-`parse_batch_entries` reads a batch message so that one bad entry costs only itself.
+`parse_batch_entries` reads a batch message so that one bad entry costs only itself, whatever is
+wrong with it (not UTF-8, cut short, not JSON): where the array as a whole cannot be read,
+`split_batch` cuts it into its entries at the top level, and each is read alone.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from typing import Any
 
@@ -76,15 +79,30 @@ def _refusal_in(value: Any) -> str | None:
     return None
 
 
+class RefusedEntry(InvalidEvent):
+    """A batch entry refused alone: the reason, and the entry's own bytes (for the quarantine) when
+    the batch could be cut into entries (`raw`; None if not)."""
+
+    def __init__(self, reason: str, raw: bytes | None = None) -> None:
+        super().__init__(reason)
+        self.raw = raw
+
+
 def parse_batch_entries(data: bytes | str) -> list:
     """A batch message's entries, each as parse_json would read it alone: an entry it refuses (a
-    duplicate key, a non-finite number, a lone surrogate) comes back as that InvalidEvent, its siblings
-    as parsed, so one bad entry costs only itself. Raises InvalidEvent if the message is not a JSON array."""
-    top = _parse_json_stdlib(data, depth=ORJSON_MAX_DEPTH, lenient=True)
+    duplicate key, a non-finite number, a lone surrogate, bytes not UTF-8, text cut short or not
+    JSON) comes back as a RefusedEntry, its siblings as parsed, so one bad entry costs only itself.
+    Raises InvalidEvent if the message is not a JSON array."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    try:
+        top = _parse_json_stdlib(data, depth=ORJSON_MAX_DEPTH, lenient=True)
+    except InvalidEvent:  # (not UTF-8, cut short, ...): each entry alone
+        return [obj for _, obj in _read_entries(raw)]
     if type(top) is not list:
         raise InvalidEvent(f"a batch is a JSON array, got {type(top).__name__}")
     out: list = []
-    for entry in top:
+    pieces = None
+    for i, entry in enumerate(top):
         reason = _refusal_in(entry)
         if reason is None:
             try:
@@ -93,8 +111,99 @@ def parse_batch_entries(data: bytes | str) -> list:
                 reason = "a string holds a lone UTF-16 surrogate (unpaired \\ud800-\\udfff): not Unicode text"
             except (RecursionError, ValueError):
                 reason = "not JSON this program reads: nested too deeply"
-        out.append(entry if reason is None else InvalidEvent(reason))
+        if reason is not None and pieces is None:
+            pieces = split_batch(raw)
+            pieces = pieces if len(pieces) == len(top) else []
+        out.append(entry if reason is None else RefusedEntry(reason, pieces[i] if pieces else None))
     return out
+
+
+def _parse_entry(entry: bytes) -> Any:
+    try:
+        return parse_json(entry)
+    except InvalidEvent as err:
+        reason = str(err) if entry else "an empty entry (two commas in a row, or one before the ']')"
+        return RefusedEntry(reason, entry)
+
+
+# a JSON string (to its closing quote, or to the end of text cut short inside it), or a structural byte
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"?|[\[\]{},]', re.DOTALL)
+_NEXT_ENTRY = re.compile(rb",\s*[\[{]")  # where an entry after a bad one may begin
+RESYNC_TRIES = 256  # places tried, after an entry that cannot be read, for the next entry's beginning
+
+
+def _entry_end(data: bytes, pos: int) -> tuple[int, bytes]:
+    """Where the top-level entry beginning at `pos` ends: (offset, b"," or b"]"), or (len, b"") at the end."""
+    depth = 0
+    for m in _TOKENS.finditer(data, pos):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+        elif tok in (b"]", b"}"):
+            if depth == 0:
+                if tok == b"]":
+                    return m.start(), tok
+                continue  # a stray '}' at the top: part of its (bad) entry
+            depth -= 1
+        elif tok == b"," and depth == 0:
+            return m.start(), tok
+    return len(data), b""
+
+
+def _read_entries(data: bytes) -> list[tuple[bytes, Any]]:
+    """A batch's entries: (bytes, parsed or RefusedEntry). The entries are cut at the array's top-level
+    commas by a tolerant scan that knows strings (and their escapes) and nesting, and nothing else:
+    bytes that are not UTF-8 or not JSON stay inside their entry, and an entry cut short at the end is
+    the last one. An entry that cannot be read may have swallowed its successors (cut short inside a
+    string; not one that is whole JSON but for its bytes): the next entry is then looked for at the
+    next ',{' or ',[' whose entry can be read.
+    Bytes after the closing ']' are one more entry, refused. Raises InvalidEvent if not an array."""
+    start = len(data) - len(data.lstrip())
+    if data[start:start + 1] != b"[":
+        raise InvalidEvent("a batch is a JSON array: it must begin with '['")
+    out: list[tuple[bytes, Any]] = []
+    pos = start + 1
+    while True:
+        end, stop = _entry_end(data, pos)
+        piece = data[pos:end].strip()
+        if not out and stop == b"]" and not piece:  # "[]"
+            break
+        obj = _parse_entry(piece)
+        if isinstance(obj, RefusedEntry) and not _whole(piece):
+            for tries, m in enumerate(_NEXT_ENTRY.finditer(data, pos + 1)):
+                if m.start() >= end and stop == b",":  # (the entry's own end: no successor swallowed)
+                    break
+                if tries == RESYNC_TRIES:
+                    break
+                after, _ = _entry_end(data, m.start() + 1)
+                if not isinstance(_parse_entry(data[m.start() + 1:after].strip()), RefusedEntry):
+                    end, stop = m.start(), b","
+                    piece = data[pos:end].strip()
+                    obj = _parse_entry(piece)
+                    break
+        out.append((piece, obj))
+        if stop != b",":
+            break
+        pos = end + 1
+    if stop == b"]" and data[end + 1:].strip():
+        rest = data[end + 1:].strip()
+        out.append((rest, RefusedEntry("bytes after the batch's closing ']'", rest)))
+    return out
+
+
+def _whole(piece: bytes) -> bool:
+    """Whether an entry refused is whole JSON but for its bytes (not UTF-8, NaN, ...): then it
+    swallowed no successor."""
+    try:
+        json.loads(piece.decode("utf-8", "replace"))
+        return True
+    except (ValueError, RecursionError):
+        return False
+
+
+def split_batch(data: bytes) -> list[bytes]:
+    """A batch's entries as bytes (see `_read_entries`). Raises InvalidEvent if `data` is not an array."""
+    return [piece for piece, _ in _read_entries(data)]
 
 
 def _parse_json_stdlib(data: bytes | str, depth: int = 0, lenient: bool = False) -> Any:

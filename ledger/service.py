@@ -42,7 +42,7 @@ from ledger.batch import check_batch
 from ledger.canonical import envelope_text, orjson
 from ledger.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
 from ledger.natsserver import LEDGER_API
-from ledger.parsing import parse_batch_entries, parse_json
+from ledger.parsing import RefusedEntry, parse_batch_entries, parse_json
 from ledger.store import CONFLICT, Quarantined, StoredEvent
 from ledger.validation import check_envelope, payloads_valid
 
@@ -91,8 +91,11 @@ class Decoded:
 
 
 def _entry_bytes(entry, data: bytes) -> bytes:
-    """One batch entry written back alone, for the quarantine; the whole message if it cannot be (an
-    entry nested deeper than Python writes, say: writing it back once raised and crash-looped the ledger)."""
+    """One batch entry written back alone, for the quarantine (an entry refused by the parse: its own
+    bytes); the whole message if it cannot be (an entry nested deeper than Python writes, say: writing
+    it back once raised and crash-looped the ledger)."""
+    if isinstance(entry, RefusedEntry):
+        return entry.raw if entry.raw is not None else data
     try:
         return json.dumps(entry, ensure_ascii=False, allow_nan=True).encode()
     except (RecursionError, ValueError, TypeError):
@@ -117,7 +120,7 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
     except InvalidEvent as err:
         if not is_batch:
             return [], [reject(str(err))]
-        try:  # one entry may be at fault: refuse it alone, and take its siblings
+        try:  # one entry may be at fault (not UTF-8, cut short, ...): refuse it alone, and take its siblings
             obj = parse_batch_entries(data)
         except InvalidEvent:
             return [], [reject(str(err))]
@@ -142,7 +145,12 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
             if env["kind"] != subject_kind:
                 raise InvalidEvent(f"subject says kind {subject_kind!r} but the event is a {env['kind']!r}")
             good.append((env, payload_text))
-        except InvalidEvent as err:
+        except Exception as err:  # (a bug on one entry costs that entry, not its siblings)
+            if not isinstance(err, InvalidEvent):
+                if not is_batch:
+                    raise
+                log.exception("the ledger failed on entry %d of message %d (%s); quarantining it", i, stream_seq, subject)
+                err = f"the ledger failed on this entry: {_error_line(err)}"
             eid = env.get("event_id") if isinstance(env, dict) and isinstance(env.get("event_id"), str) else None
             if not is_batch:
                 bad.append(reject(str(err), data, eid))
