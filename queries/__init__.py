@@ -21,6 +21,7 @@ import duckdb
 
 from ledger import paths
 from ledger.paths import event_files, event_glob, quarantine_files, quarantine_glob
+from ledger.roles import PERSON_PRODUCERS
 from queries import thresholds
 from queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
 
@@ -38,6 +39,11 @@ _COMMENT = re.compile(r"--[^\n]*")
 TIMEOUT_S = 60.0
 MEMORY_LIMIT = "2GB"
 DATA_FOLDERS = ("events", "quarantine")  # what SQL may read under a root: never nats/ (the passwords)
+# ... and in what comes back: rows and about bytes, made no further (a `select range from range(1e9)`
+# is 1,000,000 rows, not a billion Python tuples); options of `runledger sql`, smaller in the UI
+MAX_ROWS = 1_000_000
+MAX_BYTES = 256 * 2**20
+FETCH_CHUNK = 10_000  # rows fetched from DuckDB at a time
 
 
 class ReadOnlyViolation(ValueError):
@@ -100,6 +106,7 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: pat
         sql = sql.replace("{{audit_runs}}", "select distinct regexp_extract(file, '/run_id=([^/]+)/[^/]*$', 1) as run_id "
                                             f"from glob({_sql_str(str(event_glob(root)))})")
     sql = sql.replace("{{threshold_defaults}}", thresholds.values_sql())
+    sql = sql.replace("{{person_producers}}", ", ".join(map(_sql_str, PERSON_PRODUCERS)))
     sql = sql.replace("{{quarantine}}", quarantine or _scan(quarantine_glob(root), bool(quarantine_files(root)),
                                                             quarantine_columns()))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
@@ -138,18 +145,24 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     then only the views and macros they can reach are defined, see `reachable`; `snapshot`: read
     ledger snapshot N, see `ledger.paths.Cut`, not the current one).
 
+    Raises paths.NotALedger (one line) for a root readers refuse: not a ledger root, a catalog gone,
+    delete files in the tables (see ledger.paths).
+
     With read_only (the default) the connection cannot write: external access is off except
     reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are
     not installed, and the configuration is locked. Use `query()` to also refuse any statement
     that is not a query, and to bound its time.
     """
     root = Path(root).resolve()
+    paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
     given = con
     for attempt in range(COMPACTION_RACE_TRIES):
-        con = given if given is not None else open_connection(threads, read_only)
-        at = paths.cut(root, snapshot) if snapshot is not None and paths.is_tables(root) else None
+        at = paths.cut(root, snapshot) if paths.is_tables(root) and (snapshot is not None or files is None) else None
         if snapshot is not None and at is None:
             raise ValueError(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
+        if at is not None and (why := at.refusal()):
+            raise paths.NotALedger(f"{root}: {why}")
+        con = given if given is not None else open_connection(threads, read_only)
         sql = render_views(root, files, at)
         try:
             if uses is not None:
@@ -217,20 +230,42 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 
 def query(root: str | Path, sql: str, timeout_s: float | None = TIMEOUT_S,
-          memory_limit: str | None = MEMORY_LIMIT, snapshot: int | None = None) -> tuple[list[str], list[tuple]]:
+          memory_limit: str | None = MEMORY_LIMIT, snapshot: int | None = None,
+          max_rows: int | None = MAX_ROWS, max_bytes: int | None = MAX_BYTES) -> tuple[list[str], Rows]:
     """Run a read-only query over the ledger views (of ledger snapshot `snapshot`, else the current
-    one), bounded in time and memory; returns the last statement's (column names, rows). Raises
-    ReadOnlyViolation, QueryTimeout, paths.SnapshotGone or duckdb.Error."""
+    one), bounded in time, memory, rows and bytes (see fetch_bounded); returns the last statement's
+    (column names, rows). Raises ReadOnlyViolation, QueryTimeout, paths.SnapshotGone or duckdb.Error."""
     con = connect(root, memory_limit=memory_limit, uses=sql, snapshot=snapshot)
     try:
         check_read_only(con, sql)
-        return fetch_bounded(con, sql, timeout_s)
+        return fetch_bounded(con, sql, timeout_s, max_rows, max_bytes)
     finally:
         con.close()
 
 
-def fetch_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None) -> tuple[list[str], list[tuple]]:
-    """Execute `sql` on `con` and fetch every row, interrupted after `timeout_s` (None or 0: no limit).
+class Rows(list):
+    """A query's rows; `truncated`: more rows were there than the bounds let through (`why` says which bound)."""
+
+    truncated: bool = False
+    why: str = ""
+
+
+def _size(v) -> int:
+    """About how many bytes a fetched value takes (strings and blobs by their length, containers summed)."""
+    if isinstance(v, (str, bytes, bytearray)):
+        return len(v) + 8
+    if isinstance(v, (list, tuple)):
+        return 8 + sum(_size(x) for x in v)
+    if isinstance(v, dict):
+        return 8 + sum(_size(k) + _size(x) for k, x in v.items())
+    return 16
+
+
+def fetch_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None,
+                  max_rows: int | None = None, max_bytes: int | None = None) -> tuple[list[str], Rows]:
+    """Execute `sql` on `con` and fetch its rows, interrupted after `timeout_s` (None or 0: no limit),
+    at most `max_rows` of them and about `max_bytes` (None: no limit): DuckDB streams the result, so
+    the rows past the bounds are never made, in DuckDB or in Python (`rows.truncated` says so).
     Raises QueryTimeout when interrupted."""
     timer = None
     if timeout_s:
@@ -240,7 +275,25 @@ def fetch_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | N
     try:
         cur = con.execute(sql)
         columns = [d[0] for d in cur.description] if cur.description else []
-        return columns, cur.fetchall() if cur.description else []
+        rows, size = Rows(), 0
+        while cur.description:
+            want = FETCH_CHUNK if max_rows is None else min(FETCH_CHUNK, max_rows + 1 - len(rows))
+            chunk = cur.fetchmany(want)
+            if not chunk:
+                break
+            if max_bytes is not None:
+                for i, row in enumerate(chunk):
+                    size += _size(row)
+                    if size > max_bytes:
+                        rows.extend(chunk[:i])
+                        rows.truncated, rows.why = True, f"{max_bytes} bytes"
+                        return columns, rows
+            rows.extend(chunk)
+            if max_rows is not None and len(rows) > max_rows:
+                del rows[max_rows:]
+                rows.truncated, rows.why = True, f"{max_rows} rows"
+                break
+        return columns, rows
     except duckdb.InterruptException:
         raise QueryTimeout(f"the query ran past its time limit of {timeout_s:g} s and was stopped") from None
     finally:

@@ -124,6 +124,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 2 if bad else 0
 
 
+TABLE_ROWS = 10_000  # rows `runledger sql` draws as a table by default (CSV and JSON: queries.MAX_ROWS)
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -131,13 +134,20 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     if not 0 <= args.timeout < float("inf"):
         raise UsageError(f"--timeout {args.timeout:g} is not a number of seconds >= 0 (0: no limit)")
+    max_rows = args.max_rows if args.max_rows is not None else TABLE_ROWS if args.format == "table" else queries.MAX_ROWS
+    if max_rows < 0:
+        raise UsageError(f"--max-rows {max_rows} is not a number of rows >= 0 (0: no limit)")
     try:  # the rows are fetched in here too: a query fails at run time as often as at parse time
-        cols, rows = queries.query(args.root, args.sql, args.timeout, args.memory_limit, snapshot=args.snapshot)
+        cols, rows = queries.query(args.root, args.sql, args.timeout, args.memory_limit, snapshot=args.snapshot,
+                                   max_rows=max_rows or None)
     except (queries.ReadOnlyViolation, queries.QueryTimeout, ValueError, SnapshotGone) as err:
         raise UsageError(str(err)) from None
     except duckdb.Error as err:  # parse, binder, conversion, out of memory: bad input
         raise UsageError(f"SQL error: {str(err).splitlines()[0]}") from None
     write_rows(cols, rows, args.format)
+    if rows.truncated:
+        print(f"runledger sql: truncated at {len(rows)} rows (the bound of {rows.why}; --max-rows N to change it, "
+              "0: no limit)", file=sys.stderr)
     return 0
 
 
@@ -372,7 +382,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_nats(s)
     s.set_defaults(func=cmd_publish)
 
-    from queries import MEMORY_LIMIT, TIMEOUT_S
+    from queries import MAX_ROWS, MEMORY_LIMIT, TIMEOUT_S
 
     s = sub.add_parser("sql", help="read-only SQL over the ledger views")
     add_root(s)
@@ -381,6 +391,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help=f"stop the query after this long (default {TIMEOUT_S:g}; 0: no limit)")
     s.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
                    help=f"DuckDB's memory limit for the query, e.g. 500MB (default {MEMORY_LIMIT})")
+    s.add_argument("--max-rows", type=int, default=None, metavar="N",
+                   help=f"print at most N rows, saying so when there were more (default {TABLE_ROWS:,} as a table, "
+                        f"{MAX_ROWS:,} as CSV or JSON; 0: no limit)")
     s.add_argument("--snapshot", type=int, default=None, metavar="N",
                    help="read ledger snapshot N (a commit number, kept for tables.RETENTION_S), not the current one")
     s.add_argument("sql")

@@ -214,15 +214,21 @@ def print_audit(root: Path, console: Console) -> None:
 
 
 def start_ui(demo: Demo) -> str:
-    """`runledger ui` over the demo's root while it runs (`demo --ui`): its address, token included."""
+    """`runledger ui` over the demo's root while it runs (`demo --ui`): its address, token included. The
+    token goes to the child in a file only this user can read, never in its argv or environment (every
+    local user can read those)."""
     import secrets
     import socket
+
+    from ledger.natsserver import write_private
 
     with socket.socket() as s:  # a free loopback port
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = secrets.token_urlsafe(24)
-    demo.spawn("ui", "ui", "--root", str(demo.root), "--nats", demo.nats.url, "--port", str(port), "--token", token)
+    token_file = demo.root / "ui-token.json"
+    write_private(token_file, json.dumps({"token": token}))
+    demo.spawn("ui", "ui", "--root", str(demo.root), "--nats", demo.nats.url, "--port", str(port), "--token-file", str(token_file))
     return f"http://127.0.0.1:{port}/?token={token}"
 
 

@@ -18,8 +18,9 @@ def register(sub) -> None:
     add_nats(s)
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
-    s.add_argument("--token", default=None, help="read-write token every request must carry (made up if not given)")
-    s.add_argument("--read-token", default=None, help="a read-only token (cannot approve or reject)")
+    s.add_argument("--token", default=None, help="read-write token every request must carry (made up if not given; "
+                                                 "prefer --token-file: a command line is readable by every local user)")
+    s.add_argument("--read-token", default=None, help="a read-only token (cannot approve or reject; prefer --token-file)")
     s.add_argument("--token-file", default=None,
                    help='JSON {"token": ..., "read_token": ...}: the tokens, kept out of the process list')
     s.set_defaults(func=cmd_ui)
@@ -31,6 +32,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from ui.access import configure
     from ui.app import create_app
 
+    if args.token or args.read_token:  # (every local user can read a process's command line)
+        log.warning("a token given with --token or --read-token is in the process list, readable by every local "
+                    "user: prefer --token-file (a JSON file only you can read)")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a TCP port")
     try:

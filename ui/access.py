@@ -1,14 +1,19 @@
-"""Who may use the dashboard: loopback only unless a token is set, every request carrying the token
-when one is, read-only and read-write tokens, and CSRF protection on every POST.
+"""Who may use the dashboard: loopback only unless a token is set, the token in a header of every API
+request (never in a cookie), read-only and read-write tokens.
 
-- Bound to loopback without tokens: reads need none (only this machine reaches it); the Host header
-  must name the loopback (a DNS-rebinding page cannot read it). A read-write token is made at start
-  and printed in the URL (as Jupyter does), because approve and reject always need one.
-- Given tokens (required to bind any other address): every request must carry one, as
-  `Authorization: Bearer T`, an `X-Runledger-Token` header, or the cookie a first `?token=T` visit sets.
-- POST (approve, reject) needs the read-write token and the CSRF token: the `rl_csrf` cookie's value
-  repeated in an `X-CSRF-Token` header (a page of another origin can neither read the cookie nor set
-  the header), and an Origin, when sent, that is this server's.
+- The page and its static files hold no data: they are served to whoever reaches the server. The page
+  takes `?token=T` once from its address, keeps it in sessionStorage (this origin's, this tab's) and
+  takes it out of the address, then sends it on every request as `X-Runledger-Token` (or a script
+  sends `Authorization: Bearer T`). No token goes into a cookie: a cookie is scoped by host, not port,
+  so every other server on 127.0.0.1 the browser visits would receive it.
+- Every `/api/` request needs a header a page of another origin cannot send without a CORS preflight
+  (which this server never answers): the token, or, on a loopback dashboard started without tokens
+  (reads open to this machine), `X-Requested-With` for a read. So an `<img>` or a form on another
+  local origin reads and decides nothing. The Host header must name the loopback when bound to it
+  (a DNS-rebinding page cannot read it).
+- A POST (approve, reject) needs the read-write token, an Origin, when sent, that is this server's,
+  and a body of at most MAX_BODY bytes. A read-write token is made at start and printed in the URL
+  (as Jupyter does), because approve and reject always need one.
 """
 
 from __future__ import annotations
@@ -18,13 +23,11 @@ import ipaddress
 import json
 import secrets
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode
 
 READ, WRITE = "read", "write"
-TOKEN_COOKIE, CSRF_COOKIE = "rl_token", "rl_csrf"
-TOKEN_HEADER, CSRF_HEADER = "x-runledger-token", "x-csrf-token"
+TOKEN_HEADER, SCRIPT_HEADER = "x-runledger-token", "x-requested-with"
+MAX_BODY = 64 * 1024  # bytes of a POST's body (a review is a few hundred)
 _LOOPBACK_NAMES = {"localhost"}
 
 
@@ -91,13 +94,9 @@ def _headers(scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
-def _cookies(headers: dict[str, str]) -> dict[str, str]:
-    jar = SimpleCookie()
-    try:
-        jar.load(headers.get("cookie", ""))
-    except Exception:  # a malformed cookie header carries no token
-        return {}
-    return {k: m.value for k, m in jar.items()}
+def _given_token(headers: dict[str, str]) -> str | None:
+    auth = headers.get("authorization", "")
+    return (auth[7:].strip() if auth.lower().startswith("bearer ") else None) or headers.get(TOKEN_HEADER) or None
 
 
 class AccessMiddleware:
@@ -110,48 +109,46 @@ class AccessMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = _headers(scope)
-        cookies = _cookies(headers)
+        send = _hardened(send)
         if self.access.loopback and not is_loopback(headers.get("host", "").rsplit(":", 1)[0]):
             return await _refuse(send, 403, "this dashboard answers only to a loopback Host")
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        given = query.get("token")
-        if given is not None and scope["method"] == "GET":
-            if self.access.role(given) is None:
-                return await _refuse(send, 401, "that token is not valid")
-            # a first visit with ?token=: keep it in a cookie and drop it from the address bar
-            rest = urlencode({k: v for k, v in query.items() if k != "token"})
-            return await _redirect(send, scope["path"] + (f"?{rest}" if rest else ""), given)
-        auth = headers.get("authorization", "")
-        token = (auth[7:] if auth.lower().startswith("bearer ") else None) or headers.get(TOKEN_HEADER) \
-            or cookies.get(TOKEN_COOKIE)
+        if not scope["path"].startswith("/api/"):  # the page and its code: no data, no action
+            if scope["method"] not in ("GET", "HEAD"):
+                return await _refuse(send, 405, "only GET here")
+            scope.setdefault("state", {})["role"] = None
+            return await self.app(scope, receive, send)
+        token = _given_token(headers)
         role = self.access.role(token)
-        if role is None and (token or not self.access.open_reads):
+        if role is None and token:
+            return await _refuse(send, 401, "that token is not valid")
+        read = scope["method"] in ("GET", "HEAD")
+        if role is None and not (read and self.access.open_reads and SCRIPT_HEADER in headers):
             return await _refuse(send, 401, "a token is required: open the address printed by `runledger ui` "
-                                            "(…/?token=…) or send Authorization: Bearer TOKEN")
-        if scope["method"] not in ("GET", "HEAD"):
+                                            "(…/?token=…), or send X-Runledger-Token: TOKEN")
+        if not read:
             if role != WRITE:
                 return await _refuse(send, 403, "this needs the read-write token" if role is None
                                      else "a read-only token cannot approve or reject")
-            csrf = cookies.get(CSRF_COOKIE)
-            if not csrf or not hmac.compare_digest(csrf.encode(), headers.get(CSRF_HEADER, "").encode()):
-                return await _refuse(send, 403, "missing or wrong CSRF token (X-CSRF-Token must repeat the rl_csrf cookie)")
             origin = headers.get("origin")
             if origin and origin.split("://", 1)[-1] != headers.get("host"):
-                return await _refuse(send, 403, f"cross-origin request from {origin} refused")
+                return await _refuse(send, 403, f"cross-origin request from {origin[:100]} refused")
+            length = headers.get("content-length", "0")
+            if not length.isdigit() or int(length) > MAX_BODY:
+                return await _refuse(send, 413, f"a body of at most {MAX_BODY} bytes, with its Content-Length")
         scope.setdefault("state", {})["role"] = role or READ
-        if CSRF_COOKIE in cookies:
-            return await self.app(scope, receive, send)
-
-        async def send_with_csrf(message):
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (b"set-cookie", _cookie(CSRF_COOKIE, secrets.token_urlsafe(24), http_only=False))]
-            await send(message)
-
-        return await self.app(scope, receive, send_with_csrf)
+        return await self.app(scope, receive, send)
 
 
-def _cookie(name: str, value: str, http_only: bool = True) -> bytes:
-    return f"{name}={value}; Path=/; SameSite=Strict{'; HttpOnly' if http_only else ''}".encode()
+def _hardened(send):
+    """`send` with headers that keep a response to this origin: no Referer carries the page's address
+    (with a ?token= before the page takes it out), no type sniffing."""
+    async def hardened(message):
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), (b"referrer-policy", b"no-referrer"),
+                                  (b"x-content-type-options", b"nosniff")]
+        await send(message)
+
+    return hardened
 
 
 async def _refuse(send, status: int, reason: str) -> None:
@@ -159,11 +156,3 @@ async def _refuse(send, status: int, reason: str) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
-
-
-async def _redirect(send, location: str, token: str) -> None:
-    await send({"type": "http.response.start", "status": 303,
-                "headers": [(b"location", location.encode()), (b"set-cookie", _cookie(TOKEN_COOKIE, token)),
-                            (b"set-cookie", _cookie(CSRF_COOKIE, secrets.token_urlsafe(24), http_only=False)),
-                            (b"content-length", b"0")]})
-    await send({"type": "http.response.body", "body": b""})

@@ -3,8 +3,11 @@ event stream (server-sent events fed by `ui.live.Feed`), and the review buttons,
 
 Routes: `/` the page (runs, run, compare, ladder and SQL views, routed in the browser); `/static/*` its
 script, style and the vendored uPlot; `/api/*` JSON (`/api/health?runs=A,B`: the health counts of the
-runs the list shows, in one pass); `/api/live?run=R&since=SEQ` the event stream;
-`POST /api/decide` approve or reject a proposed decision.
+runs the list shows, in one pass); `/api/live?run=R&since=SEQ` the event stream (ui.streams: capped,
+one read per wake per run); `POST /api/decide` approve or reject a proposed decision.
+
+Every route checks its input before anything is read: a bad run id, number, source, key or body is a
+400 (a body too big 413, not JSON 415) with a one-line reason, never a 500.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from starlette.staticfiles import StaticFiles
 import queries
 from ledger import review
 from ledger.validation import check_name
-from ui.access import Access, AccessMiddleware
+from ui.access import MAX_BODY, Access, AccessMiddleware
 from ui.data import Reader, config_diff
 from ui.live import Feed
+from ui.streams import Full, Streams
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -35,6 +39,10 @@ KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a qui
 MAX_COMPARE = 20  # runs overlaid on the compare view
 MAX_HEALTH = 200  # runs whose health counts one request asks for (the runs page asks for the rows it shows)
 DECIDE_TIMEOUT_S = 30.0  # how long a review waits for NATS to acknowledge it (else it stays spooled)
+MAX_KEYS = 64  # chart keys one series request asks for
+MAX_TEXT = 1000  # characters of a filter, a ladder's name, a decision id or a reason
+MAX_QUERY = 10_000  # characters of a console query (a GET: uvicorn takes about 16 KB of request line)
+MAX_X = 1e15  # |x| of a zoomed range: steps, or seconds since the epoch, are far below it
 
 
 def _json(data, status: int = 200) -> Response:
@@ -48,8 +56,62 @@ def _error(status: int, reason: str) -> Response:
     return _json({"error": reason}, status)
 
 
-def _float(v: str | None) -> float | None:
-    return None if v in (None, "") else float(v)
+class BadInput(ValueError):
+    """A request's input the route refuses (a 400 with this one-line reason)."""
+
+
+def _float(v: str | None, name: str) -> float | None:
+    """A finite number of at most MAX_X, or None when not given."""
+    if v in (None, ""):
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise BadInput(f"{name} must be a number, not {v[:40]!r}") from None
+    if not abs(x) <= MAX_X:
+        raise BadInput(f"{name} must be a finite number of at most {MAX_X:g} in size")
+    return x
+
+
+def _int(v: str | None, name: str, default: int, lo: int = 0, hi: int = 2**62) -> int:
+    """A whole number in [lo, hi], or `default` when not given."""
+    if v in (None, ""):
+        return default
+    if not (v.isascii() and v.isdigit()) or not lo <= int(v) <= hi:
+        raise BadInput(f"{name} must be a whole number from {lo} to {hi}, not {v[:40]!r}")
+    return int(v)
+
+
+def _text(v: str, name: str, limit: int = MAX_TEXT) -> str:
+    if len(v) > limit:
+        raise BadInput(f"{name} is longer than {limit} characters")
+    return v
+
+
+class HTTPError(Exception):
+    """A refusal with its own status (413, 415, 429)."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+async def _body(request: Request) -> dict:
+    """The request's JSON object, read up to MAX_BODY bytes (BadInput, or 413/415 as HTTPError)."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        raise HTTPError(415, "the body must be JSON (Content-Type: application/json)")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise HTTPError(413, f"a body of at most {MAX_BODY} bytes")
+    try:
+        body = json.loads(raw)
+    except ValueError as err:
+        raise BadInput(f"the body is not JSON: {str(err).splitlines()[0]}") from None
+    if not isinstance(body, dict):
+        raise BadInput(f"the body must be a JSON object, not {type(body).__name__}")
+    return body
 
 
 def _run_id(request: Request) -> str:
@@ -58,12 +120,27 @@ def _run_id(request: Request) -> str:
     return run
 
 
+class LiveResponse(StreamingResponse):
+    """An event stream that gives its place back however it ends (even before its first byte)."""
+
+    def __init__(self, sub, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sub = sub
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.sub.close()
+
+
 def create_app(root: str | Path, nats_url: str | None, access: Access | None = None,
                threads: int | None = None, decide_url: str | None = None) -> Starlette:
     """The app over the ledger at `root`; `nats_url` feeds the live updates (None: no live push) and
     carries the reviews (`decide_url`, default the same)."""
     reader = Reader(root, threads=threads)
     feed = Feed(reader, nats_url)
+    streams = Streams(reader, feed)
     access = access or Access()
     decide_url = decide_url or nats_url
 
@@ -76,9 +153,9 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
 
     async def api_runs(request: Request) -> Response:
         q = request.query_params
+        filters = [_text(q.get(k, ""), k) for k in ("name", "tag", "status", "config")]
         try:
-            rows = await run_in_threadpool(reader.runs, q.get("name", ""), q.get("tag", ""), q.get("status", ""),
-                                           q.get("config", ""))
+            rows = await run_in_threadpool(reader.runs, *filters)
         except ValueError as err:
             return _error(400, str(err))
         return _json({"runs": rows, "position": reader.position})
@@ -92,7 +169,9 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         run, q = _run_id(request), request.query_params
         source = q.get("source", "step")
         keys = [k for k in q.get("keys", "").split(",") if k] if q.get("keys") else []
-        px, x0, x1 = int(q.get("px", 600)), _float(q.get("x0")), _float(q.get("x1"))
+        if len(keys) > MAX_KEYS:
+            raise BadInput(f"at most {MAX_KEYS} keys at a time")
+        px, x0, x1 = _int(q.get("px"), "px", 600, 1, 100_000), _float(q.get("x0"), "x0"), _float(q.get("x1"), "x1")
         try:
             if source == "drops":
                 out = await run_in_threadpool(reader.layer_drops, run, px, x0, x1)
@@ -125,7 +204,9 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         runs = [r for r in q.get("runs", "").split(",") if r][:MAX_COMPARE]
         for r in runs:
             check_name(r, "run_id")
-        source, key, px = q.get("source", "step"), q.get("key", "loss"), int(q.get("px", 800))
+        source, key, px = q.get("source", "step"), _text(q.get("key", "loss"), "key"), _int(q.get("px"), "px", 800, 1, 100_000)
+        if source not in ("step", "metrics", "eval", "system"):
+            raise BadInput(f"unknown source {source[:40]!r}")
 
         def gather():
             series = {}
@@ -142,7 +223,7 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         return _json({"ladders": await run_in_threadpool(reader.ladders)})
 
     async def api_ladder(request: Request) -> Response:
-        name = request.path_params["name"]
+        name = _text(request.path_params["name"], "a ladder's name", 200)
 
         def gather():
             return {"ladder": name, "rungs": reader.rungs(name), "targets": reader.ladder_forecasts(name)}
@@ -150,7 +231,7 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         return _json(await run_in_threadpool(gather))
 
     async def api_sql(request: Request) -> Response:
-        text = request.query_params.get("q", "")
+        text = _text(request.query_params.get("q", ""), "the query", MAX_QUERY)
         try:
             return _json(await run_in_threadpool(reader.sql, text))
         except (queries.ReadOnlyViolation, queries.QueryTimeout) as err:
@@ -159,13 +240,18 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
             return _error(400, f"SQL error: {str(err).splitlines()[0]}")
 
     async def api_decide(request: Request) -> Response:
+        body = await _body(request)
+        for k in ("run", "decision_id", "action", "by"):
+            if not isinstance(body.get(k), str) or not body[k]:
+                raise BadInput(f"{k!r} must be a non-empty string")
+        if not isinstance(body.get("reason"), (str, type(None))):
+            raise BadInput("'reason' must be a string or null")
+        run, target, action, by = check_name(body["run"], "run_id"), body["decision_id"], body["action"], body["by"].strip()
+        _text(target, "decision_id")
+        _text(body.get("reason") or "", "reason")
+        if action not in ("approve", "reject"):
+            raise BadInput("'action' must be approve or reject")
         try:
-            body = await request.json()
-            run = body.get("run", "")
-            check_name(run, "run_id")
-            target, action, by = body.get("decision_id", ""), body.get("action"), str(body.get("by", "")).strip()
-            if action not in ("approve", "reject") or not target:
-                return _error(400, "action must be approve or reject, with a decision_id")
             decision = review.review(target, action == "approve", by, body.get("reason") or None)
             if decide_url is None:
                 return _error(503, "no NATS server to send the decision to")
@@ -183,30 +269,27 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         run = request.query_params.get("run") or None
         if run is not None:
             check_name(run, "run_id")
-        since = int(request.query_params.get("since", 0) or 0)
+        since = _int(request.query_params.get("since"), "since", 0)
+        try:
+            sub = streams.open(run, since)
+        except Full as err:
+            return _error(429, str(err))
 
         async def stream():
-            version = feed.version
-            yield f"event: status\ndata: {json.dumps(feed.status())}\n\n"
-            last = since
-            if run is not None and reader.position and since:  # what was stored between the page's load and now
-                version = -1
-            while True:
-                if version != feed.version:
-                    version = feed.version
-                    if run is not None:
-                        news = await run_in_threadpool(reader.new_points, run, last)
-                        last = news["seq"]
-                        if news.get("kinds"):
-                            yield f"event: points\ndata: {_json(news).body.decode()}\n\n"
-                    yield f"event: stored\ndata: {json.dumps(feed.status())}\n\n"
-                if not await feed.wait_change(version, KEEPALIVE_S):
-                    if await request.is_disconnected():
+            try:
+                while True:
+                    event = await sub.next(KEEPALIVE_S)
+                    if event is not None:
+                        yield f"event: {event['event']}\ndata: {_json(event['data']).body.decode()}\n\n"
+                    elif sub.closed or await request.is_disconnected():
                         return
-                    yield ": keepalive\n\n"
+                    else:
+                        yield ": keepalive\n\n"
+            finally:
+                sub.close()
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+        return LiveResponse(sub, stream(), media_type="text/event-stream",
+                            headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
     @asynccontextmanager
     async def lifespan(app):
@@ -214,6 +297,7 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         try:
             yield
         finally:
+            await streams.stop()
             await feed.stop()
             reader.close()
 
@@ -234,9 +318,12 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     async def bad_input(request: Request, err: Exception) -> Response:  # a run id that is not a name, say
-        return _error(400, str(err).splitlines()[0])
+        return _error(400, (str(err).splitlines() or ["bad input"])[0])
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={ValueError: bad_input})
-    app.state.reader, app.state.feed, app.state.access = reader, feed, access
+    async def refused(request: Request, err: HTTPError) -> Response:
+        return _error(err.status, str(err))
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={ValueError: bad_input, HTTPError: refused})
+    app.state.reader, app.state.feed, app.state.streams, app.state.access = reader, feed, streams, access
     return AccessMiddleware(app, access)
 

@@ -37,6 +37,7 @@ import duckdb
 
 import queries
 from ledger import partitions, paths, settings
+from ledger.metricnames import metric_name
 from queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ SOURCES = {
     "system": ("system_events", "epoch(ts)", 1e-6),
 }
 _METRIC_COLUMN = re.compile(r"^metrics/.{1,200}$")
-MAX_SQL_ROWS = 5000  # rows the SQL console shows (it says how many more there were)
+MAX_SQL_ROWS = 10_000  # rows the SQL console fetches and shows (it says when there were more)
+MAX_SQL_BYTES = 16 * 2**20  # ... and about bytes
+MAX_LIVE_ROWS = 50_000  # events one live push reads; past it the page is told to draw itself again
 _MISSING = object()
 SERIES_KEPT = 64  # answers of `series` kept (each at most a few pixels' worth of points per key)
 FIRST_PAGE = 100  # rows of the runs page drawn at a time (app.js PAGE_ROWS): their health counts are worked out at start
@@ -458,18 +461,17 @@ class Reader:
 
     @staticmethod
     def key_name(source: str, column: str) -> str:
-        return column.removeprefix("metrics/") if source in ("metrics", "system") else column
+        return metric_name(column) if source in ("metrics", "system") else column
 
     def columns_of(self, source: str, keys: list[str], cur) -> list[str]:
         """The stored columns of chart keys (refuses one the view does not have: nothing else reaches the SQL)."""
         if source not in SOURCES:
             raise ValueError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
-        known = set(self.numeric_columns(source, cur))
-        columns = [f"metrics/{key}" if source in ("metrics", "system") else key for key in keys]
-        for key, column in zip(keys, columns):
-            if column not in known:
+        known = {self.key_name(source, c): c for c in self.numeric_columns(source, cur)}  # (a name's column: escaped)
+        for key in keys:
+            if key not in known:
                 raise KeyError(f"no {source} key {key!r}")
-        return columns
+        return [known[key] for key in keys]
 
     def run_info(self, run_id: str) -> dict:
         """What the run's page shows first: its attempts, chart keys, decision trail, forecast band."""
@@ -565,22 +567,26 @@ class Reader:
                     ys.append(y)
         return {"keys": out, "x": [lo, hi], "seq": seq or 0, "rows": n or 0}
 
-    def new_points(self, run_id: str, since: int) -> dict:
+    def new_points(self, run_id: str, since: int, upto: int | None = None) -> dict:
         """Every number of the run stored after stream seq `since` up to the ledger's position, exact:
         {source: {key: {attempt: [[x], [y]]}}}, the drops per layer, and the kinds of the other events
         that came (decisions, alerts ...); "seq": the position, where the next call starts.
         Only up to the position (of the run's partition, on a partitioned root): the ledger writes it
         after committing everything below it, while the tables of one commit become readable one kind
         after another, so a later event of one kind can be readable before an earlier one of another
-        (a cursor at the greatest seq read would skip that one)."""
-        upto = self.position_of(run_id)  # (read before the snapshot's files are listed: they hold all of it)
+        (a cursor at the greatest seq read would skip that one). `upto`: stop there, if the position is past it."""
+        upto = min(self.position_of(run_id), upto if upto is not None else float("inf"))  # (read before the
+        # snapshot's files are listed: they hold all of it)
         out: dict = {"seq": max(since, upto), "kinds": []}
         if upto <= since:
             return out
         with self.scoped([run_id]) as cur:
-            out["kinds"] = [r[0] for r in cur.execute(
-                "select distinct kind from events where run_id = ? and stream_seq > ? and stream_seq <= ?",
-                [run_id, since, upto]).fetchall()]
+            counts = dict(cur.execute("select kind, count(*) from events where run_id = ? and stream_seq > ? "
+                                      "and stream_seq <= ? group by kind", [run_id, since, upto]).fetchall())
+            out["kinds"] = list(counts)
+            if sum(counts.values()) > MAX_LIVE_ROWS:  # (a page far behind: it draws itself again, at the pixels' resolution)
+                out["reload"] = True
+                return out
             for source, (view, x, _) in SOURCES.items():
                 if SOURCE_KINDS[source] not in out["kinds"]:
                     continue
@@ -670,11 +676,13 @@ class Reader:
 
     def sql(self, text: str, timeout_s: float = queries.TIMEOUT_S) -> dict:
         """A read-only query from the console: `runledger sql`'s own path (queries.query: its guard, its
-        time and memory bounds, the views the query names over the current snapshot)."""
-        cols, rows = queries.query(self.root, text, timeout_s)
+        time and memory bounds, the views the query names over the current snapshot), at most
+        MAX_SQL_ROWS rows and MAX_SQL_BYTES fetched ("truncated" says when there were more)."""
+        cols, rows = queries.query(self.root, text, timeout_s, max_rows=MAX_SQL_ROWS, max_bytes=MAX_SQL_BYTES)
         return {"columns": cols, "rows": [[_jsonable(v) if isinstance(v, (int, float, str, bool, type(None)))
-                                           or hasattr(v, "isoformat") else str(v) for v in r] for r in rows[:MAX_SQL_ROWS]],
-                "total": len(rows)}
+                                           or hasattr(v, "isoformat") else str(v) for v in r] for r in rows],
+                "total": len(rows), "truncated": rows.truncated,
+                "note": f"truncated at {len(rows)} rows (the bound of {rows.why})" if rows.truncated else None}
 
 
 def _identity(f: Path) -> str:

@@ -1,12 +1,22 @@
 // runledger ui: the page's views (runs, run, compare, ladder, SQL), routed by the address's #fragment.
 // Charts are uPlot; their points come downsampled (min/max per pixel bucket, in SQL) from /api/run/R/series, exact once zoomed
 // in, and new points arrive over /api/live (server-sent events) once the ledger has stored them.
+// The token comes once in the address (?token=T): it is kept in sessionStorage (this origin's, this tab's),
+// taken out of the address, and sent in a header on every request; never in a cookie (ui/access.py).
 "use strict";
 
 const $main = document.getElementById("main");
 const $live = document.getElementById("live");
 const COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
-let source = null; // the EventSource of the current view
+let source = null; // the event stream of the current view ({close})
+const TOKEN_KEY = "rl-token";
+(function takeToken() {
+  const u = new URL(location.href);
+  if (!u.searchParams.has("token")) return;
+  sessionStorage.setItem(TOKEN_KEY, u.searchParams.get("token"));
+  u.searchParams.delete("token");
+  history.replaceState(null, "", u.pathname + u.search + u.hash);
+})();
 window.rlCharts = []; // every chart drawn on the current view (the browser tests read them)
 
 function esc(s) {
@@ -25,13 +35,19 @@ function age(s) {
   if (s < 172800) return `${Math.round(s / 3600)} h`;
   return `${Math.round(s / 86400)} d`;
 }
-function cookie(name) {
-  const m = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
-  return m ? decodeURIComponent(m[1]) : "";
+function headers(extra) { // what every request carries: the token, if the page has one, and a header no other origin's page can send
+  const h = Object.assign({"x-requested-with": "runledger"}, extra || {});
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) h["x-runledger-token"] = token;
+  return h;
 }
 async function api(path, opts) {
-  const r = await fetch(path, Object.assign({credentials: "same-origin"}, opts || {}));
-  const body = await r.json().catch(() => ({error: `HTTP ${r.status}`}));
+  opts = Object.assign({credentials: "omit"}, opts || {});
+  opts.headers = headers(opts.headers);
+  const r = await fetch(path, opts);
+  const text = await r.text();
+  let body;
+  try { body = JSON.parse(text); } catch (e) { body = {error: text || `HTTP ${r.status}`}; }
   if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
   return body;
 }
@@ -44,13 +60,46 @@ function setLive(st) {
   $live.textContent = st.live ? `live · ledger position ${st.position}` : `no live updates: ${st.reason}`;
   $live.className = "live " + (st.live ? "on" : "off");
 }
+// The live event stream (server-sent events read with fetch, which sends the token's header as EventSource
+// cannot); `url` a function, asked again at each reconnect (a run's page resumes from the last seq it got).
 function follow(url, handlers) {
   if (source) source.close();
-  source = new EventSource(url);
-  source.addEventListener("status", e => setLive(JSON.parse(e.data)));
-  source.addEventListener("stored", e => { const st = JSON.parse(e.data); setLive(st); handlers.stored && handlers.stored(st); });
-  if (handlers.points) source.addEventListener("points", e => handlers.points(JSON.parse(e.data)));
-  source.onerror = () => { $live.textContent = "event stream interrupted (reconnecting)"; $live.className = "live off"; };
+  const ctl = new AbortController();
+  const me = {closed: false, close() { this.closed = true; ctl.abort(); }};
+  source = me;
+  const dispatch = (event, data) => {
+    if (event === "status") setLive(data);
+    else if (event === "stored") { setLive(data); handlers.stored && handlers.stored(data); }
+    else if (event === "points" && handlers.points) handlers.points(data);
+  };
+  (async () => {
+    while (!me.closed) {
+      try {
+        const r = await fetch(url(), {headers: headers(), credentials: "omit", cache: "no-store", signal: ctl.signal});
+        if (!r.ok) throw new Error(`HTTP ${r.status}`);
+        const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const {value, done} = await reader.read();
+          if (done) break;
+          buf += value;
+          for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+            let event = "message", data = "";
+            for (const line of buf.slice(0, i).split("\n")) {
+              if (line.startsWith("event: ")) event = line.slice(7);
+              else if (line.startsWith("data: ")) data += line.slice(6);
+            }
+            buf = buf.slice(i + 2);
+            if (data) dispatch(event, JSON.parse(data));
+          }
+        }
+      } catch (e) { /* the stream broke: start it again */ }
+      if (me.closed) return;
+      $live.textContent = "event stream interrupted (reconnecting)";
+      $live.className = "live off";
+      await new Promise(r => setTimeout(r, 2000));
+    }
+  })();
 }
 
 // ------------------------------------------------------------------------------------- charts
@@ -172,7 +221,7 @@ async function viewRuns(params) {
   };
   await load();
   let pending = null;
-  follow("/api/live", {stored: () => { if (!pending) pending = setTimeout(() => { pending = null; load(); }, 1000); }});
+  follow(() => "/api/live", {stored: () => { if (!pending) pending = setTimeout(() => { pending = null; load(); }, 1000); }});
 }
 function val(id) { return document.getElementById(id).value.trim(); }
 const PAGE_ROWS = 100; // rows of the runs list drawn at a time (a page; its health counts come in one request)
@@ -293,8 +342,10 @@ async function viewRun(run) {
   for (const c of charts) c.chart.draw();
   window.rlParts = {info_ms: tInfo - t0, series_ms: tSeries - tInfo, draw_ms: performance.now() - tSeries};
   if (!isFinite(since)) since = 0; // no points yet: every point stored from now on is new
-  follow(`/api/live?run=${encodeURIComponent(run)}&since=${since}`, {
+  follow(() => `/api/live?run=${encodeURIComponent(run)}&since=${since}`, {
     points: news => {
+      since = Math.max(since, news.seq);
+      if (news.reload) { route(); return; } // far behind: drawn again
       for (const c of charts) {
         if (!c.source) continue;
         const got = c.source === "drops" ? {drop_fraction: news.drops} : news[c.source];
@@ -361,7 +412,7 @@ function renderDecisions(run, decisions) {
         if (!by) { msg.textContent = "your name, please"; return; }
         localStorage.setItem("rl-name", by);
         try {
-          const r = await api("/api/decide", {method: "POST", headers: {"content-type": "application/json", "x-csrf-token": cookie("rl_csrf")},
+          const r = await api("/api/decide", {method: "POST", headers: {"content-type": "application/json"},
             body: JSON.stringify({run, decision_id: box.dataset.id, action, by})});
           msg.textContent = r.acknowledged ? `${action}d: recorded as ${r.decision_id}` : r.note;
           msg.className = "msg s-ok";
@@ -454,7 +505,7 @@ function viewSql(params) {
     const out = document.getElementById("out");
     try {
       const res = await api("/api/sql?q=" + encodeURIComponent(val("q")));
-      document.getElementById("took").textContent = `${res.total} rows in ${Math.round(performance.now() - t0)} ms` + (res.total > res.rows.length ? ` (first ${res.rows.length} shown)` : "");
+      document.getElementById("took").textContent = `${res.total} rows in ${Math.round(performance.now() - t0)} ms` + (res.truncated ? ` (${res.note})` : "");
       out.innerHTML = table(res.columns, res.rows);
     } catch (e) { out.innerHTML = `<p class="err">${esc(e.message)}</p>`; document.getElementById("took").textContent = ""; }
   };
@@ -485,7 +536,7 @@ async function route() {
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))); // drawn and painted
   window.rlTimings = {view: parts[0] || "runs", ms: performance.now() - t0, at: performance.now()}; // (bench/ui.py reads it)
   document.body.dataset.ready = "1";
-  if (!source) follow("/api/live", {});
+  if (!source) follow(() => "/api/live", {});
 }
 window.addEventListener("hashchange", route);
 route();
