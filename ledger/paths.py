@@ -15,12 +15,20 @@ that catalog through SQLAlchemy (imported for such roots only).
 
 A root written before the tables (no `tables.json`) keeps its plain layout: the files matching
 `events/kind=*/run_id=*/*.parquet` and `quarantine/*.parquet`. `runledger migrate` moves it to tables.
+
+What a reader refuses (`NotALedger`, one line): a folder that is neither (`check_root`: readers never
+answer a folder of something else with nothing), and tables whose catalog is gone. The ledger never
+writes delete files; a snapshot that holds one anyway (committed by hand) is one that Iceberg engines
+read with rows removed: `cut` lists such files (`Cut.deletes`) and logs them, `verify` names them and
+the SQL views refuse to read past them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +42,43 @@ QUARANTINE = "quarantine"  # the quarantine's table (a kind is never called that
 COMMIT_KEY = "runledger.commit"  # a snapshot's ledger commit number (see Cut)
 EXPIRED_KEY = "runledger.oldest-commit"  # a table property: the oldest ledger snapshot its expiry kept
 GRAVEYARD = "runledger-graveyard.json"  # in a table's metadata/: files only expired snapshots held, kept for readers
+DELETE_CONTENT = {1: "position", 2: "equality"}  # Iceberg's data_file.content of a delete file
+
+log = logging.getLogger(__name__)
 
 
 class SnapshotGone(LookupError):
     """The named ledger snapshot has expired, or never was."""
+
+
+class NotALedger(ValueError):
+    """A root readers refuse: not a ledger root, its catalog is gone, or its tables hold delete files;
+    the message is the one-line reason."""
+
+
+# what runledger puts in a root before its tables are made (a ledger starting, producers spooling, a
+# local server): a folder holding any of these, or nothing, is a ledger root with nothing stored yet
+ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", "ledger.lock", "spool", "nats",
+                "local", "heads")
+
+
+def check_root(root: Path) -> None:
+    """Raise NotALedger unless `root` is a ledger root a reader can read: tables with their catalog
+    (`catalog.db`, or the shared one `catalog.uri` names), the plain layout, or a root being set up
+    (empty, or holding only what runledger makes before the tables: ROOT_ENTRIES). A new root that a
+    ledger made (its tables, no event yet) passes; a folder of something else does not."""
+    root = Path(root)
+    if not root.is_dir():
+        raise NotALedger(f"{root} is not a ledger root: no such folder")
+    if is_tables(root):
+        _catalog_rows(root)  # (raises NotALedger if the catalog is gone or unreadable)
+        return
+    try:
+        entries = {p.name for p in root.iterdir()}
+    except OSError as err:
+        raise NotALedger(f"{root} cannot be read: {err.strerror}") from None
+    if entries and not entries & set(ROOT_ENTRIES):
+        raise NotALedger(f"{root} is not a ledger root: it holds no {MARKER}, events/ or anything else of a ledger's")
 
 
 def is_tables(root: Path) -> bool:
@@ -73,6 +114,16 @@ def matching(pattern: Path) -> list[Path]:
 class DataFile:
     path: Path
     run_id: str | None  # its partition (None in the quarantine's table)
+    rows: int | None = None  # the rows its manifest entry says it holds (record_count)
+
+
+@dataclass(frozen=True)
+class DeleteFile:
+    """A delete file a snapshot holds: Iceberg engines drop the rows it names from what they read."""
+
+    path: Path
+    content: str  # "position" or "equality"
+    manifest: Path
 
 
 @dataclass
@@ -84,6 +135,16 @@ class Cut:
     commit: int
     snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> its snapshot id (None: empty)
     files: dict[str, list[DataFile]] = field(default_factory=dict)  # table -> the snapshot's data files
+    deletes: dict[str, list[DeleteFile]] = field(default_factory=dict)  # table -> its delete files (none, in a ledger's)
+
+    def refusal(self) -> str | None:
+        """Why a reader of this cut would read otherwise than Iceberg engines do (delete files), or None."""
+        found = [(t, d) for t, listed in sorted(self.deletes.items()) for d in listed]
+        if not found:
+            return None
+        named = ", ".join(f"{d.path} ({d.content}, table {t})" for t, d in found[:3])
+        return (f"the tables hold {len(found)} delete file(s), which the ledger never writes and Iceberg engines "
+                f"apply: {named}{' ...' if len(found) > 3 else ''}; `runledger verify` names them")
 
     def event_files(self, kind: str | None = None, run_id: str | None = None) -> list[Path]:
         tables = [kind] if kind else [t for t in self.files if t != QUARANTINE]
@@ -91,14 +152,17 @@ class Cut:
                       if run_id is None or f.run_id == run_id)
 
 
-_MANIFESTS: dict[str, list[tuple[str, str | None]]] = {}  # manifest path -> its live entries (files never change)
+# manifest path -> its live entries (content, path, run_id, record_count) (manifest files never change)
+_MANIFESTS: dict[str, list[tuple[int, str, str | None, int | None]]] = {}
 
 
 # what a reader needs of a manifest entry: decoding only these is faster than the whole entry
 _ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
     {"name": "status", "type": "int"},
     {"name": "data_file", "type": {"type": "record", "name": "r2", "fields": [
+        {"name": "content", "type": "int", "default": 0},  # (v1 manifests have none: all data)
         {"name": "file_path", "type": "string"},
+        {"name": "record_count", "type": ["null", "long"], "default": None},
         {"name": "partition", "type": {"type": "record", "name": "r102", "fields": [
             {"name": "run_id", "type": ["null", "string"], "default": None}]}}]}}]}
 
@@ -136,11 +200,16 @@ def _catalog_rows(root: Path) -> dict[str, str]:
     """table -> its current metadata file, from the root's sqlite catalog (or its shared catalog)."""
     shared = Path(root) / CATALOG_URI_FILE
     if shared.exists():
-        return _shared_catalog_rows(shared.read_text().strip())
+        return roots_catalog_rows(root, shared.read_text().strip())
     path = Path(root) / CATALOG_FILE
     if not path.exists():
-        return {}
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        if not is_tables(root):
+            return {}  # (no tables yet: the plain layout, or a root not made)
+        raise NotALedger(f"{root}: its tables' catalog {CATALOG_FILE} is missing (deleted?), so no snapshot can be read")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as err:
+        raise NotALedger(f"{root}: its tables' catalog {CATALOG_FILE} cannot be opened ({err})") from None
     try:
         rows = con.execute("select table_name, metadata_location from iceberg_tables where catalog_name = ? and "
                            "table_namespace = ?", (CATALOG_NAME, NAMESPACE)).fetchall()
@@ -148,6 +217,8 @@ def _catalog_rows(root: Path) -> dict[str, str]:
         if "no such table" not in str(err):
             raise  # (a catalog that cannot be read, locked past the timeout say, is not one with no tables)
         rows = []  # the catalog is being created
+    except sqlite3.DatabaseError as err:  # not a database: overwritten
+        raise NotALedger(f"{root}: its tables' catalog {CATALOG_FILE} cannot be read ({err})") from None
     finally:
         con.close()
     return dict(rows)
@@ -168,11 +239,36 @@ def _shared_catalog_rows(uri: str) -> dict[str, str]:
             rows = con.execute(sqlalchemy.text(
                 "select table_name, metadata_location from iceberg_tables where catalog_name = :c and "
                 "table_namespace = :n"), {"c": CATALOG_NAME, "n": NAMESPACE}).fetchall()
-    except sqlalchemy.exc.ProgrammingError as err:
+    except (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as err:
         if "iceberg_tables" not in str(err):
             raise  # (only a catalog without its table yet is one with no tables)
         rows = []  # the catalog is being created
     return {name: location for name, location in rows}
+
+
+def shown_uri(uri: str) -> str:
+    """A catalog URI as it may be shown: its password, if any, as ***."""
+    return re.sub(r"(://[^/@]*?:)[^@/]*@", r"\1***@", uri)
+
+
+def roots_catalog_rows(root: Path, uri: str) -> dict[str, str]:
+    """The rows of the shared catalog `uri` (see _catalog_rows), refused (NotALedger, one line) where
+    the URI names no catalog this program opens, or the catalog holds another root's tables: read as
+    this root's, they would show another ledger, or none."""
+    import sqlalchemy
+
+    try:
+        rows = _shared_catalog_rows(uri)
+    except (sqlalchemy.exc.ArgumentError, ImportError) as err:  # (an unknown scheme, a malformed URI, no driver)
+        _ENGINES.pop(uri, None)
+        raise NotALedger(f"{root}: catalog {shown_uri(uri)} cannot be opened: {str(err).splitlines()[0][:200]}") from None
+    rebase = _Rebase(root)
+    for location in rows.values():
+        path = str(rebase(location))
+        if not path.startswith(rebase.root + "/"):
+            theirs = re.split(r"/(?:events|quarantine)/", path)[0]
+            raise NotALedger(f"{root}: catalog {shown_uri(uri)} holds another root's tables ({theirs}), not this root's")
+    return rows
 
 
 def _snapshot_of(metadata: dict, commit: int | None) -> dict | None:
@@ -189,13 +285,13 @@ def _snapshot_of(metadata: dict, commit: int | None) -> dict | None:
     return best
 
 
-def _files_of(snapshot: dict | None, rebase: _Rebase) -> list[DataFile]:
+def _files_of(snapshot: dict | None, rebase: _Rebase, deletes: list[DeleteFile] | None = None) -> list[DataFile]:
+    """The data files of `snapshot`; its delete files (the ledger never writes any, but a hand may
+    commit one) go to `deletes`, whether their manifest says it holds deletes or not."""
     if snapshot is None:
         return []
     out = []
     for manifest in _avro(rebase(snapshot["manifest-list"])):
-        if manifest.get("content", 0) != 0:  # delete files: the ledger never writes them
-            continue
         path = manifest["manifest_path"]
         entries = _MANIFESTS.get(path)
         if entries is None:
@@ -203,9 +299,17 @@ def _files_of(snapshot: dict | None, rebase: _Rebase) -> list[DataFile]:
             for e in _avro(rebase(path), _ENTRY):
                 if e["status"] != 2:  # 2: deleted in this manifest's snapshot
                     d = e["data_file"]
-                    entries.append((d["file_path"], (d.get("partition") or {}).get("run_id")))
+                    content = d.get("content") or 0
+                    if manifest.get("content", 0) != 0 and content == 0:
+                        content = 1  # (an entry of a delete manifest is a delete file, whatever it says)
+                    entries.append((content, d["file_path"], (d.get("partition") or {}).get("run_id"),
+                                    d.get("record_count")))
             _MANIFESTS[path] = entries
-        out += [DataFile(rebase(p), run) for p, run in entries]
+        for content, p, run, rows in entries:
+            if content == 0:
+                out.append(DataFile(rebase(p), run, rows))
+            elif deletes is not None:
+                deletes.append(DeleteFile(rebase(p), DELETE_CONTENT.get(content, f"content {content}"), rebase(path)))
     return out
 
 
@@ -224,10 +328,19 @@ def cut(root: Path, commit: int | None = None) -> Cut:
                                f"{metadata['properties'][EXPIRED_KEY]}")
         snapshot = _snapshot_of(metadata, commit)
         out.snapshots[table] = None if snapshot is None else snapshot["snapshot-id"]
-        out.files[table] = _files_of(snapshot, rebase)
+        deletes: list[DeleteFile] = []
+        out.files[table] = _files_of(snapshot, rebase, deletes)
+        if deletes:
+            out.deletes[table] = deletes
         if snapshot is not None and commit is None:
             out.commit = max(out.commit, int(snapshot.get("summary", {}).get(COMMIT_KEY, 0)))
+    if out.deletes and (why := out.refusal()) != _LOGGED.get(str(root)):
+        _LOGGED[str(root)] = why
+        log.warning("%s: %s", root, why)
     return out
+
+
+_LOGGED: dict[str, str] = {}  # root -> the delete files last logged for it (logged once, not per read)
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,7 +373,9 @@ def held_files(root: Path) -> set[Path]:
     for location in _catalog_rows(root).values():
         metadata = json.loads(rebase(location).read_bytes())
         for snapshot in metadata.get("snapshots") or []:
-            out.update(f.path for f in _files_of(snapshot, rebase))
+            deletes: list[DeleteFile] = []
+            out.update(f.path for f in _files_of(snapshot, rebase, deletes))
+            out.update(d.path for d in deletes)  # (kept: what other engines read, and evidence for verify)
         try:
             graveyard = json.loads((rebase(metadata["location"]) / "metadata" / GRAVEYARD).read_text())
         except (OSError, ValueError):

@@ -7,6 +7,12 @@ what the payload says; the event_id rule; the file's partition matches the row; 
 of the ledger's own columns. Per (run_id, producer, attempt) (`ledger.chainwalk`): seqs gapless from 0
 and each prev_hash equal to the previous event's hash. Across the ledger: no event stored twice.
 Quarantined input is counted and summarised (it is not a problem of the ledger: it was refused and kept).
+Per chain: at most one `run_started` (two are two starts that shared one attempt).
+
+The table other engines read is the table verified: a delete file in the snapshot (which the ledger
+never writes, and Iceberg engines apply), a manifest entry whose row count or partition is not its
+file's (engines count and prune by them) are problems. A folder that is not a ledger root is refused
+(`paths.NotALedger`), not verified as an empty ledger.
 
 Conflicts are problems too: a different event that came under a stored event_id is in quarantine
 (two producers wrote one chain), so the stored chain is not the whole story.
@@ -126,6 +132,7 @@ def verify(root: str | Path, since: verified.Record | None = None, jobs: int | N
     mtime are as recorded is not read again (its bytes are not hashed): a check that costs only what is
     new, which an edit that keeps a file's size and restores its mtime gets past."""
     root = Path(root)
+    paths.check_root(root)
     jobs = jobs or len(os.sched_getaffinity(0))
     report = Report()
     if snapshot is not None:
@@ -242,6 +249,8 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
         report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
     for path in paths.missing_files(root, at):
         report.problems.append(f"{path}: in the tables' snapshot, but not on disk (deleted?)")
+    if paths.is_tables(root):
+        report.problems += _read_otherwise(at or paths.cut(root))
     files = []
     for path in store.event_files(root, at=at):
         if _kind_of(path) not in KINDS:
@@ -303,6 +312,7 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
         report.problems += part.problems
     report.problems += walk.problems()
     report.problems += _rechecked(root, walk)
+    report.problems += _started_twice([f for f in files if _kind_of(f) == "run_started"])
     if at is None:  # (a past snapshot's chains cannot be held to the heads recorded since)
         _check_heads(root, walk, recorded, unreadable, since, plan, report)
     for (run_id, producer, attempt), seqs in sorted(store.stored_conflicts(root, at).items()):
@@ -325,6 +335,42 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
                                            {key: (c.next_seq - 1, c.last_hash) for key, c in walk.chains.items()
                                             if c.max_seq >= 0})
     return report
+
+
+def _read_otherwise(at: paths.Cut) -> list[str]:
+    """What Iceberg engines read otherwise than the ledger's readers in the cut `at`: delete files, and
+    manifest entries whose row count or partition (what engines count and prune by) is not the file's."""
+    problems = [f"{d.path}: a {d.content} delete file in table {table} (manifest {d.manifest}): Iceberg engines "
+                f"drop the rows it names, and the ledger never writes one (committed by hand?)"
+                for table, listed in sorted(at.deletes.items()) for d in listed]
+    for table, listed in sorted(at.files.items()):
+        for f in listed:
+            if not f.path.exists():
+                continue  # (named as missing)
+            rows = _file_rows(f.path)
+            if f.rows is not None and f.rows != rows:
+                problems.append(f"{f.path}: the table's manifest says {f.rows} rows, the file holds {rows} "
+                                f"(engines that count from the manifests answer otherwise)")
+            if table != paths.QUARANTINE and f.run_id != _run_of(f.path):
+                problems.append(f"{f.path}: the table's manifest puts it in run {f.run_id!r}, its folder in run "
+                                f"{_run_of(f.path)!r} (engines that prune by run read otherwise)")
+    return problems
+
+
+def _started_twice(files: list[Path]) -> list[str]:
+    """Chains holding more than one run_started: two starts that took one attempt (read from the
+    run_started files, one row per start: small)."""
+    seqs: dict[tuple[str, str, int], list[int]] = {}
+    for f in files:
+        try:
+            t = pq.read_table(f, columns=["run_id", "producer", "attempt", "seq"])
+        except (OSError, ValueError):
+            continue  # (the row check names a file that cannot be read)
+        for run_id, producer, attempt, seq in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+            seqs.setdefault((run_id, producer, attempt), []).append(seq)
+    return [f"chain {run_id}:{producer}:{attempt} holds {len(s)} run_started events (seqs "
+            f"{', '.join(map(str, sorted(s)))}): two starts took one attempt"
+            for (run_id, producer, attempt), s in sorted(seqs.items()) if len(s) > 1]
 
 
 def _start_walk(plan: _Plan, since: verified.Record | None, recorded: dict) -> chainwalk.ChainWalk:

@@ -145,18 +145,24 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
 
     With read_only (the default) the connection cannot write: external access is off except
     reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are
+    Raises paths.NotALedger (one line) for a root readers refuse: not a ledger root, a catalog gone,
+    delete files in the tables (see ledger.paths).
+
     not installed, and the configuration is locked. Use `query()` to also refuse any statement
     that is not a query, and to bound its time.
     """
     root = Path(root).resolve()
     given = con
     for attempt in range(COMPACTION_RACE_TRIES):
-        con = given if given is not None else open_connection(threads, read_only)
-        at = paths.cut(root, snapshot) if snapshot is not None and paths.is_tables(root) else None
+    paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
+        at = paths.cut(root, snapshot) if paths.is_tables(root) and (snapshot is not None or files is None) else None
         if snapshot is not None and at is None:
             raise ValueError(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
         sql = render_views(root, files, at)
         try:
+        if at is not None and (why := at.refusal()):
+            raise paths.NotALedger(f"{root}: {why}")
+        con = given if given is not None else open_connection(threads, read_only)
             if uses is not None:
                 sql = ";\n".join(reachable([st.query for st in con.extract_statements(sql)], uses))
             if on_view is None:

@@ -496,8 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ValueError as err:
         from ledger.events import InvalidEvent  # (imported here: most commands never load the contract)
+        from ledger.paths import NotALedger
 
-        if not isinstance(err, InvalidEvent):
+        if not isinstance(err, (InvalidEvent, NotALedger)):
             raise
         print(f"runledger {args.command}: {err}", file=sys.stderr)
         return 2
