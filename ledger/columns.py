@@ -7,12 +7,13 @@ payloads hold no free text (`NUMERIC_KINDS`). All derived from the models in `le
 from __future__ import annotations
 
 import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Collection, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from ledger.events import KINDS, Payload, StoredAsMap, StoredWide
+from ledger.metricnames import metric_column, narrow_column
 
 _UNIONS = (Union, types.UnionType)  # `Optional[X]` and `X | None`
 
@@ -70,14 +71,41 @@ def field_column(f: FieldInfo) -> str:
     return column_kind(f.annotation)
 
 
-def wide_columns(field: str, payloads: list[dict]) -> dict[str, list]:
-    """The DOUBLE columns of a StoredWide field for these payloads: `{field}/{name}` for every name any
-    of them holds, in first-seen order, each value a float or None (absent, or not finite)."""
+# A StoredWide field's columns are bounded, so that what one run logs cannot make every commit and query of
+# the table slower (Iceberg keeps every past schema: a column per name, unbounded, grows the table's
+# metadata as the square of the names): the first WIDE_COLUMNS_MAX names of a table get a DOUBLE column
+# each, and a run adds at most WIDE_COLUMNS_PER_RUN of them (counted by each ledger process); any other
+# name is kept in the field's MAP column `{field}/` (name -> value, `narrow_column`), which every view
+# reads alike. A run that logs more names than WIDE_COLUMNS_PER_RUN is warned, once (`runledger.log`).
+WIDE_COLUMNS_MAX = 256
+WIDE_COLUMNS_PER_RUN = 64
+def wide_columns(field: str, payloads: list[dict], stored: Collection[str] | None = None) -> dict[str, list]:
+    """The columns of a StoredWide field for these payloads: for every name any of them holds (in first-seen
+    order) its DOUBLE column (`metric_column`), each value a float or None (absent, or not finite).
+    `stored`: the columns the file holds (for the writer: may hold): a name whose column is not among
+    them is in its column named with the raw name, if there is one (a file of a root written before
+    names were escaped); else in the file's `narrow_column` if that is, as [(name, value), ...] per
+    payload (None where it has none of them); else its column is expected all the same (and missing)."""
     names = {}
     for p in payloads:
         names.update(dict.fromkeys(p.get(field) or ()))
-    return {f"{field}/{name}": [(None if (v := (p.get(field) or {}).get(name)) is None else float(v)) for p in payloads]
-            for name in names}
+    narrow_col = narrow_column(field)
+    columns, narrow = {}, set()
+    for name in names:
+        column = metric_column(field, name)
+        if stored is not None and column not in stored:
+            if f"{field}/{name}" in stored:
+                column = f"{field}/{name}"
+            elif narrow_col in stored:
+                narrow.add(name)
+                continue
+        columns[column] = name
+    out = {column: [(None if (v := (p.get(field) or {}).get(name)) is None else float(v)) for p in payloads]
+           for column, name in columns.items()}
+    if stored is not None and narrow_col in stored:
+        out[narrow_col] = [[(n, None if v is None else float(v)) for n, v in (p.get(field) or {}).items() if n in narrow]
+                           or None for p in payloads]
+    return out
 
 
 def payload_columns(kind: str) -> dict[str, str]:

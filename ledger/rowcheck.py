@@ -282,18 +282,18 @@ def _ts_ok(ts: pa.Array, time: pa.Array) -> bool:
 
 def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) -> bool:
     """The typed payload columns are exactly what the ledger's writer makes of these payloads."""
-    expected = store.typed_arrays(kind, payloads)
+    expected = store.typed_arrays(kind, payloads, batch.schema.names)
     columns = store.payload_columns(kind)
     for name, ck in columns.items():
         if ck == "wide":
             continue
         if name not in batch.schema.names or not batch.column(name).equals(expected[name]):
             return False
-    for name in batch.schema.names:  # a StoredWide field's columns: a DOUBLE column per name, null where absent
+    for name in dict.fromkeys([*batch.schema.names, *expected]):  # a StoredWide field's: a DOUBLE column per name, null where absent
         if columns.get(name.split("/", 1)[0]) != "wide":
             continue
-        want = expected[name] if name in expected else pa.nulls(batch.num_rows, pa.float64())
-        if not batch.column(name).equals(want):
+        want = expected[name] if name in expected else pa.nulls(batch.num_rows, batch.schema.field(name).type)
+        if name not in batch.schema.names or not batch.column(name).equals(want):
             return False
     return True
 
@@ -310,7 +310,6 @@ def row_problems(rows: list[dict], kind: str, run_id: str, where: str) -> list[s
     maps = {c for c in typed if columns[c].startswith("map_")}  # read back as [(name, value)]
     problems = []
     for row in rows:
-        wide = [c for c in row if columns.get(c.split("/", 1)[0]) == "wide"]
         eid = row.get("event_id")
         try:
             missing = [c for c in REQUIRED if row.get(c) is None]
@@ -328,13 +327,14 @@ def row_problems(rows: list[dict], kind: str, run_id: str, where: str) -> list[s
             if row["ts"] is not None and row["ts"] != ts_of(row["time"]):
                 raise InvalidEvent(f"ts {row['ts']} is not the event's time {row['time']}")
             check_payload(kind, payload)
-            expected = store.typed_columns(kind, [payload])
+            expected = store.typed_columns(kind, [payload], row)
+            wide = [c for c in dict.fromkeys([*row, *expected]) if columns.get(c.split("/", 1)[0]) == "wide"]
             for col in typed:
                 if (dict(row[col]) if col in maps and row[col] is not None else row[col]) != expected[col][0]:
                     raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says {expected[col][0]!r}")
             for col in wide:  # a DOUBLE column per name: null where the payload has no such name
-                if row[col] != (expected[col][0] if col in expected else None):
-                    raise InvalidEvent(f"column {col} = {row[col]!r} but the payload says "
+                if col not in row or row[col] != (expected[col][0] if col in expected else None):
+                    raise InvalidEvent(f"column {col} = {row.get(col, 'missing')!r} but the payload says "
                                        f"{expected[col][0] if col in expected else 'nothing'}")
         except (InvalidEvent, ValueError, TypeError, KeyError) as err:
             problems.append(f"{eid} ({where}): {err}")

@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, get_args
+from typing import TYPE_CHECKING, Collection, Iterable, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +35,7 @@ from ledger import heads, paths
 from ledger.canonical import canonical_json
 from ledger.columns import payload_columns, wide_columns
 from ledger.events import KINDS
+from ledger.metricnames import metric_column, metric_name, narrow_column
 from ledger.paths import QUARANTINE, event_files, quarantine_files
 
 if TYPE_CHECKING:
@@ -82,14 +83,23 @@ def arrow_schema(kind: str) -> pa.Schema:
     return pa.schema(fields)  # (a StoredWide field's columns follow, one per name: `columns.wide_columns`)
 
 
-def typed_columns(kind: str, payloads: list[dict]) -> dict[str, list]:
-    """The typed payload columns for a list of (validated) payload dicts, defaults filled in."""
+NARROW_TYPE = ARROW_TYPES["map_double"]  # a StoredWide field's names past the column bound (`columns.narrow_column`)
+
+
+def wide_fields(kind: str) -> list[str]:
+    """A kind's StoredWide fields (a column per name: `columns.wide_columns`)."""
+    return [name for name, ck in _COLUMNS[kind].items() if ck == "wide"]
+
+
+def typed_columns(kind: str, payloads: list[dict], stored: Collection[str] | None = None) -> dict[str, list]:
+    """The typed payload columns for a list of (validated) payload dicts, defaults filled in (`stored`: the
+    columns of the file they are in, which say where a StoredWide field's names are: `columns.wide_columns`)."""
     defaults = _DEFAULTS[kind]
     cols = {}
     for name, ck in _COLUMNS[kind].items():
         d = defaults[name]
         if ck == "wide":
-            cols.update(wide_columns(name, payloads))
+            cols.update(wide_columns(name, payloads, stored))
         elif ck == "json":
             cols[name] = [None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads]
         else:
@@ -129,10 +139,12 @@ _TYPED_STRUCT = {  # a kind's payload fields that are not JSON text, converted b
 }
 
 
-def typed_arrays(kind: str, payloads: list[dict]) -> dict[str, pa.Array]:
+def typed_arrays(kind: str, payloads: list[dict], stored: Collection[str] | None = None) -> dict[str, pa.Array]:
     """The typed payload columns of (validated) payloads, as written: a field absent from a payload is
     its default; JSON fields are canonical text; a StoredWide field is a DOUBLE column per name, null
-    where a payload has no such name. `ledger.rowcheck` compares stored columns with these."""
+    where a payload has no such name, but for the names whose column `stored` (the columns the file
+    holds) lacks, kept in its MAP column (`columns.wide_columns`). `ledger.rowcheck` compares stored
+    columns with these."""
     out: dict[str, pa.Array] = {}
     struct = _TYPED_STRUCT[kind]
     defaults = _DEFAULTS[kind]
@@ -148,11 +160,16 @@ def typed_arrays(kind: str, payloads: list[dict]) -> dict[str, pa.Array]:
             d = defaults[name]
             out[name] = pa.array([None if (v := p.get(name, d)) is None else canonical_json(v) for p in payloads], pa.string())
         elif ck == "wide":
-            out.update({column: pa.array(values, pa.float64()) for column, values in wide_columns(name, payloads).items()})
+            narrow = narrow_column(name)
+            out.update({column: pa.array(values, NARROW_TYPE if column == narrow else pa.float64())
+                        for column, values in wide_columns(name, payloads, stored).items()})
     return out
 
 
-def events_table(kind: str, rows: list[StoredEvent] | Rows, ingested_at: datetime) -> pa.Table:
+def events_table(kind: str, rows: list[StoredEvent] | Rows, ingested_at: datetime,
+                 stored: Collection[str] | None = None) -> pa.Table:
+    """The file's table of these events (`stored`: the StoredWide columns it may hold, see typed_arrays;
+    None: a column for every name)."""
     if not isinstance(rows, Rows):
         rows = Rows.of(rows)
     envs = rows.envs
@@ -162,11 +179,11 @@ def events_table(kind: str, rows: list[StoredEvent] | Rows, ingested_at: datetim
     data["payload"] = pa.array(rows.payload_texts, pa.string())
     data["stream_seq"] = pa.array(rows.stream_seqs, pa.int64())
     data["ingested_at"] = pa.repeat(pa.scalar(ingested_at, TIMESTAMP), len(envs))
-    data.update(typed_arrays(kind, [e["payload"] for e in envs]))
+    data.update(typed_arrays(kind, [e["payload"] for e in envs], stored))
     schema = arrow_schema(kind)
     known = set(schema.names)
     for column in [c for c in data if c not in known]:  # a StoredWide field's columns, in the order made
-        schema = schema.append(pa.field(column, pa.float64()))
+        schema = schema.append(pa.field(column, data[column].type))
     return pa.table([data[f.name] for f in schema], schema=schema)
 
 
@@ -279,7 +296,16 @@ def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | R
     follow); return it."""
     rows = group if isinstance(group, Rows) else Rows.of(group)
     path = partition_dir(root, kind, run_id) / _file_name("part", rows.stream_seqs)
-    table = with_digest(events_table(kind, rows, ingested_at))
+    stored = None
+    if tables is not None and wide_fields(kind):  # which names get a column of their own: the table's bound
+        wanted = {}
+        for field_name in wide_fields(kind):
+            for env in rows.envs:
+                wanted.update(dict.fromkeys(metric_column(field_name, n) for n in env["payload"].get(field_name) or ()))
+        stored = tables.wide_columns_for(kind, run_id, list(wanted))
+        if len(stored) < len(wanted):
+            stored |= {narrow_column(f) for f in wide_fields(kind)}
+    table = with_digest(events_table(kind, rows, ingested_at, stored))
     write_atomic(table if tables is None else tables.with_field_ids(kind, table), path, fast=True)
     return path
 
@@ -596,6 +622,35 @@ def _swap(part: Path, old: list[Path], table: pa.Table, name: str) -> Path:
     return out
 
 
+def kind_of(part: Path) -> str:
+    """The kind of a partition folder ({root}/events/kind={kind}/run_id={run_id})."""
+    return part.parent.name.removeprefix("kind=")
+
+
+def escaped_names(kind: str, table: pa.Table) -> pa.Table:
+    """`table` (rows of several files of one partition) with each StoredWide column of a root written
+    before names were escaped (`metrics/Loss`) under its escaped name (`columns.metric_column`), merged
+    into that column where a later file has it: one column per name, where `verify` looks for it. A row
+    with a value in both (never written so) is left for `verify` to report: nothing is rewritten."""
+    fields = set(wide_fields(kind))
+    for column in list(table.column_names):
+        field_name = column.split("/", 1)[0]
+        if field_name not in fields or column == narrow_column(field_name):
+            continue
+        escaped = metric_column(field_name, metric_name(column))
+        if escaped == column:
+            continue
+        values = table.column(column)
+        if escaped in table.column_names:
+            both = pc.and_(pc.is_valid(values), pc.is_valid(table.column(escaped)))
+            if pc.any(both).as_py():
+                raise ValueError(f"{kind}: a row holds a value in both {column!r} and {escaped!r}; not rewriting it")
+            values = pc.coalesce(table.column(escaped), values)
+            table = table.drop_columns([escaped])
+        table = table.set_column(table.column_names.index(column), escaped, values)
+    return table
+
+
 def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | None:
     """Merge small files into one, in stream order; None if there is nothing to do.
 
@@ -614,7 +669,7 @@ def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | 
     changed = [f.name for f, t in zip(small, read) if not digest_ok(f, t)]
     if changed:  # compaction must not give changed rows a fresh digest: leave them for `verify` to report
         raise ValueError(f"not compacting {part}: {', '.join(changed[:3])} changed since the ledger wrote them")
-    table = pa.concat_tables(read, promote_options="default").replace_schema_metadata(None)
+    table = escaped_names(kind_of(part), pa.concat_tables(read, promote_options="default").replace_schema_metadata(None))
     seqs = table.column("stream_seq")
     if len(seqs) > 1 and not pc.all(pc.greater_equal(seqs[1:], seqs[:-1])).as_py():
         table = table.sort_by("stream_seq")
@@ -638,7 +693,7 @@ def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
     if changed:  # a rewrite must not give changed rows a fresh digest
         raise ValueError(f"{part}: {', '.join(changed[:3])} changed since the ledger wrote them; not repairing it")
     table = pa.concat_tables(read, promote_options="default").sort_by("stream_seq")
-    table = table.replace_schema_metadata(None)
+    table = escaped_names(kind_of(part), table.replace_schema_metadata(None))
     content = table.select(_CONTENT).to_pylist()
     first: dict[str, dict] = {}
     keep, removed, differing = [], [], set()

@@ -77,6 +77,7 @@ class Tables:
         except NamespaceAlreadyExistsError:
             pass
         self._tables: dict = {}
+        self._added: dict[tuple[str, str], int] = {}  # (table, run) -> metric columns this process added for it
         self._manifests: dict[str, list] = {}  # manifest path -> its live data files (manifests never change)
         self.commit_no = self._last_commit()
         if moved is not None:
@@ -135,19 +136,46 @@ class Tables:
         self._tables[name] = t
         return t
 
+    def wide_columns_for(self, name: str, run_id: str, wanted: list[str]) -> set[str]:
+        """Which of a file's StoredWide columns `wanted` (`metrics/NAME`, in first-seen order) it may hold:
+        those the table has, and new ones while the table has fewer than WIDE_COLUMNS_MAX and the run has
+        added fewer than WIDE_COLUMNS_PER_RUN (`ledger.columns`); the file keeps the other names in its
+        MAP column. So a table's schemas, and what every commit and query of it costs, stay bounded."""
+        from ledger.columns import WIDE_COLUMNS_MAX, WIDE_COLUMNS_PER_RUN
+
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            have = set(self.table(name).schema().column_names)
+        except NoSuchTableError:  # (made with this file's columns)
+            have = set()
+        new = [c for c in wanted if c not in have]
+        if not new:
+            return set(wanted)
+        present = sum(1 for c in have if "/" in c and not c.endswith("/"))
+        added = self._added.get((name, run_id), 0)
+        room = max(0, min(WIDE_COLUMNS_MAX - present, WIDE_COLUMNS_PER_RUN - added))
+        self._added[(name, run_id)] = added + min(room, len(new))
+        return {c for c in wanted if c in have} | set(new[:room])
+
     def with_field_ids(self, name: str, data: pa.Table) -> pa.Table:
         """`data` with the table's field ids on its columns (what Iceberg readers match columns by), the
-        table made or widened first: a column it lacks (a new metric's `metrics/NAME`) is added."""
-        from pyiceberg.types import DoubleType
+        table made or widened first: a column it lacks (a new metric's `metrics/NAME`, or the MAP column
+        `metrics/` of the names past the bound: `wide_columns_for`) is added."""
+        from pyiceberg.types import DoubleType, MapType, StringType
 
         t = self.table(name, data.schema)
         missing = [f for f in data.schema if f.name not in t.schema().column_names]
         if missing:
             with t.update_schema() as update:
                 for f in missing:
-                    if f.type != pa.float64():
+                    if f.type == pa.map_(pa.string(), pa.float64()):
+                        kind = MapType(key_id=1, key_type=StringType(), value_id=2, value_type=DoubleType(), value_required=False)
+                    elif f.type == pa.float64():
+                        kind = DoubleType()
+                    else:
                         raise ValueError(f"table {name}: cannot add column {f.name!r} of type {f.type}")
-                    update.add_column((f.name,), DoubleType())  # (a tuple: a name may hold a dot)
+                    update.add_column((f.name,), kind)  # (a tuple: a name may hold a dot)
         schema = t.schema()
         fields = [_with_id(f, schema.find_field(f.name, case_sensitive=True)) for f in data.schema]
         return data.cast(pa.schema(fields, metadata=data.schema.metadata))

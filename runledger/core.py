@@ -34,6 +34,7 @@ from typing import Any
 from ledger import local, settings
 from ledger.canonical import canonical_json
 from ledger.chains import next_attempt
+from ledger.columns import WIDE_COLUMNS_PER_RUN
 from ledger.emitter import Emitter, origin, send_leftovers
 from ledger.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
 from ledger.sink import NullSink
@@ -250,7 +251,14 @@ class Run:
                 raise LogError(f"step {step!r} is not an integer >= 0")
         if self._pending is not None and step != self._pending_step:
             self._commit()
-        payload = metrics_payload(data, self._names, out=self._pending)
+        known = len(self._names)
+        try:
+            payload = metrics_payload(data, self._names, out=self._pending)
+        finally:
+            if known <= WIDE_COLUMNS_PER_RUN < len(self._names):  # once: names past the bound are stored all the same
+                log.warning("run %s has logged more than %d metric names: the names past them may be kept in the "
+                            "narrow form (the MAP column \"metrics/\"), which every view reads alike, but a query of "
+                            "one reads it more slowly than a name's own column", self.run_id, WIDE_COLUMNS_PER_RUN)
         if commit is False:
             self._pending, self._pending_step = payload, step
             return
