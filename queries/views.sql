@@ -14,8 +14,18 @@ select * from {{kind:run_started}};
 create or replace view step_events as
 select * from {{kind:step}};
 
+-- the metric name a stored "metrics/NAME" column holds (NAME after its 9th character): NAME with each %xx
+-- decoded (every byte of the name's UTF-8 outside [a-z0-9_./-] is escaped, so that `Loss` and `loss`
+-- are two columns: `ledger.columns.metric_column`); a column of a root written before names were
+-- escaped, which holds the name as logged, is read as it is unless it reads as escaped
+create or replace macro metric_key(escaped) as
+case when contains(escaped, '%') and regexp_full_match(escaped, '([a-z0-9_./-]|%[0-9a-f]{2})+')
+     then coalesce(try(url_decode(escaped)), escaped) else escaped end;
+
 -- every `metrics` event (`runledger.log`), as stored: one DOUBLE column per name logged, "metrics/NAME"
--- (null where the event has no such name, or its value was not finite: then `nonfinite` names it)
+-- with NAME escaped (read it with `metric_key`), null where the event has no such name, or its value
+-- was not finite (then `nonfinite` names it); the names past the table's bound on columns
+-- (`ledger.columns.WIDE_COLUMNS_MAX`) in the MAP column "metrics/" (name -> value) instead
 create or replace view metric_events as
 select * from {{kind:metrics}};
 
@@ -32,8 +42,40 @@ select null::double as "metrics/loss", null::double as "metrics/train/loss", nul
        null::double as "metrics/router_entropy", null::double as "metrics/train/router_entropy", null::double as "metrics/mfu",
        null::double as "metrics/train/mfu", null::double as "metrics/throughput/mfu", null::double as "metrics/tokens_per_s",
        null::double as "metrics/throughput/tokens_per_second", null::double as "metrics/eval/loss",
-       null::double as "metrics/val/loss", null::double as no_metric
+       null::double as "metrics/val/loss", null::double as no_metric, null::map(varchar, double) as "metrics/"
 where false;
+
+-- the same, each name the health checks read from its column or, past the bound, from "metrics/"
+create or replace view metrics_checked as
+select * replace (
+    coalesce("metrics/loss", "metrics/"['loss']) as "metrics/loss",
+    coalesce("metrics/train/loss", "metrics/"['train/loss']) as "metrics/train/loss",
+    coalesce("metrics/grad_norm", "metrics/"['grad_norm']) as "metrics/grad_norm",
+    coalesce("metrics/train/grad_norm", "metrics/"['train/grad_norm']) as "metrics/train/grad_norm",
+    coalesce("metrics/optim/grad_norm", "metrics/"['optim/grad_norm']) as "metrics/optim/grad_norm",
+    coalesce("metrics/lr", "metrics/"['lr']) as "metrics/lr",
+    coalesce("metrics/learning_rate", "metrics/"['learning_rate']) as "metrics/learning_rate",
+    coalesce("metrics/train/lr", "metrics/"['train/lr']) as "metrics/train/lr",
+    coalesce("metrics/optim/learning_rate", "metrics/"['optim/learning_rate']) as "metrics/optim/learning_rate",
+    coalesce("metrics/tokens", "metrics/"['tokens']) as "metrics/tokens",
+    coalesce("metrics/train/tokens", "metrics/"['train/tokens']) as "metrics/train/tokens",
+    coalesce("metrics/step_time_s", "metrics/"['step_time_s']) as "metrics/step_time_s",
+    coalesce("metrics/train/step_time_s", "metrics/"['train/step_time_s']) as "metrics/train/step_time_s",
+    coalesce("metrics/throughput/duration", "metrics/"['throughput/duration']) as "metrics/throughput/duration",
+    coalesce("metrics/param_norm", "metrics/"['param_norm']) as "metrics/param_norm",
+    coalesce("metrics/train/param_norm", "metrics/"['train/param_norm']) as "metrics/train/param_norm",
+    coalesce("metrics/optim/param_norm", "metrics/"['optim/param_norm']) as "metrics/optim/param_norm",
+    coalesce("metrics/router_entropy", "metrics/"['router_entropy']) as "metrics/router_entropy",
+    coalesce("metrics/train/router_entropy", "metrics/"['train/router_entropy']) as "metrics/train/router_entropy",
+    coalesce("metrics/mfu", "metrics/"['mfu']) as "metrics/mfu",
+    coalesce("metrics/train/mfu", "metrics/"['train/mfu']) as "metrics/train/mfu",
+    coalesce("metrics/throughput/mfu", "metrics/"['throughput/mfu']) as "metrics/throughput/mfu",
+    coalesce("metrics/tokens_per_s", "metrics/"['tokens_per_s']) as "metrics/tokens_per_s",
+    coalesce("metrics/throughput/tokens_per_second", "metrics/"['throughput/tokens_per_second'])
+        as "metrics/throughput/tokens_per_second",
+    coalesce("metrics/eval/loss", "metrics/"['eval/loss']) as "metrics/eval/loss",
+    coalesce("metrics/val/loss", "metrics/"['val/loss']) as "metrics/val/loss")
+from metrics_wide;
 
 -- every step of every attempt (a resumed run re-does the steps after its checkpoint): the typed
 -- `step` events, and for a run that has none (a loop logging with `runledger.log`) one row per metrics
@@ -58,7 +100,7 @@ select * exclude (has_loss) from (
            max(coalesce("metrics/router_entropy", "metrics/train/router_entropy")) over w as router_entropy,
            max(coalesce("metrics/mfu", "metrics/train/mfu", "metrics/throughput/mfu")) over w as mfu,
            max(coalesce("metrics/tokens_per_s", "metrics/throughput/tokens_per_second")) over w as tokens_per_s
-    from metrics_wide
+    from metrics_checked
     where run_id not in (select run_id from step_events)
     window w as (partition by run_id, producer, attempt, step))
 where has_loss;
@@ -90,7 +132,7 @@ select * from eval_events
 union all by name
 select event_id, run_id, producer, attempt, seq, kind, time, ts, step, schema_version, prev_hash, hash, payload,
        stream_seq, ingested_at, coalesce("metrics/eval/loss", "metrics/val/loss") as loss
-from metrics_wide
+from metrics_checked
 where coalesce("metrics/eval/loss", "metrics/val/loss") is not null
   and run_id not in (select run_id from eval_events);
 
@@ -136,11 +178,17 @@ create or replace view metric_events_latest as
 select m.* from metrics_wide m left join metric_attempts a using (run_id, producer, attempt)
 where a.superseded_from is null or m.step < a.superseded_from;
 
--- the long form of metrics events (a view's name): one row per name logged; `nonfinite` is 'nan',
--- 'inf' or '-inf' where the value was not finite (its value is null: JSON has no NaN)
+-- the long form of metrics events (a view's name): one row per name logged, from its column or the MAP
+-- of the names past the bound; `nonfinite` is 'nan', 'inf' or '-inf' where the value was not finite
+-- (its value is null: JSON has no NaN)
 create or replace macro metrics_long(events) as table
-select run_id, producer, attempt, seq, step, time, substr(key, 9) as key, value, null::varchar as nonfinite
-from (unpivot (select * exclude (no_metric) from query_table(events)) on columns('^metrics/') into name key value value)
+select run_id, producer, attempt, seq, step, time, metric_key(substr(key, 9)) as key, value, null::varchar as nonfinite
+from (unpivot (select * exclude (no_metric, "metrics/") from query_table(events)) on columns('^metrics/') into name key value value)
+union all
+select run_id, producer, attempt, seq, step, time, narrow_key as key, narrow_value as value, null::varchar as nonfinite
+from (select *, unnest(map_keys("metrics/")) as narrow_key, unnest(map_values("metrics/")) as narrow_value
+      from query_table(events) where "metrics/" is not null)
+where narrow_value is not null
 union all
 select run_id, producer, attempt, seq, step, time, key, null::double as value, kind_of_value as nonfinite
 from (select *, unnest(map_keys(nonfinite)) as key, unnest(map_values(nonfinite)) as kind_of_value from query_table(events));
@@ -159,17 +207,29 @@ select run_id, attempt, step, key, value, time, nonfinite from metrics_long('met
 -- above unpivots every name first: the fast way to ask for one metric (value null where not logged).
 create or replace macro metric(name) as table
 select run_id, attempt, step, time, value, case when value is null then nonfinite[name] end as nonfinite
-from (select *, coalesce(*columns(lambda c: c = 'metrics/' || name or c = 'no_metric')) as value from metric_events_latest);
+from (select *, coalesce(in_column, "metrics/"[name]) as value
+      from (select *, coalesce(*columns(lambda c: starts_with(c, 'metrics/') and metric_key(substr(c, 9)) = name
+                                                  or c = 'no_metric')) as in_column
+            from metric_events_latest));
 
 -- the machine's metrics (`runledger.init(system_metrics=...)`), as stored ("metrics/NAME" columns) and in
 -- long form: CPU, memory, disk, network (psutil), GPUs (NVML), JAX devices' memory
 create or replace view system_events as
 select * from {{kind:system}};
 
+create or replace view system_samples as
+select * from system_events
+union all by name
+select null::double as "metrics/cpu/percent", null::map(varchar, double) as "metrics/" where false;
+
 create or replace view system_metrics as
-select run_id, producer, attempt, seq, step, time, substr(key, 9) as key, value
-from (unpivot (select * from system_events union all by name select null::double as "metrics/cpu/percent" where false)
-      on columns('^metrics/') into name key value value);
+select run_id, producer, attempt, seq, step, time, metric_key(substr(key, 9)) as key, value
+from (unpivot (select * exclude ("metrics/") from system_samples) on columns('^metrics/') into name key value value)
+union all
+select run_id, producer, attempt, seq, step, time, narrow_key as key, narrow_value as value
+from (select *, unnest(map_keys("metrics/")) as narrow_key, unnest(map_values("metrics/")) as narrow_value
+      from system_samples where "metrics/" is not null)
+where narrow_value is not null;
 
 -- config keys set after a run started (`run.config[k] = v`)
 create or replace view config_updates as
