@@ -155,14 +155,25 @@ def leftover_chains(spool_dir: str | Path, run_id: str | None = None) -> list[tu
     return found
 
 
-def send_leftovers(spool_dir: str | Path, nats_url: str, run_id: str | None = None, timeout: float = 30.0) -> int:
+def send_leftovers(spool_dir: str | Path, nats_url: str, run_id: str | None = None, timeout: float = 30.0,
+                   unopenable: set | None = None) -> int:
     """Publish what dead producers left unacknowledged in a spool (of one run, or all): each such chain
-    is opened as its producer would reopen it, flushed and closed. Returns the events sent."""
+    is opened as its producer would reopen it, flushed and closed. Returns the events sent. With a set
+    `unopenable`, a folder that cannot be opened as a chain (not a chain's name, unreadable) is logged
+    once, added to it and skipped from then on, rather than raised."""
     sent = 0
     for run, producer, attempt in leftover_chains(spool_dir, run_id):
+        if unopenable is not None and (run, producer, attempt) in unopenable:
+            continue
         try:
             em = Emitter(run, producer, attempt, nats_url, spool_dir, confirm=False)
         except locks.Busy:  # its producer came back meanwhile
+            continue
+        except (OSError, ValueError) as err:
+            if unopenable is None:
+                raise
+            unopenable.add((run, producer, attempt))
+            log.warning("spool chain %s/%s/%d cannot be opened, left as it is: %s", run, producer, attempt, err)
             continue
         pending = em.pending()
         if em.close(timeout):

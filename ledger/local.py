@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import locks, natsserver
+from ledger import locks, natsserver, settings
 from ledger.events import STREAM
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:
     with open(d / "supervisor.log", "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "ledger.local", str(Path(root).resolve()), "--idle-s", str(idle_s)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "PYTHONPATH": _source_path()})
+                                env=settings.child_env(PYTHONPATH=_source_path()))
     deadline = time.monotonic() + timeout
     while (url := running_url(root)) is None:
         if proc.poll() is not None:
@@ -113,27 +114,95 @@ def live_clients(root: str | Path) -> int:
     """Clients still alive; the lease files of dead ones are removed."""
     alive = 0
     for lease in (local_dir(root) / "clients").glob("*.lock"):
-        if locks.is_held(lease):
-            alive += 1
-        else:
-            lease.unlink(missing_ok=True)
+        try:
+            if locks.is_held(lease):
+                alive += 1
+            else:
+                lease.unlink(missing_ok=True)
+        except OSError as err:  # not a lock file (a folder, unreadable): no client's, and never fatal
+            quarantine(root, lease, f"not a client's lease file: {err}")
     return alive
 
 
+def quarantine(root: str | Path, path: Path, reason: str) -> None:
+    """Move a damaged state file of the root aside into local/damaged/, beside a .reason file, and log
+    it (once: it is no longer where it was)."""
+    aside = local_dir(root) / "damaged"
+    aside.mkdir(parents=True, exist_ok=True)
+    name = f"{path.name}.{time.time_ns()}"
+    try:
+        os.replace(path, aside / name)
+    except OSError as err:
+        reason += f" (and it could not be moved aside: {err})"
+    (aside / f"{name}.reason").write_text(reason + "\n")
+    log.warning("%s: %s; moved to %s", path, reason, aside / name)
+
+
 def down(root: str | Path, timeout: float = 60.0) -> bool:
-    """Stop the root's supervisor (the ledger drains, the server it started stops); True if one ran."""
+    """Stop everything the root's embedded default started: its supervisor (the ledger in it drains)
+    and the nats-server a supervisor started. The processes are found by their command lines, not by
+    the root's state files, so a damaged state file or a supervisor already dead leaves nothing
+    running. True if anything ran."""
     d = local_dir(root)
-    if not locks.is_held(d / "supervisor.lock"):
-        return False
-    pid = json.loads((d / "supervisor.lock").read_text() or "{}").get("pid")
-    if pid:
-        os.kill(pid, signal.SIGTERM)
+    with locks.hold(d / "start.lock", f"the local server of {root}", wait_s=timeout):  # (no attach meanwhile)
+        supervisors = _stop(_processes(root, _is_supervisor), timeout)
+        servers = []
+        if (d / "owns-nats").exists():  # a server a supervisor started and could not stop (it died)
+            natsserver.down(root)
+            servers = _stop(_processes(root, _is_server), timeout)  # (its pid file damaged: found by its config)
+            (d / "owns-nats").unlink(missing_ok=True)
+        (d / "state.json").unlink(missing_ok=True)
+    return bool(supervisors or servers)
+
+
+def _stop(procs: list, timeout: float) -> list:
+    """SIGTERM `procs`, wait up to `timeout` for them to end (a zombie has ended), then SIGKILL."""
+    import psutil
+
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
     deadline = time.monotonic() + timeout
-    while locks.is_held(d / "supervisor.lock"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the local runledger server of {root} (pid {pid}) did not stop within {timeout:.0f}s")
+    while (alive := [p for p in procs if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return True
+    for p in alive:
+        log.warning("pid %d (%s) did not stop within %.0fs: killed", p.pid, " ".join(p.info["cmdline"]), timeout)
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    return procs
+
+
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # gone
+        return False
+
+
+def _processes(root: str | Path, matches) -> list:
+    """This user's live processes whose command line `matches(cmdline, root)`."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and matches(p.info["cmdline"] or [], Path(root).resolve()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _is_supervisor(cmdline: list[str], root: Path) -> bool:
+    return "ledger.local" in cmdline and str(root) in cmdline
+
+
+def _is_server(cmdline: list[str], root: Path) -> bool:
+    conf = settings.nats_dir(root)
+    return bool(cmdline) and Path(cmdline[0]).name.startswith("nats-server") and any(
+        a.startswith(f"{conf}{os.sep}") for a in cmdline)
 
 
 # ------------------------------------------------------------------------------------ the supervisor
@@ -156,7 +225,7 @@ async def _pending(nats_url: str) -> int:
 
 async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
     """Serve the root's local server and ledger until idle (see the module docstring) or SIGTERM."""
-    from ledger import emitter, service, settings
+    from ledger import emitter, service
 
     d = local_dir(root)
     me = locks.hold(d / "supervisor.lock", f"the local server of {root}", wait_s=locks.PROBE_S)
@@ -176,12 +245,19 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
     log.info("local server of %s up at %s (ledger pid %d)", root, url, os.getpid())
     idle_since = time.monotonic()
     start_lock = None
+    unopenable: set = set()  # spool chains that cannot be opened (logged once)
+    sweep_failed = ""  # the last failure of the spool sweep (logged when it changes)
     while not stop.is_set() and not ledger.done():
         try:
             await asyncio.wait_for(stop.wait(), POLL_S)
         except asyncio.TimeoutError:
             pass
-        await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url)
+        try:
+            await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url, unopenable=unopenable)
+        except Exception as err:  # damaged local state: the supervisor and its ledger go on
+            if str(err) != sweep_failed:
+                log.warning("sending the spool's leftovers failed (tried again each %.0fs): %s", POLL_S, err)
+            sweep_failed = str(err)
         try:  # a process attaching now holds it: look again next time
             start_lock = locks.hold(d / "start.lock", "")
         except locks.Busy:

@@ -61,6 +61,15 @@ def read_creds(path: str | Path) -> str:
     return Path(path).read_text().strip()
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a process runledger starts: this one's, less the server and credentials
+    settings (a child is told its server by the caller; a URL there may hold a password, readable in
+    /proc/PID/environ), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in (NATS_ENV, CREDS_ENV)}
+    env.update(extra)
+    return env
+
+
 def env_nats_url() -> str:
     """$RUNLEDGER_NATS, else nats://127.0.0.1:4222: the URL when no flag or root says otherwise."""
     return os.environ.get(NATS_ENV) or DEFAULT_NATS_URL

@@ -9,12 +9,14 @@ One process per chain: a Spool holds the lock of its folder (released by the OS 
 dies), and a second Spool on the same chain fails at construction, naming the holder.
 
 Layout: {spool_dir}/{run_id}/{producer}/{attempt}/seg-{first_seq}.jsonl (one canonical envelope per
-line), `acked` (every seq below this number is acknowledged) and `lock`.
+line), `acked` (every seq below this number is acknowledged) and `lock`; `damaged/` holds the lines
+found damaged on reopening (not JSON, not this chain's envelope, torn), each beside its `.reason`.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import logging
 import operator
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ledger import locks
+from ledger.events import HASH_RE, KINDS
 from ledger.store import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -164,26 +167,76 @@ class Spool:
     def _read_acked(self) -> int:
         try:
             return int((self.dir / "acked").read_text())
-        except (OSError, ValueError):
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as err:  # damaged: every event is sent again (the ledger stores each once)
+            log.warning("spool %s: its acked file is damaged (%s); sending every event again", self.dir, err)
             return 0
 
     def _recover(self) -> None:
-        """Continue the chain where the spool left it, and queue what was never acknowledged."""
+        """Continue the chain where the spool left it, and queue what was never acknowledged. A line
+        that is not this chain's next envelope (damaged on disk, or torn by a crash) is moved aside
+        into `damaged/` with its reason: it is never published, and never stops the chain."""
         for seg in self.segments():
-            raw = seg.read_bytes()
-            if raw and not raw.endswith(b"\n"):  # a torn last line: emit never returned for it
-                raw = raw[: raw.rfind(b"\n") + 1]
-                with open(seg, "r+b") as f:
-                    f.truncate(len(raw))
-            for line in raw.splitlines():
-                env = json.loads(line)
+            lines = seg.read_bytes().split(b"\n")
+            kept: list[bytes] = []
+            damaged: list[tuple[bytes, str]] = []
+            torn = lines.pop()  # what follows the last newline: a line emit never returned for
+            for line in lines:
+                env, problem = self._envelope(line)
+                if problem:
+                    damaged.append((line, problem))
+                    continue
+                kept.append(line)
                 self.seq, self.prev_hash = env["seq"] + 1, env["hash"]
                 if env["seq"] >= self.acked_upto:
                     self.pending.append(Spooled(env["seq"], env["kind"], env["event_id"], line, env["hash"]))
                     self.unacked_bytes += len(line)
+            if torn:
+                damaged.append((torn, "a torn last line: the write was cut off before emit returned"))
+            if damaged:
+                self._quarantine(seg, kept, damaged)
         if self.pending:
             log.info("spool %s: %d unacknowledged events will be published again", self.dir, len(self.pending))
         self.acked_upto = min(self.acked_upto, self.seq)
+
+    def _envelope(self, line: bytes) -> tuple[dict, str | None]:
+        """The line's envelope, or the reason it is not the next envelope of this chain."""
+        try:
+            env = json.loads(line)
+        except ValueError as err:  # (UnicodeDecodeError too)
+            return {}, f"not JSON text: {err}"
+        if not isinstance(env, dict):
+            return {}, f"not an envelope: a JSON {type(env).__name__}"
+        run_id, producer, attempt = self.dir.parts[-3:]
+        if (env.get("run_id"), env.get("producer"), str(env.get("attempt"))) != (run_id, producer, attempt):
+            return {}, f"not an envelope of chain {run_id}:{producer}:{attempt}"
+        if type(env.get("seq")) is not int or not all(type(env.get(k)) is str for k in ("kind", "event_id", "hash")):
+            return {}, "not an envelope: seq, kind, event_id or hash is missing or of the wrong type"
+        if env["kind"] not in KINDS or not HASH_RE.fullmatch(env["hash"]):
+            return {}, f"not an envelope: kind {env['kind'][:64]!r} or its hash is not valid"
+        if env["seq"] < self.seq:
+            return {}, f"seq {env['seq']} is not after the previous line's ({self.seq - 1})"
+        return env, None
+
+    def _quarantine(self, seg: Path, kept: list[bytes], damaged: list[tuple[bytes, str]]) -> None:
+        """Move damaged lines of `seg` aside into damaged/ (each with a .reason file), then rewrite
+        the segment with the lines kept."""
+        aside = self.dir / "damaged"
+        aside.mkdir(exist_ok=True)
+        for line, reason in damaged:
+            name = f"{seg.stem}.{hashlib.sha256(line).hexdigest()[:16]}.line"
+            (aside / name).write_bytes(line + b"\n")
+            (aside / f"{name}.reason").write_text(reason + "\n")
+            log.warning("spool %s: a damaged line of %s moved to %s: %s", self.dir, seg.name, aside / name, reason)
+        fsync_dir(aside)
+        tmp = seg.with_name(f".{seg.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(b"".join(line + b"\n" for line in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, seg)
+        fsync_dir(self.dir)
 
     def _open_segment(self, first: int) -> None:
         self._sync_segment()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 
 import queries
-from ledger import bus
+from ledger import bus, settings
 from ledger.canonical import canonical_json, event_hash
 from ledger.events import make_event_id
 from ledger.natsserver import NatsServer
@@ -80,7 +80,7 @@ class Rig:
     def start_ledger(self) -> None:
         self.ledger = subprocess.Popen(
             [sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats.url],
-            cwd=REPO, stdout=self.ledger_log, stderr=subprocess.STDOUT)
+            cwd=REPO, stdout=self.ledger_log, stderr=subprocess.STDOUT, env=settings.child_env())
 
     def kill_ledger(self) -> None:
         self.ledger.kill()
@@ -95,7 +95,7 @@ class Rig:
         return subprocess.Popen(
             [sys.executable, "-m", "tools.produce", "--nats", self.nats.url, "--spool", str(self.base / "spool"),
              "--run-id", run_id, "--producer", "worker-0", "--count", str(count), "--rate", str(rate)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(self.base / f"{run_id}.log", "ab"))
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(self.base / f"{run_id}.log", "ab"), env=settings.child_env())
 
     def fill_disk(self) -> Path:
         filler = self.root / "filler.bin"

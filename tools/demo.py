@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -76,7 +75,7 @@ class Demo:
     def spawn(self, name: str, *args: str) -> subprocess.Popen:
         logf = open(self.root / "logs" / f"{name}.log", "ab")
         p = subprocess.Popen([sys.executable, "-m", "tools.cli", *args], cwd=REPO, stdout=logf,
-                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                             stderr=subprocess.STDOUT, env=settings.child_env(PYTHONUNBUFFERED="1"))
         self.procs.append(p)
         return p
 
