@@ -101,9 +101,11 @@ def recent_runs(root: str | Path, within_s: float = RECENT_S) -> set[str]:
 def recorded_ids(root: str | Path, run_id: str) -> set[str]:
     con = queries.connect(root)
     ids = {r[0] for r in con.execute("select decision_id from decisions where run_id = $r", {"r": run_id}).fetchall()}
-    # an alert that resolves keeps the id of the one it resolves: recorded as Action.key says
+    # an alert that resolves keeps the id of the one it resolves: recorded as Action.key says; only the
+    # agent's own (its id begins with its producer's name), so another's alert under that id hides none
     ids |= {r[0] for r in con.execute("select alert_id || if(state = 'resolved', ':resolved', '') from alerts "
-                                      "where run_id = $r", {"r": run_id}).fetchall()}
+                                      "where run_id = $r and starts_with(alert_id, producer || ':')",
+                                      {"r": run_id}).fetchall()}
     return ids
 
 

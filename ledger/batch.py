@@ -13,7 +13,7 @@ from typing import Any
 
 from ledger.canonical import orjson, orjson_text_is_canonical
 from ledger.events import ENVELOPE_FIELDS, HASH_RE, INT64_MAX, KINDS, SCHEMA_VERSION, TIME_RE, InvalidEvent
-from ledger.validation import check_time, long_int_in, names_ok, payloads_valid, steps_ok
+from ledger.validation import check_time, long_int_in, names_ok, payloads_valid, speaker_problem, steps_ok
 
 _COLUMN_OF = {name: itemgetter(name) for name in ENVELOPE_FIELDS}
 _HASH_FIELD = len(',"hash":"') + 64 + 1  # the bytes of the hash field in an envelope's text
@@ -56,7 +56,7 @@ def check_batch(data: bytes, envs: Any, run_id: str, kind: str) -> list[str] | N
         and col["prev_hash"][1:] == col["hash"][:-1]
     ):
         return None
-    if not steps_ok(col["step"]):
+    if not steps_ok(col["step"]) or speaker_problem(kind, producer, col["payload"]):
         return None
     try:
         for second in {t[:19] for t in col["time"]}:

@@ -18,7 +18,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from ledger import settings
 from ledger.events import STREAM, SUBJECT_PREFIX
-from ledger.natsserver import MAX_PAYLOAD
+from ledger.natsserver import MAX_PAYLOAD, inbox_prefix
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,25 @@ async def connect(url: str = DEFAULT_URL, name: str = "runledger", **kw) -> nats
     """A NATS connection that keeps reconnecting forever (a ledger outlives a server restart).
 
     `url` may list several servers separated by commas (a cluster) and may carry credentials
-    (`nats://user:password@host:port`, as `runledger nats up --secure` writes them).
+    (`nats://user:password@host:port`, as `runledger nats up --secure` writes them); replies then come
+    to that user's own inbox (`inbox_for`), the only one a secure server lets it read.
     """
     servers = [u.strip() for u in url.split(",") if u.strip()]
     opts = dict(name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2,
-                error_cb=_report_error)
+                error_cb=_report_error, inbox_prefix=inbox_for(url))
     opts.update(kw)
     return await nats.connect(servers, **opts)
+
+
+def inbox_for(url: str) -> str:
+    """The inbox prefix of a connection to `url`: its user's (`natsserver.inbox_prefix`), from the
+    credentials in the URL; `_INBOX` when it carries none."""
+    from urllib.parse import urlsplit
+
+    users = {urlsplit(u if "://" in u else f"nats://{u}").username for u in url.split(",") if u.strip()}
+    if len(users) > 1:
+        raise ValueError(f"the servers of {url.split('@')[-1]!r} name {len(users)} different users: give one user's URLs")
+    return inbox_prefix(users.pop() if users else None)
 
 
 async def listening(url: str, timeout: float = 1.0) -> bool:

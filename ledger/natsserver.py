@@ -91,8 +91,24 @@ AGENTS_DURABLE = "agents"  # the agents' consumer; `agents-{run_id}` when they w
 NOTIFY_DURABLE = "notify"  # `runledger notify`'s consumer (alerts and decisions to webhooks)
 
 
+INBOX = "_INBOX"  # nats-py's inbox prefix, which an open server's clients keep
+
+
+def user_name(role: str, run_id: str | None = None) -> str:
+    """The secure server's user of a role: `worker-{run_id}` for a run's worker, else the role's name."""
+    return f"worker-{run_id}" if role == "worker" else role
+
+
+def inbox_prefix(user: str | None) -> str:
+    """Where a user's replies come (its connections' `inbox_prefix`): `_INBOX_{user}`, the only inbox it
+    may subscribe to, so that no role reads another's replies (a pull's events, a request's answer);
+    `_INBOX` without a user (an open server)."""
+    return f"{INBOX}_{user}" if user else INBOX
+
+
 def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()) -> dict:
-    """What each role may publish and subscribe to (everyone needs replies on _INBOX.>).
+    """What each role may publish and subscribe to: every role receives its replies on its own inbox
+    (`inbox_prefix`, `_INBOX_{user}.>`) and on no other, never `_INBOX.>` (everyone's).
 
     worker  its own run's worker kinds, reading the stream's info, and asking the ledger about its
             run's chains (LEDGER_API: conflicts and the next attempt)
@@ -103,7 +119,7 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
     notify  consuming only, with its own consumer (`notify`): no event subjects, never another's consumer
     reader  nothing on NATS (readers use the Parquet ledger through SQL)
     """
-    inbox = {"allow": ["_INBOX.>"]}
+    inbox = {"allow": [f"{inbox_prefix(user_name(role, run_id))}.>"]}
     stream_info = f"$JS.API.STREAM.INFO.{STREAM}"
     if role == "worker":
         check_name(run_id, "run_id")
@@ -119,7 +135,7 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
     if role == "ledger":
         return {"publish": {"allow": ["$JS.API.INFO", f"$JS.API.STREAM.CREATE.{STREAM}", f"$JS.API.STREAM.UPDATE.{STREAM}",
                                       stream_info, "$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>", *partition_subjects()]},
-                "subscribe": {"allow": ["_INBOX.>", f"{LEDGER_API}.>"]},
+                "subscribe": {"allow": [*inbox["allow"], f"{LEDGER_API}.>"]},
                 "allow_responses": True}
     if role == "notify":
         return {"publish": {"allow": [stream_info, *consumer_subjects(NOTIFY_DURABLE)]}, "subscribe": inbox}
@@ -140,8 +156,8 @@ class Users:
         return cls(path, json.loads(path.read_text()) if path.exists() else {})
 
     def add(self, role: str, run_id: str | None = None) -> str:
-        name = f"worker-{run_id}" if role == "worker" else role
         permissions(role, run_id)  # validates role and run_id
+        name = user_name(role, run_id)
         self.users.setdefault(name, {"password": secrets.token_urlsafe(24), "role": role, "run_id": run_id})
         self.save()
         return name

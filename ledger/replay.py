@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ledger import decision_state, paths, store, streams
+from ledger.roles import is_person
 
 
 @dataclass
@@ -45,13 +46,14 @@ class RunState:
     last_loss: float | None = None
     last_eval: dict | None = None
     decisions: dict[str, dict] = field(default_factory=dict)  # decision_id -> what, and what became of it
-    open_alerts: dict[str, dict] = field(default_factory=dict)
+    open_alerts: dict[tuple[str, str], dict] = field(default_factory=dict)  # (alert_id, producer) -> the alert
     _tokens_by_step: "StepTokens" = field(default_factory=lambda: StepTokens(), repr=False)
 
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("_tokens_by_step")
         out["attempts"] = {str(k): v for k, v in self.attempts.items()}
+        out["open_alerts"] = [{"alert_id": a, "producer": p, **v} for (a, p), v in sorted(self.open_alerts.items())]
         return out
 
 
@@ -140,11 +142,17 @@ def _checkpoint(s: RunState, e: dict, p: dict) -> None:
 
 
 def _alert(s: RunState, e: dict, p: dict) -> None:
+    """An alert is its producer's: raised and resolved by (alert_id, producer), so that no one else's
+    event with the same alert_id closes or rewrites it; a person (roles.is_person) resolves any."""
+    key = (p["alert_id"], e["producer"])
     if p.get("state", "open") == "open":
-        s.open_alerts[p["alert_id"]] = {"agent": p["agent"], "rule": p["rule"], "severity": p.get("severity", "warn"),
-                                        "message": p["message"], "step": e["step"]}
+        s.open_alerts[key] = {"agent": p["agent"], "rule": p["rule"], "severity": p.get("severity", "warn"),
+                              "message": p["message"], "step": e["step"]}
+    elif is_person(e["producer"]):
+        for k in [k for k in s.open_alerts if k[0] == p["alert_id"]]:
+            del s.open_alerts[k]
     else:
-        s.open_alerts.pop(p["alert_id"], None)
+        s.open_alerts.pop(key, None)
 
 
 def _decision(s: RunState, e: dict, p: dict) -> None:

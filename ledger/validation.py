@@ -17,9 +17,10 @@ from typing_extensions import NotRequired, Required, TypedDict
 
 from ledger.canonical import canonical_json, event_hash, fast_canonical
 from ledger.columns import FLOAT_FIELDS
+from ledger.roles import PERSON_PREFIX, is_agent_or_person, is_person
 from ledger.events import (
-    ENVELOPE_FIELDS, HASH_RE, INT64_MAX, KINDS, NAME_RE, SCHEMA_VERSION, TIME_RE, TIME_YEARS, Envelope, InvalidEvent,
-    Payload, make_event_id,
+    ENVELOPE_FIELDS, HASH_RE, INT64_MAX, KINDS, NAME_RE, REGISTRY, SCHEMA_VERSION, TIME_RE, TIME_YEARS, Envelope,
+    InvalidEvent, Payload, make_event_id,
 )
 
 def check_time(value: str) -> str:
@@ -115,6 +116,25 @@ def check_payload(kind: str, payload: Any) -> None:
         raise InvalidEvent(_one_line(err, "payload.")) from None
 
 
+
+
+WORKER_ONLY_KINDS = frozenset(kind for kind, k in REGISTRY.items() if k.publishers == ("worker",))
+
+
+def speaker_problem(kind: str, producer: str, payloads: list) -> str | None:
+    """Why events of (`kind`, `producer`) claim to speak for someone their producer is not (ledger.roles);
+    None if they do not. An alert's `agent` is its producer (a person's producer may name the person,
+    `person:NAME`), so a route or a reader that trusts the one trusts the other; and a kind only a
+    worker may publish (WORKER_ONLY_KINDS) never carries an agent's or a person's producer name, as
+    on a secure server only a worker could have sent it."""
+    if kind == "alert":
+        for p in payloads:
+            agent = p.get("agent") if isinstance(p, dict) else None
+            if agent != producer and not (is_person(producer) and isinstance(agent, str) and agent.startswith(PERSON_PREFIX)):
+                return f"an alert speaks for its producer: payload.agent {agent!r} is not the producer {producer!r}"
+    elif kind in WORKER_ONLY_KINDS and is_agent_or_person(producer):
+        return f"producer {producer!r} is an agent's or a person's name, and a {kind!r} event is a worker's"
+    return None
 
 
 _EXACT_DOUBLE_INT = 2**53  # up to it every integer is a double; past it, only some are
@@ -218,8 +238,9 @@ def _explain_envelope(obj: dict) -> None:
 def check_envelope(obj: Any, parsed: bool = False, payload_checked: bool = False) -> str:
     """Validate an envelope completely; return its payload's canonical text.
 
-    Checks the envelope fields, the payload against its kind's model, the event_id rule, the
-    prev_hash rule for seq 0, and the hash. Raises InvalidEvent with a one-line reason.
+    Checks the envelope fields, the payload against its kind's model, who it speaks for
+    (`speaker_problem`), the event_id rule, the prev_hash rule for seq 0, and the hash. Raises
+    InvalidEvent with a one-line reason.
     `parsed`: `obj` is what `parse_json` returned (so it holds only JSON's types).
     `payload_checked`: the caller has validated the payload against its kind's model already.
     """
@@ -237,6 +258,9 @@ def check_envelope(obj: Any, parsed: bool = False, payload_checked: bool = False
     check_time(obj["time"])
     if not payload_checked:
         check_payload(obj["kind"], obj["payload"])
+    if (obj["kind"] == "alert" or obj["kind"] in WORKER_ONLY_KINDS) and \
+            (problem := speaker_problem(obj["kind"], obj["producer"], [obj["payload"]])):
+        raise InvalidEvent(problem)
     unhashed = obj.copy()
     del unhashed["hash"]
     body = fast_canonical(unhashed, parsed)

@@ -148,6 +148,22 @@ select * from {{kind:forecast}};
 create or replace view alerts as
 select * from {{kind:alert}};
 
+-- the alerts open now. An alert is its producer's (its `agent` is its producer: ledger.roles):
+-- raised and resolved by (run_id, alert_id, producer), so another producer's event with the same
+-- alert_id neither closes nor rewrites it; a person's resolution (producer {{person_producers}}) closes it
+create or replace view open_alerts as
+with last_raised as (
+    select * from alerts where state = 'open'
+    qualify row_number() over (partition by run_id, alert_id, producer order by stream_seq desc, seq desc) = 1
+)
+select r.* from last_raised r
+where not exists (  -- a resolution after it (one message may hold a chain's alert and its resolution)
+    select 1 from alerts x
+    where x.state = 'resolved' and x.run_id = r.run_id and x.alert_id = r.alert_id
+      and (x.stream_seq > r.stream_seq or (x.stream_seq = r.stream_seq and x.seq > r.seq))
+      and (x.producer = r.producer or x.producer in ({{person_producers}}))
+);
+
 create or replace view decisions as
 select * from {{kind:decision}};
 

@@ -34,7 +34,7 @@ MINIMAL = {
     "checkpoint": {"path": "/ckpt/100", "bytes": 1234, "seconds": 1.5, "content_hash": "ab12"},
     "data": {},
     "forecast": {"target_run": "big", "fraction": 0.05, "projected_loss": 2.1, "band_low": 2.0, "band_high": 2.2},
-    "alert": {"alert_id": "a1", "agent": "agent-mfu", "rule": "mfu_low", "message": "MFU below plan"},
+    "alert": {"alert_id": "a1", "agent": "worker-0", "rule": "mfu_low", "message": "MFU below plan"},  # its producer's
     "decision": {"decision_id": "d1", "agent": "agent-drops", "rule": "drops", "action": "set_capacity_factor",
                  "rationale": "drop fraction above 7%"},
     "decision_applied": {"decision_id": "d1", "action": "set_capacity_factor"},
@@ -308,7 +308,7 @@ def test_schema_command_prints_every_kind():
 
 LAYER = {"layer": 0, "assignments": 50, "sender_dropped": 1, "receiver_dropped": 2, "drop_fraction": 0.06,
          "expert_loads": [10, 20, 20]}
-ALERT = {"alert_id": "a1", "agent": "agent-mfu", "rule": "mfu_low"}
+ALERT = {"alert_id": "a1", "agent": "worker-0", "rule": "mfu_low"}
 
 # Three payloads each: integral floats (written as integers: "2.0" → "2"), -0.0 (→ "0"), and
 # strings that hold what an integral float looks like in the text (`1.0,`), which must stay as they are.

@@ -165,7 +165,7 @@ def nested_deeper_than_orjson_writes(b: Batch) -> Batch:
     deep: list | int = 1
     for _ in range(300):
         deep = [deep]
-    alert = {"alert_id": "a", "agent": "x", "rule": "r", "message": "m", "evidence": {"deep": deep}}
+    alert = {"alert_id": "a", "agent": PRODUCER, "rule": "r", "message": "m", "evidence": {"deep": deep}}
     return batch_of(chain([alert, alert], "alert"), "alert")
 
 
@@ -246,7 +246,7 @@ def test_a_valid_batch_gets_the_payload_texts_check_envelope_gives():
 
 
 @pytest.mark.parametrize("kind, payloads", [
-    ("alert", [{"alert_id": f"a{i}", "agent": "agent-mfu", "rule": "mfu_low", "message": f"MFU {i}.5 below plan",
+    ("alert", [{"alert_id": f"a{i}", "agent": PRODUCER, "rule": "mfu_low", "message": f"MFU {i}.5 below plan",
                 "evidence": {"prev_hash": "x", "payload": {"kind": "step"}, "rows": [[1.5, None, True]]}}
                for i in range(3)]),
     ("drops", [{"dispatch": "capacity", "assignments": 100, "dropped": 3, "drop_fraction": 0.03,
@@ -277,7 +277,7 @@ def test_a_batch_out_of_the_plain_form_is_declined_and_each_event_judged_alone(m
 def test_keys_in_code_point_order_hashed_as_sent_are_declined():
     """JCS orders keys by UTF-16 code units: U+1F600 (D83D DE00) before U+E000; code point order
     (orjson's) puts them the other way round."""
-    alert = {"alert_id": "a", "agent": "x", "rule": "r", "message": "m"}
+    alert = {"alert_id": "a", "agent": PRODUCER, "rule": "r", "message": "m"}
     payloads = [{**alert, "evidence": {"a": 1}}, {**alert, "evidence": {"\U0001F600": 1, "\ue000": 2}}]
     jcs, code_point_order = '{"\U0001F600":1,"\ue000":2}'.encode(), '{"\ue000":2,"\U0001F600":1}'.encode()
     b = text_hashed_as_sent(jcs, code_point_order, i=1)(batch_of(chain(payloads, "alert"), "alert"))
@@ -288,7 +288,7 @@ def test_keys_in_code_point_order_hashed_as_sent_are_declined():
 
 def test_a_batch_whose_payload_holds_the_separator_is_declined_but_valid():
     """`},{"attempt":` inside a payload: the text cannot be cut into events by it."""
-    payloads = [{"alert_id": "a", "agent": "x", "rule": "r", "message": "m",
+    payloads = [{"alert_id": "a", "agent": PRODUCER, "rule": "r", "message": "m",
                  "evidence": {"rows": [{"attempt": 1}, {"attempt": 2}]}}] * 2
     b = batch_of(chain(payloads, "alert"), "alert")
     assert check_batch(b.data, b.envs, RUN, "alert") is None
@@ -297,7 +297,7 @@ def test_a_batch_whose_payload_holds_the_separator_is_declined_but_valid():
 
 
 def test_a_batch_with_an_event_past_the_size_limit_is_declined_and_that_event_refused():
-    alert = {"alert_id": "a", "agent": "x", "rule": "r"}
+    alert = {"alert_id": "a", "agent": PRODUCER, "rule": "r"}
     payloads = [{**alert, "message": "m"}, {**alert, "message": "m" * MAX_EVENT_BYTES}]
     b = batch_of(chain(payloads, "alert"), "alert")
     assert plain_batch(b.subject, b.data) is None

@@ -242,7 +242,7 @@ def test_seq_index_load_from_a_root(root):
     a0, a1, gappy = Producer(attempt=0), Producer(attempt=1), Producer(producer="agent-x")
     rows = [canonical(a0.event("step", step_payload(1.0), s, s + 1)) for s in range(4)]
     rows += [canonical(a1.event("step", step_payload(1.0), s, s + 10)) for s in range(2)]
-    g = [canonical(gappy.event("alert", {"alert_id": f"a{i}", "agent": "x", "rule": "r", "message": "m"}, None, 20 + i))
+    g = [canonical(gappy.event("alert", {"alert_id": f"a{i}", "agent": "agent-x", "rule": "r", "message": "m"}, None, 20 + i))
          for i in range(5)]
     rows += [g[0], g[1], g[3], g[4]]  # seq 2 of agent-x is missing, and seq 4 is stored twice
     store.write_events(root, rows)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 
-from ledger import partitions
+from ledger import bus, partitions
 from ledger.events import STREAM, SUBJECT_PREFIX
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,8 @@ class Feed:
 
             try:  # (bounded: a server that is not there must be said so, not waited for)
                 nc = await asyncio.wait_for(nats.connect(
-                    self.url, name="runledger-ui", connect_timeout=CONNECT_TIMEOUT_S, max_reconnect_attempts=-1,
+                    self.url, name="runledger-ui", inbox_prefix=bus.inbox_for(self.url),
+                    connect_timeout=CONNECT_TIMEOUT_S, max_reconnect_attempts=-1,
                     allow_reconnect=True, disconnected_cb=disconnected, reconnected_cb=reconnected), 2 * CONNECT_TIMEOUT_S)
             except Exception as err:
                 self.live, self.reason = False, f"NATS unreachable ({type(err).__name__}): no live updates; reload to see new data"
