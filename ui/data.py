@@ -38,6 +38,7 @@ import duckdb
 import queries
 from ledger import partitions, paths, settings
 from ledger.metricnames import metric_name
+from ledger.roles import is_person
 from queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ class Reader:
         "step": "select filename, run_id, max(step) as last_step, epoch_us(max(ts)) as last_us, count(*) as steps",
         "metrics": "select filename, run_id, max(step) as last_step, epoch_us(max(ts)) as last_us, count(*) as steps",
         "run_finished": "select filename, run_id, arg_max(status, ts) as status, epoch_us(max(ts)) as last_us",
-        "alert": "select filename, run_id, list([alert_id, epoch_us(ts)::varchar, seq::varchar, state, severity]) as alerts",
+        "alert": "select filename, run_id, list([alert_id, producer, stream_seq::varchar, seq::varchar, state, severity]) as alerts",
     }
     _PARTS_VERSION = hashlib.sha256(json.dumps(_FILE_PARTS, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -288,13 +289,19 @@ class Reader:
         step_us = [s["last_us"] for s in stepped if s["last_us"] is not None]
         finished = [f for f in by_kind.get("run_finished", []) if f["last_us"] is not None]
         fin = max(finished, key=lambda f: f["last_us"]) if finished else None
-        latest: dict[str, tuple] = {}  # alert_id -> (ts, seq, state, severity) of its latest event
+        # the open_alerts view's rule: an alert is (alert_id, producer)'s, closed by a later resolution of
+        # its producer or of a person
+        raised: dict[tuple, tuple] = {}  # (alert_id, producer) -> ((stream_seq, seq), severity) of its latest raising
+        resolutions: dict[str, list] = {}  # alert_id -> [(producer, (stream_seq, seq))]
         for part in by_kind.get("alert", []):
-            for alert_id, ts, seq, state, severity in part["alerts"]:
-                at = (int(ts), int(seq), state, severity)
-                if alert_id not in latest or at[:2] > latest[alert_id][:2]:
-                    latest[alert_id] = at
-        open_ = [a[3] for a in latest.values() if a[2] == "open"]
+            for alert_id, producer, stream_seq, seq, state, severity in part["alerts"]:
+                at = (int(stream_seq), int(seq))
+                if state != "open":
+                    resolutions.setdefault(alert_id, []).append((producer, at))
+                elif (alert_id, producer) not in raised or at > raised[alert_id, producer][0]:
+                    raised[alert_id, producer] = (at, severity)
+        open_ = [severity for (alert_id, producer), (at, severity) in raised.items()
+                 if not any(when > at and (by == producer or is_person(by)) for by, when in resolutions.get(alert_id, ()))]
         last_event = max([last_start] + ([max(step_us)] if step_us else []) + ([fin["last_us"]] if fin else []))
         return {
             "run_id": first["run_id"], "project": first["project"], "preset": first["preset"], "ladder": first["ladder"],

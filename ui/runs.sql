@@ -29,8 +29,7 @@ with started as (
     select run_id,
            count(*) filter (severity = 'warn') as alerts_warn,
            count(*) filter (severity = 'fail') as alerts_fail
-    from (select * from alerts qualify row_number() over (partition by run_id, alert_id order by ts desc, seq desc) = 1)
-    where state = 'open'
+    from open_alerts
     group by run_id
 )
 select
