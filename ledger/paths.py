@@ -136,6 +136,7 @@ class Cut:
     snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> its snapshot id (None: empty)
     files: dict[str, list[DataFile]] = field(default_factory=dict)  # table -> the snapshot's data files
     deletes: dict[str, list[DeleteFile]] = field(default_factory=dict)  # table -> its delete files (none, in a ledger's)
+    field_ids: dict[str, dict[str, int]] = field(default_factory=dict)  # table -> its columns' ids in the snapshot's schema
 
     def refusal(self) -> str | None:
         """Why a reader of this cut would read otherwise than Iceberg engines do (delete files), or None."""
@@ -216,6 +217,8 @@ def _catalog_rows(root: Path) -> dict[str, str]:
     except sqlite3.OperationalError as err:
         if "no such table" not in str(err):
             raise  # (a catalog that cannot be read, locked past the timeout say, is not one with no tables)
+        if is_tables(root):  # (its catalog was made before the marker: emptied or replaced since)
+            raise NotALedger(f"{root}: its tables' catalog {CATALOG_FILE} holds no tables (emptied?)") from None
         rows = []  # the catalog is being created
     except sqlite3.DatabaseError as err:  # not a database: overwritten
         raise NotALedger(f"{root}: its tables' catalog {CATALOG_FILE} cannot be read ({err})") from None
@@ -313,6 +316,14 @@ def _files_of(snapshot: dict | None, rebase: _Rebase, deletes: list[DeleteFile] 
     return out
 
 
+def _field_ids(metadata: dict, snapshot: dict | None) -> dict[str, int]:
+    """The top-level columns' field ids of the snapshot's schema (what Iceberg engines match a file's
+    columns by, where DuckDB matches names)."""
+    schema_id = (snapshot or {}).get("schema-id", metadata.get("current-schema-id"))
+    schema = next((s for s in metadata.get("schemas") or [] if s.get("schema-id") == schema_id), None)
+    return {f["name"]: f["id"] for f in (schema or {}).get("fields", [])}
+
+
 def cut(root: Path, commit: int | None = None) -> Cut:
     """The files of every table in ledger snapshot `commit` (None: the current snapshots). Raises
     SnapshotGone if a table has no snapshot that old left while it had one then."""
@@ -332,6 +343,7 @@ def cut(root: Path, commit: int | None = None) -> Cut:
         out.files[table] = _files_of(snapshot, rebase, deletes)
         if deletes:
             out.deletes[table] = deletes
+        out.field_ids[table] = _field_ids(metadata, snapshot)
         if snapshot is not None and commit is None:
             out.commit = max(out.commit, int(snapshot.get("summary", {}).get(COMMIT_KEY, 0)))
     if out.deletes and (why := out.refusal()) != _LOGGED.get(str(root)):

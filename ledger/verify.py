@@ -11,7 +11,8 @@ Per chain: at most one `run_started` (two are two starts that shared one attempt
 
 The table other engines read is the table verified: a delete file in the snapshot (which the ledger
 never writes, and Iceberg engines apply), a manifest entry whose row count or partition is not its
-file's (engines count and prune by them) are problems. A folder that is not a ledger root is refused
+file's (engines count and prune by them), a column whose field id is not the table's (engines match
+columns by id, DuckDB by name) are problems. A folder that is not a ledger root is refused
 (`paths.NotALedger`), not verified as an empty ledger.
 
 Conflicts are problems too: a different event that came under a stored event_id is in quarantine
@@ -338,16 +339,26 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
 
 
 def _read_otherwise(at: paths.Cut) -> list[str]:
-    """What Iceberg engines read otherwise than the ledger's readers in the cut `at`: delete files, and
-    manifest entries whose row count or partition (what engines count and prune by) is not the file's."""
+    """What Iceberg engines read otherwise than the ledger's readers in the cut `at`: delete files,
+    manifest entries whose row count or partition (what engines count and prune by) is not the file's,
+    and columns whose field id (what engines match columns by) is not the table's."""
     problems = [f"{d.path}: a {d.content} delete file in table {table} (manifest {d.manifest}): Iceberg engines "
                 f"drop the rows it names, and the ledger never writes one (committed by hand?)"
                 for table, listed in sorted(at.deletes.items()) for d in listed]
     for table, listed in sorted(at.files.items()):
+        ids = at.field_ids.get(table, {})
         for f in listed:
-            if not f.path.exists():
-                continue  # (named as missing)
-            rows = _file_rows(f.path)
+            try:
+                with pq.ParquetFile(f.path) as parquet:
+                    rows, columns = parquet.metadata.num_rows, parquet.schema_arrow
+            except (OSError, ValueError):
+                continue  # (named as missing, or as unreadable by the row check)
+            for column in columns:
+                got = (column.metadata or {}).get(b"PARQUET:field_id")
+                if got is not None and column.name in ids and int(got) != ids[column.name]:
+                    read_as = next((n for n, i in ids.items() if i == int(got)), "no column")
+                    problems.append(f"{f.path}: column {column.name!r} carries field id {int(got)}, the table's is "
+                                    f"{ids[column.name]} (engines match columns by id: they read it as {read_as!r})")
             if f.rows is not None and f.rows != rows:
                 problems.append(f"{f.path}: the table's manifest says {f.rows} rows, the file holds {rows} "
                                 f"(engines that count from the manifests answer otherwise)")

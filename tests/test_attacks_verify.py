@@ -181,6 +181,25 @@ def test_a_manifest_whose_row_count_differs_from_its_file_is_named_by_verify(roo
     assert f"{data}: the table's manifest says 4 rows, the file holds 5" in report.stdout
 
 
+def test_a_file_whose_columns_carry_swapped_field_ids_is_named_by_verify(root):
+    """Same rows, same values, same digest; but `loss` carries grad_norm's field id and back: Iceberg
+    engines (matching by id) read each as the other, DuckDB (matching by name) does not."""
+    original = _ledger_of_steps(root)
+    rows = pq.read_table(original)
+    ids = {f.name: f.metadata[b"PARQUET:field_id"] for f in rows.schema}
+    swap = {"loss": ids["grad_norm"], "grad_norm": ids["loss"]}
+    schema = pa.schema([f.with_metadata({b"PARQUET:field_id": swap.get(f.name, ids[f.name])}) for f in rows.schema],
+                       metadata=rows.schema.metadata)
+    forged = original.with_name(original.name.replace(".parquet", "-f.parquet"))
+    pq.write_table(rows.cast(schema), forged)
+    Tables(root).replace("step", [original], [forged])
+    engine = Tables(root).table("step").scan().to_arrow()
+    assert engine.column("grad_norm").to_pylist() == rows.column("loss").to_pylist()  # another engine's read
+    report = cli("verify", "--root", str(root))
+    assert report.returncode == 1, report.stdout
+    assert f"{forged}: column 'loss' carries field id {int(ids['grad_norm'])}" in report.stdout
+
+
 # --------------------------------------------------------------------------------------------
 # Folders that are not a ledger
 # --------------------------------------------------------------------------------------------
@@ -199,6 +218,16 @@ def test_a_root_whose_catalog_is_gone_is_refused_by_every_reader(root):
         _one_line_refusal(cli(*args, "--root", str(root)), "catalog.db")
 
 
+def test_a_root_whose_catalog_was_emptied_is_refused_by_every_reader(root):
+    import sqlite3
+
+    _ledger_of_steps(root)
+    with sqlite3.connect(root / "catalog.db") as con:
+        con.execute("drop table iceberg_tables")
+    for args in (["sql", "select count(*) from events"], ["verify"], ["replay", "run-1"]):
+        _one_line_refusal(cli(*args, "--root", str(root)), "holds no tables")
+
+
 def test_a_folder_that_is_not_a_ledger_is_refused_by_every_reader():
     docs = str(REPO / "docs")
     for args in (["sql", "select count(*) from events"], ["verify"]):
@@ -212,3 +241,7 @@ def test_a_new_root_that_a_ledger_made_still_answers_empty(root):
     answer = cli("sql", "--root", str(root), "select count(*) as n from events", "--format", "csv")
     assert answer.returncode == 0 and answer.stdout.split() == ["n", "0"], answer.stderr
     assert cli("verify", "--root", str(root)).returncode == 0
+    empty = root.parent / "empty"
+    empty.mkdir()  # a root a ledger is about to make (readers polling it while it starts)
+    answer = cli("sql", "--root", str(empty), "select count(*) as n from events", "--format", "csv")
+    assert answer.returncode == 0 and answer.stdout.split() == ["n", "0"], answer.stderr
