@@ -14,6 +14,10 @@ with the source, event by event (kind, step, time and canonical payload):
 - a held event differs from the source's: the source changed rather than grew, and the import is
   refused with a one-line reason (`ImportRefused`): the chain is never forked.
 
+An import is all or nothing: every event to emit is sealed first as the Emitter will seal it (the
+producer's checks: names, times, positions, payloads) and held to the ledger's size limit, before
+the first is sent; one that fails refuses the whole import (`ImportRefused`), and nothing is sent.
+
 Events go through the real path: the NATS `Emitter` (spool, then JetStream, then the ledger, which
 stores each event once), on the root's embedded local server and ledger unless a server is given.
 """
@@ -33,7 +37,9 @@ from ledger import bus, local, locks, settings, store
 from ledger.canonical import canonical_json, envelope_text
 from ledger.chains import ask_ledger
 from ledger.emitter import Emitter
+from ledger.events import MAX_EVENT_BYTES, InvalidEvent
 from ledger.redact import redact
+from ledger.sink import ChainSink
 from ledger.spool import chain_dir
 from ledger.store import fsync_dir
 
@@ -202,6 +208,7 @@ def bring(run: SourceRun, root: str | Path, nats_url: str | None = None, run_id:
     result = Imported(run_id, producer, len(run.events), len(held), 0, dict(run.skipped))
     if not new:
         return result
+    check_sealable(new, run_id, producer, held[-1] if held else None)
     spool = settings.spool_dir(root)
     d = chain_dir(spool, run_id, producer, ATTEMPT)
     if held and not any(d.glob("seg-*.jsonl")):
@@ -235,6 +242,31 @@ def bring(run: SourceRun, root: str | Path, nats_url: str | None = None, run_id:
         log.warning("run %s: the ledger has not confirmed every imported event yet; they stay in the spool and are "
                     "sent later", run_id)
     return result
+
+
+class Trial(ChainSink):
+    """A chain that seals as the Emitter does and keeps nothing: the events it takes are storable, or
+    it raises InvalidEvent (the ledger's size limit included)."""
+
+    def _keep(self, kind: str, ids: list[str], hashes: list[str], texts: list[bytes]) -> None:
+        for event_id, text in zip(ids, texts):
+            if len(text) > MAX_EVENT_BYTES:
+                raise InvalidEvent(f"{event_id}: {len(text):,} bytes, over the ledger's {MAX_EVENT_BYTES:,}-byte limit")
+
+
+def check_sealable(events: list[SourceEvent], run_id: str, producer: str, head: Held | None) -> None:
+    """ImportRefused naming the first of `events` the chain after `head` could not store; nothing sent."""
+    trial = Trial(run_id, producer, ATTEMPT, head.seq + 1 if head else 0, head.hash if head else "")
+    try:
+        _emit(trial, events)
+    except InvalidEvent:
+        for e in events:  # (rare: find the one to name)
+            try:
+                Trial(run_id, producer, ATTEMPT, trial.next_seq).emit_dict(e.kind, e.payload, e.step, e.time)
+            except InvalidEvent as err:
+                raise ImportRefused(f"run {run_id}: the source's {_describe(e)} cannot be stored ({err}); nothing "
+                                    "imported: fix the source and import again") from None
+        raise
 
 
 def stored_upto(url: str, run_id: str, producer: str, at_least: int | None, timeout: float) -> int | None:
@@ -276,7 +308,7 @@ def _emitter(run_id: str, producer: str, url: str, spool: Path) -> Emitter:
             time.sleep(BUSY_RETRY_S)
 
 
-def _emit(em: Emitter, events: list[SourceEvent]) -> None:
+def _emit(em: ChainSink, events: list[SourceEvent]) -> None:
     """Emit in order; consecutive events of one kind and one time are sealed together."""
     i = 0
     while i < len(events):

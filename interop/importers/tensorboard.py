@@ -1,16 +1,17 @@
 """TensorBoard event files read exactly into a `SourceRun`: every scalar at every step, float32 values as they were written.
 
 The run is a folder: every `*tfevents*` file under it, in the order they were made (their names say
-it: a restarted writer's new file comes after the old ones), each read whole, record
-by record (`interop.importers.tfrecord`: the records TensorBoard's own record reader returns, CRC-checked,
-at a tenth of its time; no sampling, unlike TensorBoard's `EventAccumulator`), each parsed as
-TensorBoard's `Event` proto. A scalar is
+it: a restarted writer's new file comes after the old ones), each streamed record by record
+(`interop.importers.tfrecord`: the records TensorBoard's own record reader returns, CRC-checked, at a
+fraction of its time, in bounded memory; no sampling, unlike TensorBoard's `EventAccumulator`), each
+parsed as TensorBoard's `Event` proto. A scalar is
 either a `simple_value` (PyTorch's and tensorboardX's `add_scalar`) or a rank-0 tensor of the
 `scalars` plugin (`tf.summary.scalar`, `tensorboard.summary.Writer`); a float32 becomes the Python
 float of the same value (exact: every float32 is a float64), never via text. A file in a subfolder
 prefixes its tags with that path (`validation/epoch_loss`, as Keras writes them). Hyperparameters
 (the hparams plugin's session start, `add_hparams`, `hp.hparams`) become a `config` event where they
-were written. Images, histograms, audio and text are not imported (counted in `skipped`).
+were written. Images, histograms, audio and text are not imported (counted in `skipped`). A record
+that is not an Event, or a folder whose files hold no whole record, is refused (`SourceError`).
 
 A record cut short at a file's end is a writer still writing: reading stops there, and the next
 import takes it once written. A record whose checksum fails is corruption: the import is refused.
@@ -21,7 +22,9 @@ Keras run still going) reads as changed, and its re-import is refused until impo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Iterator
 
 from interop.importers import tfrecord
 from interop.importers.source import (
@@ -37,8 +40,11 @@ _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64 = 1, 2, 3, 9  # tensorflow DataType 
 def event_files(folder: Path) -> list[Path]:
     """The run's event files in the order they were made: by the time and the writer's file counter in
     their names (`events.out.tfevents.{time}.{host}.{pid}.{n}`), then their paths."""
-    return sorted((p for p in folder.rglob("*") if "tfevents" in p.name and p.is_file()),
-                  key=lambda p: (*_made(p.name), p.relative_to(folder).parts))
+    def refuse(err: OSError) -> None:  # a subfolder it may not list is part of the run: never skipped silently
+        raise err
+
+    found = [Path(top, name) for top, _, names in os.walk(folder, onerror=refuse) for name in names if "tfevents" in name]
+    return sorted((p for p in found if p.is_file()), key=lambda p: (*_made(p.name), p.relative_to(folder).parts))
 
 
 def _made(name: str) -> tuple[int, int]:
@@ -48,10 +54,17 @@ def _made(name: str) -> tuple[int, int]:
     return made, int(parts[-1]) if parts[-1].isdigit() else 0
 
 
-def records(path: Path) -> list[bytes]:
-    """The serialized records of one event file, CRC-checked, less a record cut short at its end."""
+def events(path: Path) -> Iterator:
+    """The `Event`s of one event file, streamed, CRC-checked, less a record cut short at its end."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto import event_pb2
+
     try:
-        return tfrecord.records(path)
+        for i, data in enumerate(tfrecord.records(path)):
+            try:
+                yield event_pb2.Event.FromString(data)
+            except DecodeError:
+                raise SourceError(f"{path}: record {i} is not a TensorBoard event (not an event file?)") from None
     except tfrecord.CorruptRecord as err:
         raise SourceError(str(err)) from None
 
@@ -103,9 +116,9 @@ def _merged(metrics: list[SourceEvent], configs: list[tuple[int, SourceEvent]]) 
 
 def read(folder: str | Path) -> SourceRun:
     """The TensorBoard run in `folder` (see the module docstring)."""
-    from tensorboard.compat.proto import event_pb2
-
     folder = Path(folder).resolve()
+    if folder.is_file():
+        raise SourceError(f"{folder} is a file: give the TensorBoard run's folder (the one holding its event files)")
     files = event_files(folder) if folder.is_dir() else []
     if not files:
         raise SourceError(f"no TensorBoard event files (*tfevents*) under {folder}")
@@ -117,8 +130,7 @@ def read(folder: str | Path) -> SourceRun:
     for path in files:
         rel = path.parent.relative_to(folder)
         prefix = "" if rel == Path(".") else f"{rel.as_posix()}/"
-        for data in records(path):
-            event = event_pb2.Event.FromString(data)
+        for event in events(path):
             wall = event.wall_time
             first = wall if first is None else min(first, wall)
             last = wall if last is None else max(last, wall)
@@ -148,6 +160,8 @@ def read(folder: str | Path) -> SourceRun:
                 if step is None:
                     step = check_step(event.step, f"{path} {tag}")
                 points.append((step, wall, check_metric_name(tag), number))
+    if first is None:
+        raise SourceError(f"the event files under {folder} hold no whole event yet")
     metrics = grouped("metrics", points, seconds_text)
     run.events = [run_started(run, seconds_text(first), {}),
                   *_merged(metrics, configs),

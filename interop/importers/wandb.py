@@ -12,7 +12,8 @@ values decoded from their JSON: NaN and infinities kept as `nonfinite`; media an
 are counted in `skipped`); each `stats` record a `system` event at its timestamp; a `config` record
 after the start a `config` event; `summary` records folded into `run_finished`'s summary, written when
 the `exit` record is there (at the last time the file records). A record cut short at the end is a
-run still writing: reading stops there.
+run still writing: reading stops there. The file is read a block at a time (never whole); a record
+that is not a W&B record, or a value that is not JSON, is refused (`SourceError`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def run_file(where: str | Path, source_run: str | None) -> Path:
     path = Path(where).resolve()
     if path.is_file():
         return path
-    found = sorted(path.glob("run-*.wandb")) or sorted(path.glob("*run-*/run-*.wandb")) \
-        or sorted(path.glob("wandb/*run-*/run-*.wandb"))
+    found = [f for pattern in ("run-*.wandb", "*run-*/run-*.wandb", "wandb/*run-*/run-*.wandb")
+             for f in sorted(path.glob(pattern)) if f.is_file()]  # (not a FIFO: reading one waits forever)
+    if not found and path.is_dir():
+        list(path.iterdir())  # (a folder it may not list: PermissionError, said in one line)
     if source_run is not None:
         found = [f for f in found if f.stem == f"run-{source_run}"]
     if len(found) != 1:
@@ -53,32 +56,34 @@ def run_file(where: str | Path, source_run: str | None) -> Path:
 
 
 def records(path: Path):
-    """The .wandb file's whole records (bytes), CRCs checked; stops at a record cut short at the end."""
-    data = path.read_bytes()
-    if len(data) < FILE_HEADER.size or FILE_HEADER.unpack_from(data)[:2] != MAGIC:
-        raise SourceError(f"{path} is not a W&B run file")
-    pos, chunks = FILE_HEADER.size, []
-    while pos + HEADER.size <= len(data):
-        room = BLOCK - pos % BLOCK
-        if room < HEADER.size:  # a block's tail too small for a header is padding
-            pos += room
-            continue
-        crc, length, kind = HEADER.unpack_from(data, pos)
-        if length == 0 and kind == 0:  # zeros to the block's end
-            pos += room
-            continue
-        body = data[pos + HEADER.size:pos + HEADER.size + length]
-        if len(body) < length:  # the writer has not finished it yet
-            return
-        if zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
-            if pos + HEADER.size + length >= len(data):  # the last chunk, being written
-                return
-            raise SourceError(f"{path}: a record at byte {pos} fails its checksum (a corrupt run file)")
-        chunks.append(body)
-        pos += HEADER.size + length
-        if kind in (FULL, LAST):
-            yield b"".join(chunks)
-            chunks = []
+    """The .wandb file's whole records (bytes), CRCs checked, read a block at a time; stops at a record
+    cut short at the end."""
+    with open(path, "rb") as f:
+        block = f.read(BLOCK)
+        if len(block) < FILE_HEADER.size or FILE_HEADER.unpack_from(block)[:2] != MAGIC:
+            raise SourceError(f"{path} is not a W&B run file")
+        base, pos, chunks = 0, FILE_HEADER.size, []
+        while block:
+            whole = len(block) == BLOCK
+            following = f.read(BLOCK) if whole else b""
+            while pos + HEADER.size <= len(block):
+                crc, length, kind = HEADER.unpack_from(block, pos)
+                if length == 0 and kind == 0:  # zeros to the block's end
+                    break
+                body = block[pos + HEADER.size:pos + HEADER.size + length]
+                last = not following and pos + HEADER.size + length >= len(block)
+                if len(body) < length and last:  # the writer has not finished it yet
+                    return
+                if len(body) < length or zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
+                    if last:  # the last chunk, being written
+                        return
+                    raise SourceError(f"{path}: a record at byte {base + pos} fails its checksum (a corrupt run file)")
+                chunks.append(body)
+                pos += HEADER.size + length
+                if kind in (FULL, LAST):
+                    yield b"".join(chunks)
+                    chunks = []
+            base, pos, block = base + len(block), 0, following  # (a block's tail too small for a header is padding)
 
 
 def _numbers(name: str, value, out: dict, skipped: SourceRun) -> None:
@@ -109,6 +114,7 @@ def _payload(values: dict[str, float]) -> dict:
 
 def read(where: str | Path, source_run: str | None = None) -> SourceRun:
     """The W&B offline run at `where` (see the module docstring)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
     path = run_file(where, source_run)
@@ -119,8 +125,11 @@ def read(where: str | Path, source_run: str | None = None) -> SourceRun:
     summary: dict = {}
     exited = None
     last_time = None
-    for data in records(path):
-        record.ParseFromString(data)
+    for i, data in enumerate(records(path)):
+        try:
+            record.ParseFromString(data)
+        except DecodeError:
+            raise SourceError(f"{path}: record {i} is not a W&B record (a corrupt run file)") from None
         which = record.WhichOneof("record_type")
         if which == "run" and run is None:
             r = record.run
