@@ -58,8 +58,8 @@ class NotALedger(ValueError):
 
 # what runledger puts in a root before its tables are made (a ledger starting, producers spooling, a
 # local server): a folder holding any of these, or nothing, is a ledger root with nothing stored yet
-ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", "ledger.lock", "spool", "nats",
-                "local", "heads")
+ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", "ledger.lock", "ledger.position",
+                "ledger.id", "partitions", "heads", "tlog", "spool", "nats", "local")
 
 
 def check_root(root: Path) -> None:

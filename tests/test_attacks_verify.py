@@ -214,7 +214,8 @@ def _one_line_refusal(answer: subprocess.CompletedProcess, what: str) -> None:
 def test_a_root_whose_catalog_is_gone_is_refused_by_every_reader(root):
     _ledger_of_steps(root)
     (root / "catalog.db").unlink()
-    for args in (["sql", "select count(*) from events"], ["verify"], ["replay", "run-1"], ["audit", "health", "run-1"]):
+    for args in (["sql", "select count(*) from events"], ["verify"], ["replay", "run-1"], ["audit", "health", "run-1"],
+                 ["lineage", "run-1"], ["status", "--nats", "nats://127.0.0.1:1"]):
         _one_line_refusal(cli(*args, "--root", str(root)), "catalog.db")
 
 
@@ -230,7 +231,8 @@ def test_a_root_whose_catalog_was_emptied_is_refused_by_every_reader(root):
 
 def test_a_folder_that_is_not_a_ledger_is_refused_by_every_reader():
     docs = str(REPO / "docs")
-    for args in (["sql", "select count(*) from events"], ["verify"]):
+    for args in (["sql", "select count(*) from events"], ["verify"], ["lineage", "run-1"],
+                 ["status", "--nats", "nats://127.0.0.1:1"]):
         _one_line_refusal(cli(*args, "--root", docs), "not a ledger root")
     for args in (["replay", "run-1"], ["audit", "health", "run-1"]):  # (they look for the run first)
         _one_line_refusal(cli(*args, "--root", docs), "run-1")

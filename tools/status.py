@@ -11,8 +11,11 @@ from tools.args import add_nats, add_root, resolve_nats
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ledger import partitions
+    from pathlib import Path
 
+    from ledger import partitions, paths
+
+    paths.check_root(Path(args.root))  # (a folder that is not a ledger: one line, exit 2)
     doc = asyncio.run(partitions.figures(args.root, resolve_nats(args)))
     if args.format == "json":
         print(json.dumps(doc, indent=1))
