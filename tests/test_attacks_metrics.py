@@ -91,7 +91,7 @@ def test_a_run_logging_thousands_of_new_names_does_not_widen_the_shared_table(lo
     log_runs({"quiet": {1: {"loss": 2.5, "Loss": 3.5}}}, resume=True)
 
     table = Tables(local_root, mark=False).table("metrics")
-    metric_columns = [n for n in table.schema().column_names if n.startswith("metrics/") and n != "metrics/"]
+    metric_columns = [f.name for f in table.schema().fields if f.name.startswith("metrics/") and f.name != "metrics/"]
     assert len(metric_columns) <= WIDE_COLUMNS_MAX and len(table.schemas()) <= WIDE_COLUMNS_MAX
     past = [r for r in caplog.records if "narrow" in r.getMessage()]
     assert len(past) == 1 and "flood" in past[0].getMessage()  # warned once, in the producer's log
