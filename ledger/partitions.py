@@ -240,6 +240,20 @@ def parts_stream_config(k: int, start_seq: int = 0, replicas: int = 1, sourcing:
                         sources=[source] if sourcing else None, num_replicas=replicas)
 
 
+def part_consumer_problem(info, part: Part) -> str | None:
+    """Why a partition's consumer is not as ensure_part_consumer made it (re-created by someone else to
+    deliver only what comes next, say, which on a work-queue stream leaves the rest untaken), or None."""
+    cfg = info.config
+    deliver, ack = (getattr(v, "value", v) for v in (cfg.deliver_policy, cfg.ack_policy))
+    if deliver != "all":
+        return f"delivers from {deliver!r}, not from the first message not acked"
+    if cfg.filter_subject != part.filter:
+        return f"takes {cfg.filter_subject or cfg.filter_subjects}, not partition {part.p}'s {part.filter}"
+    if ack != "explicit":
+        return f"has ack policy {ack!r}, not explicit"
+    return None
+
+
 async def ensure_part_consumer(js, part: Part) -> None:
     """The partition's durable pull consumer; what a dead writer left unacked is delivered at once (the
     consumer is made anew: on a work-queue stream it starts at the first message not acked)."""
@@ -501,13 +515,18 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
     """One instance of a ledger served in `k` partitions: it writes the partitions whose leases it
     holds and stands by for the others, until `stop` (SIGTERM/SIGINT when None); returns the events
     it stored per partition. Raises locks.Busy if a single ledger serves the root, or it is served in
-    another number of partitions."""
+    another number of partitions; service.StreamLost if a writer found RUNLEDGER or the derived stream
+    purged or made anew (every writer stops)."""
     import signal
 
     from ledger import bus, service
 
     root = Path(root)
+    if service.halted(root):
+        raise service.StreamLost(f"{service.halted(root)} (recorded in {root / service.HALTED}; this root is not "
+                                 f"served again)")
     shared = SharedRoot(root, k)
+    lost = None  # a writer's StreamLost: every writer stops, and so does this instance
     try:
         catalog = catalog or catalog_of(root)
         if catalog:
@@ -548,7 +567,10 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
                     del writers[p]
                     if leases.handing_over(p):
                         leases.release(p)
-                    if not task.cancelled() and task.exception() is not None:
+                    if not task.cancelled() and isinstance(task.exception(), service.StreamLost):
+                        lost = task.exception()
+                        stop.set()
+                    elif not task.cancelled() and task.exception() is not None:
                         log.error("partition %d: writer failed: %s", p, task.exception())
                     elif not task.cancelled():
                         stored[p] = stored.get(p, 0) + task.result()
@@ -561,8 +583,12 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
         for p, result in zip(writers, await asyncio.gather(*(t for t, _ in writers.values()), return_exceptions=True)):
             if isinstance(result, int):
                 stored[p] = stored.get(p, 0) + result
+            elif isinstance(result, service.StreamLost):
+                lost = result
         leases.stop()
         log.info("ledger instance %s stopped", leases.instance)
+        if lost is not None:
+            raise lost
         return stored
     finally:
         shared.release()
@@ -580,18 +606,58 @@ def catalog_of(root: Path) -> str | None:
 
 def use_catalog(root: Path, uri: str) -> None:
     """Write the root's tables to the catalog at `uri` (a SQLAlchemy URI: a shared PostgreSQL, say),
-    and name it in the root for its readers (a password is better kept out of the URI: libpq reads
-    ~/.pgpass)."""
-    from ledger.paths import CATALOG_URI_FILE
+    and name it in the root for its readers (`catalog.uri`, for this user only, 0600: a URI may hold
+    a password, though one is better kept out of it: libpq reads ~/.pgpass). The root is named there only
+    once the catalog opened and holds this root's tables, or none (a catalog made for this root, while
+    the root's own catalog holds none either): anything else is refused (paths.NotALedger, one line)
+    with the root as it was, for a catalog named in error would leave its readers reading another
+    root's tables, or none."""
+    from ledger import paths
+    from ledger.natsserver import write_private
     from ledger.tables import Tables
 
-    named = Path(root) / CATALOG_URI_FILE  # readers list the tables there (ledger.paths): written first
-    Path(root).mkdir(parents=True, exist_ok=True)
-    if not named.exists() or named.read_text().strip() != uri:
-        tmp = named.with_name(f".{named.name}.{os.getpid()}.tmp")
-        tmp.write_text(uri + "\n")
-        os.replace(tmp, named)
-    open_tables(root, lambda: Tables(root, uri=uri), uri.split("@")[-1])
+    root = Path(root)
+    shown = paths.shown_uri(uri)
+    rows = _catalog_rows_when_up(root, uri, shown)
+    named = root / paths.CATALOG_URI_FILE
+    current = catalog_of(root)
+    own = current or (f"sqlite:///{root / paths.CATALOG_FILE}" if (root / paths.CATALOG_FILE).exists() else None)
+    if not rows and own is not None and own != uri:
+        try:
+            held = paths.roots_catalog_rows(root, own)
+        except Exception:  # (a catalog that does not open holds nothing this root could lose)
+            held = None
+        if held:
+            raise paths.NotALedger(f"{root}: catalog {shown} holds no tables, and this root's are in "
+                                   f"{paths.shown_uri(current) if current else paths.CATALOG_FILE}: a root's "
+                                   f"tables are not moved from one catalog to another")
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        open_tables(root, lambda: Tables(root, uri=uri, mark=False), shown)
+    except Exception as err:
+        raise paths.NotALedger(f"{root}: catalog {shown} cannot be opened: {str(err).splitlines()[0][:200]}") from None
+    if current != uri or named.stat().st_mode & 0o077:  # (a URI may carry a secret anywhere: kept private)
+        write_private(named, uri + "\n")
+    store.tables_of(root).mark()  # (readers read the tables once their catalog is named)
+
+
+def _catalog_rows_when_up(root: Path, uri: str, shown: str) -> dict[str, str]:
+    """paths.roots_catalog_rows, waiting up to CATALOG_TRIES seconds for a catalog's server that is
+    not up yet; paths.NotALedger if it stays down."""
+    from ledger import paths
+
+    for attempt in range(CATALOG_TRIES):
+        try:
+            return paths.roots_catalog_rows(root, uri)
+        except paths.NotALedger:
+            raise
+        except Exception as err:
+            if attempt == CATALOG_TRIES - 1:
+                raise paths.NotALedger(f"{root}: catalog {shown} cannot be reached: "
+                                       f"{str(err).splitlines()[0][:200]}") from None
+            log.warning("catalog %s not ready (%s); trying again", shown, str(err).splitlines()[0][:200])
+            time.sleep(1.0)
+    return {}
 
 
 def open_tables(root: Path, make=None, where: str = "") -> None:
@@ -641,6 +707,19 @@ async def _write(root: Path, nats_url: str, part: Part, leases: Leases, ended: a
                 await asyncio.sleep(0.5)
         return None, None
 
+    def watch(js) -> service.Watch:  # the partition's consumer on the derived stream, and both streams
+        return service.Watch(js, ledger, part.durable, consumer_stream=parts_stream(part.k),
+                             consumer_problem=lambda info: part_consumer_problem(info, part),
+                             streams=(parts_stream(part.k),))
+
+    async def remake(js) -> None:  # (deleted: `subscribe` makes it again, from the first message not acked)
+        from nats.js.errors import NotFoundError
+
+        try:
+            await js.delete_consumer(parts_stream(part.k), part.durable)
+        except NotFoundError:
+            pass
+
     async def report() -> None:
         while True:
             commit = {"last_commit": ledger.last_commit} if ledger.last_commit else {}  # (else the predecessor's)
@@ -662,7 +741,8 @@ async def _write(root: Path, nats_url: str, part: Part, leases: Leases, ended: a
 
     reporter = asyncio.create_task(report())
     try:
-        await service._serve(ledger, nats_url, ended, batch, part.durable, None, subscribe=subscribe, unpack=origin)
+        await service._serve(ledger, nats_url, ended, batch, part.durable, None, subscribe=subscribe, unpack=origin,
+                             watch=watch, remake=remake)
     finally:
         ended.set()
         await reporter

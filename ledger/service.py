@@ -17,6 +17,13 @@ With `ledger serve --partitions K` (ledger.partitions) several instances share a
 partition written by one `Ledger` at a time (its lease in JetStream KV), with its own position and
 recovery; this loop is the same for both.
 
+While it serves, the ledger looks at its consumer and its stream every WATCH_EVERY_S (`Watch`): a
+consumer deleted, or made anew by someone else (delivering only new messages, or starting past what
+is stored), is said loudly and made again from the root's stored position, so that nothing is
+skipped and nothing stored twice; a stream purged, deleted or made anew stops the ledger with one
+line (`StreamLost`, exit 2 from the CLI), recorded in the root (HALTED) so that no ledger serves it
+again until a person decides (a silent skip, or a supervisor's restart loop, is what this prevents).
+
 Producers ask the ledger about their chains ({LEDGER_API}.chains.{run_id}.{producer}): how far it has
 acked the stream, how far each attempt's chain is stored, and the seqs at which a different event came
 under a stored event_id (a conflict: two producers on one chain), so that neither is told "delivered".
@@ -28,6 +35,7 @@ import asyncio
 import errno
 import json
 import logging
+import os
 import signal
 import socket
 import time
@@ -35,6 +43,8 @@ from collections import deque
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nats.js.errors import NotFoundError
 
 from ledger import bus, heads, locks, store
 from ledger.paths import QUARANTINE
@@ -56,6 +66,8 @@ IO_RETRIES = 5  # a batch that fails this often on I/O not of the disk is taken 
 MAX_BATCH_ENTRIES = 10_000  # envelopes in one batch message (an Emitter sends at most 1,000); past it: one quarantine row
 COMMIT_EVERY_S = 0.2  # while full batches keep coming, what they wrote is committed (and acked) this often
 EXPIRE_EVERY_S = 60.0  # when idle, this often: snapshots past tables.KEEP_SNAPSHOTS expire, files past RETENTION_S go
+WATCH_EVERY_S = 2.0  # while serving, this often: is the consumer still this root's, the stream still the one it fed?
+HALTED = "ledger.halted"  # in the root: the one line saying why its ledger stopped for good (see StreamLost)
 
 
 @dataclass
@@ -597,6 +609,128 @@ async def _answer_chains(ledger: Ledger, js, durable: str, msg) -> None:
     await msg.respond(json.dumps({"ack_floor": floor, **ledger.chain_status(parts[2], parts[3])}).encode())
 
 
+class StreamLost(RuntimeError):
+    """The stream this root takes its events from was purged, deleted or created anew while the root
+    had not taken everything in it, or its seqs are no longer the ones the root recorded: events may
+    be gone, and taking on would skip them or store another stream's under the root's positions. The
+    ledger stops, says why in one line, and records it ({root}/HALTED) so that no ledger serves the
+    root again until a person decides (adopting a new stream deliberately is not done here)."""
+
+
+def halted(root: Path) -> str | None:
+    """Why the root's ledger stopped for good (see StreamLost), or None."""
+    try:
+        return (Path(root) / HALTED).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def halt(root: Path, reason: str) -> StreamLost:
+    """Record `reason` as why the root's ledger stopped for good, log it, and return the StreamLost to raise."""
+    tmp = Path(root) / f".{HALTED}.tmp"
+    tmp.write_text(reason + "\n")
+    os.replace(tmp, Path(root) / HALTED)
+    log.error("%s", reason)
+    return StreamLost(reason)
+
+
+async def stream_problem(js, root: Path, taken_upto: int | None, first_seen: int | None = None,
+                         created=None, stream: str = STREAM) -> str | None:
+    """Why `stream` is not the one the root took messages from up to stream seq `taken_upto` (purged,
+    deleted, created anew), or None. `first_seen`, `created`: its first seq and creation time when the
+    ledger bound to it (a purge that removed only what the root had taken shows only in those).
+    `taken_upto` None: the seqs are not compared (a partition's position is not the stream's end)."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        info = await js.stream_info(stream)
+    except NotFoundError:
+        return f"stream {stream} was deleted while root {root} took messages from it"
+    state = info.state
+    if created is not None and info.created is not None and info.created != created:
+        return f"stream {stream} was deleted and created anew ({info.created.isoformat()}) under the ledger of {root}"
+    if taken_upto is None:
+        pass
+    elif state.last_seq < taken_upto:
+        return (f"stream {stream} ends at seq {state.last_seq}, but root {root} took messages up to seq {taken_upto}: "
+                f"it was purged or created anew, and its seqs are not the root's")
+    elif state.first_seq > taken_upto + 1 and state.last_seq > taken_upto:
+        return (f"stream {stream} was purged: it begins at seq {state.first_seq}, but root {root} took messages only "
+                f"up to seq {taken_upto}, so seqs {taken_upto + 1}..{state.first_seq - 1} are gone")
+    if first_seen is not None and state.first_seq > first_seen:
+        return f"stream {stream} was purged while the ledger of {root} served it (its first seq went from {first_seen} to {state.first_seq})"
+    return None
+
+
+class Watch:
+    """What a serving ledger checks every WATCH_EVERY_S and whenever a pull fails: that its streams are
+    the ones it found at its first look (else StreamLost), and that its consumer is still there and
+    still as it was made (else a reason to make it again from the stored position: `problem` returns
+    one line). Make a new Watch after each subscribe: its first look is taken at its first check."""
+
+    def __init__(self, js, ledger: Ledger, durable: str, consumer_stream: str = STREAM,
+                 consumer_problem=None, streams: tuple[str, ...] = ()) -> None:
+        self.js, self.ledger, self.durable, self.consumer_stream = js, ledger, durable, consumer_stream
+        self.consumer_problem = consumer_problem or (lambda info: bus.position_problem(info, ledger.taken_upto))
+        self.streams = streams  # derived streams, checked for being deleted or made anew
+        self.first_seen: int | None = None
+        self.created: dict[str, object] = {}
+        self.consumer_created = None
+
+    async def _first_look(self, name: str) -> None:
+        from nats.js.errors import NotFoundError
+
+        try:
+            info = await self.js.stream_info(name)
+        except NotFoundError:
+            return
+        self.created[name] = info.created
+        if name == STREAM:
+            self.first_seen = info.state.first_seq
+
+    async def problem(self) -> str | None:
+        """Raise StreamLost if a stream is not the one first seen; a consumer's problem in one line, or None."""
+        root = self.ledger.root
+        for name in (STREAM, *self.streams):
+            if name not in self.created:
+                await self._first_look(name)
+        lost = await stream_problem(self.js, root, self.ledger.taken_upto if self.ledger.part is None else None,
+                                    self.first_seen, self.created.get(STREAM))
+        for name in self.streams:
+            lost = lost or await stream_problem(self.js, root, None, None, self.created.get(name), stream=name)
+        if lost:
+            raise halt(root, lost)
+        try:
+            info = await self.js.consumer_info(self.consumer_stream, self.durable)
+        except NotFoundError:
+            return f"consumer {self.durable!r} was deleted while the ledger of {root} served it"
+        if self.consumer_created is None:
+            self.consumer_created = info.created
+        elif info.created != self.consumer_created:
+            return f"consumer {self.durable!r} was deleted and created anew while the ledger of {root} served it"
+        why = self.consumer_problem(info)
+        return f"consumer {self.durable!r} {why}" if why else None
+
+
+async def make_consumer_from_position(js, durable: str, ledger: Ledger, replace: bool = False) -> None:
+    """The root's durable consumer made from what the root stored: delivering from the stream seq after
+    its position (everything, for a root that took nothing). With `replace`, one there is deleted first."""
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    from nats.js.errors import NotFoundError
+
+    if replace:
+        try:
+            await js.delete_consumer(STREAM, durable)
+        except NotFoundError:
+            pass
+    start = ledger.taken_upto + 1
+    await js.add_consumer(STREAM, ConsumerConfig(
+        durable_name=durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=bus.ACK_WAIT_S, max_deliver=-1,
+        max_ack_pending=bus.MAX_ACK_PENDING, filter_subject=f"{SUBJECT_PREFIX}.>", metadata=consumer_owner(ledger.root),
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start > 1 else DeliverPolicy.ALL,
+        opt_start_seq=start if start > 1 else None))
+
+
 async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event, ledger: Ledger):
     """Connect, make sure of the stream and the consumer, bind to it — waiting for the server if it
     is not up yet or not ready (a cluster electing a leader). (nc, sub), or (None, None) if stopped.
@@ -608,6 +742,16 @@ async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Even
             nc = await bus.connect(nats_url, name="ledger")
             js = nc.jetstream()
             await bus.ensure_stream(js)
+            lost = await stream_problem(js, ledger.root, ledger.taken_upto)
+            if lost:
+                raise halt(ledger.root, lost)
+            try:
+                await js.consumer_info(STREAM, durable)
+            except NotFoundError:
+                if ledger.taken_upto:
+                    log.error("consumer %r is missing, though root %s took messages up to stream seq %d: making it "
+                              "again from there", durable, ledger.root, ledger.taken_upto)
+                await make_consumer_from_position(js, durable, ledger)
             await bus.ensure_consumer(js, durable, rewind=True, owner=consumer_owner(ledger.root),
                                       seen_upto=ledger.taken_upto)
 
@@ -616,7 +760,7 @@ async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Even
 
             await nc.subscribe(f"{LEDGER_API}.chains.*.*", cb=answer)
             return nc, await bus.Puller(nc, STREAM, durable).start()
-        except bus.ConsumerTaken:
+        except (bus.ConsumerTaken, StreamLost):
             if nc is not None:
                 await nc.close()
             raise
@@ -635,11 +779,14 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
                 exclusive: bool = True) -> Counters:
     """Run the ledger until `stop` is set (or SIGTERM/SIGINT when `stop` is None), or until it has
     stored `until_stored` events in this run (for benches). Raises locks.Busy if another ledger serves
-    `root`, and bus.ConsumerTaken if `durable` is another root's. (`exclusive=False` skips the root
+    `root`, bus.ConsumerTaken if `durable` is another root's, and StreamLost if the stream was purged or
+    made anew (then, and ever after, one line saying so: see HALTED). (`exclusive=False` skips the root
     lock: only for tests that show what the lock prevents.)"""
     Path(root).mkdir(parents=True, exist_ok=True)
     lock = locks.hold(Path(root) / "ledger.lock", f"ledger root {root}") if exclusive else None
     try:
+        if halted(root):
+            raise StreamLost(f"{halted(root)} (recorded in {Path(root) / HALTED}; this root is not served again)")
         return await _serve(Ledger(root), nats_url, stop, batch, durable, until_stored)
     finally:
         if lock is not None:
@@ -647,29 +794,65 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
 
 
 async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batch: int, durable: str,
-                 until_stored: int | None, subscribe=None, unpack=None) -> Counters:
+                 until_stored: int | None, subscribe=None, unpack=None, watch=None, remake=None) -> Counters:
     """The loop. A partition's writer (ledger.partitions) passes its own `subscribe` (the partitioned
-    stream's consumer) and `unpack` (a message's RUNLEDGER subject, data and stream seq)."""
+    stream's consumer), `unpack` (a message's RUNLEDGER subject, data and stream seq), `watch(js)` (its
+    Watch) and `remake(js)` (its consumer made again). Raises StreamLost (see Watch)."""
     root = ledger.root
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    nc, sub = await (subscribe or _subscribe_until_ready)(nats_url, durable, stop, ledger)
+    subscribe = subscribe or _subscribe_until_ready
+    watch = watch or (lambda js: Watch(js, ledger, durable))
+    remake = remake or (lambda js: make_consumer_from_position(js, durable, ledger, replace=True))
+    nc, sub = await subscribe(nats_url, durable, stop, ledger)
     if nc is None:
         return ledger.counters
+    watching = watch(nc.jetstream())
+    next_watch = 0.0  # (its first look now)
     log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
     last_report = time.monotonic()
     unacked: list = []  # messages written, waiting for their commit
     since = 0.0  # when the first of them arrived
     every = COMMIT_EVERY_S if ledger.tables is not None else 0.0  # (a plain root's files are read once written)
     while not stop.is_set():
+        if time.monotonic() >= next_watch:
+            try:
+                why = await watching.problem()
+            except StreamLost:
+                if unacked:  # (what was written is valid: committed, never acked to a stream that is gone)
+                    ledger.commit()
+                await nc.close()
+                raise
+            except Exception as err:  # the server unreachable for now: looked at again later
+                log.debug("watch: %s", err)
+                why = None
+            next_watch = time.monotonic() + WATCH_EVERY_S
+            if why:
+                if unacked and not await _commit_and_ack(ledger, unacked, stop, since):
+                    break
+                log.error("%s: making it again from what root %s stored (stream seq %d on); nothing is stored twice",
+                          why, root, ledger.taken_upto + 1)
+                try:
+                    await remake(nc.jetstream())
+                except Exception as err:
+                    log.error("cannot make consumer %r again (%s); trying again", durable, _error_line(err))
+                    next_watch = time.monotonic() + 0.5
+                    continue
+                await nc.close()
+                nc, sub = await subscribe(nats_url, durable, stop, ledger)
+                if nc is None:
+                    return ledger.counters
+                watching = watch(nc.jetstream())
+                continue
         wait = FETCH_TIMEOUT_S if not unacked else max(0.005, since + every - time.monotonic())
         try:
             msgs = await sub.fetch(batch, timeout=wait)  # [] when nothing came in time
-        except Exception as err:  # disconnected: nats-py reconnects; keep trying
+        except Exception as err:  # disconnected (nats-py reconnects), or the consumer is gone (looked at now)
             log.debug("fetch failed: %s", err)
+            next_watch = 0.0
             await asyncio.sleep(0.2)
             continue
         if not msgs:

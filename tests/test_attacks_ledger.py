@@ -150,3 +150,285 @@ def test_a_worker_publishing_hostile_batches_loses_only_the_bad_entries(nats_ser
     assert stored_ids(root) == sorted(must_store)
     assert len(quarantine_rows(root)) == n_bad
     assert verify(root).ok
+
+
+# ------------------------------------------------------------ a catalog URI that does not open
+
+
+def a_root_with_events(root: Path, catalog: str | None = None, n: int = 3) -> None:
+    """A root whose ledger stored `n` events (in its sqlite catalog, or in the shared `catalog`)."""
+    from ledger import partitions
+
+    if catalog is not None:
+        partitions.use_catalog(root, catalog)
+    ledger = service.Ledger(root)
+    ledger.write(ledger.decode([(subject_for(RUN, "step"), array(*map(text, chain(n))), 1)]))
+    ledger.commit()
+
+
+def one_line_refusal(r: subprocess.CompletedProcess) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    return lines[0]
+
+
+def test_serve_with_a_catalog_that_does_not_open_or_is_another_roots_leaves_the_root_as_it_was(tmp_path, root):
+    other = tmp_path / "other"
+    other_catalog = f"sqlite:///{tmp_path / 'other-catalog.db'}"
+    a_root_with_events(other, other_catalog, n=5)  # another root's working catalog
+    a_root_with_events(root)
+    before = runledger("sql", "select count(*) from events", "--root", str(root), "--format", "csv")
+    assert before.returncode == 0 and before.stdout.strip().endswith("3"), before.stderr
+    for uri in ("bogus://x", other_catalog):
+        for extra in ((), ("--partitions", "2")):
+            r = runledger("ledger", "serve", "--root", str(root), "--catalog", uri, "--nats", "nats://127.0.0.1:9", *extra,
+                          timeout=60)
+            assert "catalog" in one_line_refusal(r)
+            assert not (root / "catalog.uri").exists()
+            after = runledger("sql", "select count(*) from events", "--root", str(root), "--format", "csv")
+            assert (after.returncode, after.stdout) == (0, before.stdout), after.stderr
+
+
+def test_a_root_whose_catalog_uri_names_another_roots_catalog_is_refused_by_readers(tmp_path, root):
+    other_catalog = f"sqlite:///{tmp_path / 'other-catalog.db'}"
+    a_root_with_events(tmp_path / "other", other_catalog, n=5)
+    a_root_with_events(root)
+    (root / "catalog.uri").write_text(other_catalog + "\n")  # edited by hand, or by a serve that failed before the fix
+    assert "catalog" in one_line_refusal(runledger("sql", "select count(*) from events", "--root", str(root)))
+    (root / "catalog.uri").write_text("bogus://x\n")
+    assert "catalog" in one_line_refusal(runledger("sql", "select count(*) from events", "--root", str(root)))
+
+
+def test_a_catalog_uri_holding_a_password_is_written_for_its_user_only(root):
+    from test_catalog_pg import Postgres
+    from ledger import partitions
+
+    pg = Postgres()
+    pg.start()
+    try:
+        uri = pg.uri.replace("postgres@", "postgres:s3cret@")  # (trust authentication: any password is taken)
+        partitions.use_catalog(root, uri)
+        assert stat.S_IMODE((root / "catalog.uri").stat().st_mode) == 0o600
+        assert (root / "catalog.uri").read_text().strip() == uri
+    finally:
+        pg.stop()
+
+
+# ------------------------------------------------------------ the consumer or the stream removed
+
+
+async def flow(url: str, envs: list[dict], every: int = 50) -> None:
+    """Publish `envs` one message each, as a producer does, yielding now and then (events flowing)."""
+    from ledger import bus
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await bus.ensure_stream(js)
+    for i, env in enumerate(envs):
+        await js.publish(subject_for(env["run_id"], env["kind"]), text(env))
+        if i % every == 0:
+            await asyncio.sleep(0.01)
+    await nc.close()
+
+
+def count_exactly_once(root: Path, expected: int, timeout: float = WATCHDOG_S) -> None:
+    """Every event stored exactly once: the count reaches `expected` and no event_id is there twice."""
+    import queries
+
+    deadline = time.monotonic() + timeout
+    n = None
+    while time.monotonic() < deadline:
+        n = queries.connect(root).execute("select count(*), count(distinct event_id) from events").fetchone()
+        if n[0] >= expected:
+            break
+        time.sleep(0.3)
+    time.sleep(1.0)  # (anything stored twice would land now)
+    n = queries.connect(root).execute("select count(*), count(distinct event_id) from events").fetchone()
+    assert n == (expected, expected), n
+
+
+async def delete_consumer(js) -> None:
+    await js.delete_consumer(STREAM, service.DURABLE)
+
+
+async def consumer_from_now_on(js) -> None:
+    """Re-created by someone else so that it delivers only what comes next."""
+    await js.delete_consumer(STREAM, service.DURABLE)
+    await js.add_consumer(STREAM, ConsumerConfig(durable_name=service.DURABLE, deliver_policy=DeliverPolicy.NEW,
+                                                 ack_policy=AckPolicy.EXPLICIT))
+
+
+async def consumer_past_what_is_stored(js) -> None:
+    """Re-created by someone else starting past the stream's end: as if everything had been acked."""
+    last = (await js.stream_info(STREAM)).state.last_seq
+    await js.delete_consumer(STREAM, service.DURABLE)
+    await js.add_consumer(STREAM, ConsumerConfig(durable_name=service.DURABLE, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                                 opt_start_seq=last + 1, ack_policy=AckPolicy.EXPLICIT))
+
+
+@pytest.mark.parametrize("attack", [delete_consumer, consumer_from_now_on, consumer_past_what_is_stored])
+def test_a_consumer_deleted_or_re_created_under_a_serving_ledger_is_made_again_from_its_position(
+        tmp_path, nats_server, root, attack):
+    envs = chain(3000)
+    lp = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log").start()
+    try:
+        async def go():
+            producer = asyncio.create_task(flow(nats_server.url, envs))
+            nc = await nats.connect(nats_server.url)
+            js = nc.jetstream()
+            for _ in range(2):  # twice while events flow
+                while True:  # (once the ledger has bound its consumer and taken some)
+                    try:
+                        if (await js.consumer_info(STREAM, service.DURABLE)).ack_floor.stream_seq > 100:
+                            break
+                    except Exception:
+                        pass
+                    await asyncio.sleep(0.05)
+                await attack(js)
+                await asyncio.sleep(service.WATCH_EVERY_S * 2)
+            await asyncio.wait_for(producer, WATCHDOG_S)
+            await nc.close()
+
+        asyncio.run(asyncio.wait_for(go(), WATCHDOG_S))
+        count_exactly_once(root, len(envs))
+        assert lp.proc.poll() is None
+    finally:
+        lp.kill()
+    log_text = (tmp_path / "ledger.log").read_text()
+    assert "making it again from what root" in log_text, log_text[-3000:]
+    assert verify(root).ok
+
+
+async def purge(js) -> None:
+    await js.purge_stream(STREAM)
+
+
+async def delete_and_recreate_stream(js) -> None:
+    from ledger import bus
+
+    await js.delete_stream(STREAM)
+    await bus.ensure_stream(js)
+
+
+@pytest.mark.parametrize("attack", [purge, delete_and_recreate_stream])
+def test_a_stream_purged_or_re_created_stops_the_ledger_with_one_line_and_it_stays_stopped(
+        tmp_path, nats_server, root, attack):
+    lp = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log").start()
+    try:
+        async def go():
+            nc = await nats.connect(nats_server.url)
+            js = nc.jetstream()
+            producer = asyncio.create_task(flow(nats_server.url, chain(20_000), every=1000))
+            while True:  # (once the ledger has bound its consumer and taken some)
+                try:
+                    if (await js.consumer_info(STREAM, service.DURABLE)).ack_floor.stream_seq > 100:
+                        break
+                except Exception:
+                    pass
+                await asyncio.sleep(0.05)
+            await attack(js)
+            await nc.close()
+            try:
+                await asyncio.wait_for(producer, WATCHDOG_S)
+            except Exception:
+                pass  # (a publish while the stream is deleted fails: the attack's doing)
+
+        asyncio.run(asyncio.wait_for(go(), WATCHDOG_S))
+        code = lp.proc.wait(WATCHDOG_S)
+    finally:
+        lp.kill()
+    last = (tmp_path / "ledger.log").read_text().strip().splitlines()[-1]
+    assert code == 2 and last.startswith("runledger ledger: ") and "stream RUNLEDGER" in last, last
+    again = runledger("ledger", "serve", "--root", str(root), "--nats", nats_server.url, timeout=60)
+    assert "stream RUNLEDGER" in one_line_refusal(again)
+
+
+# ------------------------------------------------------------ the same, on a partitioned ledger
+
+K = 2
+
+
+def runs_envs(n_runs: int = 4, per_run: int = 600) -> list[dict]:
+    """Events of `n_runs` runs (over both partitions), interleaved as producers would send them."""
+    chains = [chain(per_run, run_id=f"run-{r}") for r in range(n_runs)]
+    return [c[i] for i in range(per_run) for c in chains]
+
+
+async def until_partitions_bound(js) -> None:
+    """Until both partitions' consumers are there (made, or made again) and have taken something."""
+    from ledger.partitions import Part, parts_stream
+
+    while True:
+        try:
+            infos = [await js.consumer_info(parts_stream(K), Part(K, p).durable) for p in range(K)]
+            if all(i.delivered.consumer_seq > 0 for i in infos):
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.05)
+
+
+async def delete_part_consumers(js) -> None:
+    from ledger.partitions import Part, parts_stream
+
+    for p in range(K):
+        await js.delete_consumer(parts_stream(K), Part(K, p).durable)
+
+
+def test_a_partitions_consumers_deleted_are_made_again(tmp_path, nats_server, root):
+    """(Made anew to deliver only new messages, or another partition's, is refused by the server on
+    a work-queue stream.)"""
+    attack = delete_part_consumers
+    envs = runs_envs(per_run=2000)
+    lp = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log", "--partitions", str(K)).start()
+    try:
+        async def go():
+            nc = await nats.connect(nats_server.url)
+            js = nc.jetstream()
+            producer = asyncio.create_task(flow(nats_server.url, envs, every=10))
+            for _ in range(2):
+                await until_partitions_bound(js)
+                await attack(js)
+                await asyncio.sleep(service.WATCH_EVERY_S * 2)
+            await asyncio.wait_for(producer, WATCHDOG_S)
+            await nc.close()
+
+        asyncio.run(asyncio.wait_for(go(), WATCHDOG_S))
+        count_exactly_once(root, len(envs))
+        assert lp.proc.poll() is None
+    finally:
+        lp.kill()
+    log_text = (tmp_path / "ledger.log").read_text()
+    assert "making it again from what root" in log_text, log_text[-3000:]
+
+
+async def delete_parts_stream(js) -> None:
+    from ledger.partitions import parts_stream
+
+    await js.delete_stream(parts_stream(K))
+
+
+@pytest.mark.parametrize("attack", [purge, delete_parts_stream])
+def test_a_partitioned_ledgers_stream_purged_or_deleted_stops_it_with_one_line(tmp_path, nats_server, root, attack):
+    lp = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log", "--partitions", str(K)).start()
+    try:
+        async def go():
+            nc = await nats.connect(nats_server.url)
+            js = nc.jetstream()
+            producer = asyncio.create_task(flow(nats_server.url, runs_envs(per_run=3000), every=1000))
+            await until_partitions_bound(js)
+            await attack(js)
+            await nc.close()
+            try:
+                await asyncio.wait_for(producer, WATCHDOG_S)
+            except Exception:
+                pass
+
+        asyncio.run(asyncio.wait_for(go(), WATCHDOG_S))
+        code = lp.proc.wait(WATCHDOG_S)
+    finally:
+        lp.kill()
+    last = (tmp_path / "ledger.log").read_text().strip().splitlines()[-1]
+    assert code == 2 and last.startswith("runledger ledger: ") and "stream RUNLEDGER" in last, last
+    again = runledger("ledger", "serve", "--root", str(root), "--nats", nats_server.url, "--partitions", str(K), timeout=60)
+    assert "stream RUNLEDGER" in one_line_refusal(again)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ledger import redact, settings
-from ledger.paths import SnapshotGone
+from ledger.paths import NotALedger, SnapshotGone
 from tools.args import UsageError, add_nats, add_root, resolve_nats
 
 log = logging.getLogger("runledger")
@@ -107,7 +107,7 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
             if catalog:
                 partitions.use_catalog(args.root, catalog)
             asyncio.run(service.serve(args.root, resolve_nats(args), batch=args.batch, durable=args.durable))
-    except (locks.Busy, bus.ConsumerTaken) as err:
+    except (locks.Busy, bus.ConsumerTaken, NotALedger, service.StreamLost) as err:
         raise UsageError(str(err)) from None
     return 0
 
