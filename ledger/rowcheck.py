@@ -289,7 +289,8 @@ def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) ->
             continue
         if name not in batch.schema.names or not batch.column(name).equals(expected[name]):
             return False
-    for name in dict.fromkeys([*batch.schema.names, *expected]):  # a StoredWide field's: a DOUBLE column per name, null where absent
+    # a StoredWide field's: a DOUBLE column per name (null where absent) and the MAP of the names past the bound
+    for name in dict.fromkeys([*batch.schema.names, *expected]):
         if columns.get(name.split("/", 1)[0]) != "wide":
             continue
         want = expected[name] if name in expected else pa.nulls(batch.num_rows, batch.schema.field(name).type)

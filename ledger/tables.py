@@ -170,7 +170,8 @@ class Tables:
             with t.update_schema() as update:
                 for f in missing:
                     if f.type == pa.map_(pa.string(), pa.float64()):
-                        kind = MapType(key_id=1, key_type=StringType(), value_id=2, value_type=DoubleType(), value_required=False)
+                        kind = MapType(key_id=1, key_type=StringType(), value_id=2, value_type=DoubleType(),
+                                       value_required=False)  # (ids given anew by add_column)
                     elif f.type == pa.float64():
                         kind = DoubleType()
                     else:

@@ -199,7 +199,8 @@ where a.superseded_from is null or m.step < a.superseded_from;
 -- (its value is null: JSON has no NaN)
 create or replace macro metrics_long(events) as table
 select run_id, producer, attempt, seq, step, time, metric_key(substr(key, 9)) as key, value, null::varchar as nonfinite
-from (unpivot (select * exclude (no_metric, "metrics/") from query_table(events)) on columns('^metrics/') into name key value value)
+from (unpivot (select * exclude (no_metric, "metrics/") from query_table(events))
+      on columns('^metrics/') into name key value value)
 union all
 select run_id, producer, attempt, seq, step, time, narrow_key as key, narrow_value as value, null::varchar as nonfinite
 from (select *, unnest(map_keys("metrics/")) as narrow_key, unnest(map_values("metrics/")) as narrow_value

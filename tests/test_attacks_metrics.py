@@ -98,8 +98,8 @@ def test_a_run_logging_thousands_of_new_names_does_not_widen_the_shared_table(lo
     assert stored_metrics(local_root, "flood") == flood  # every name stored, exactly, past the bound too
     assert stored_metrics(local_root, "quiet") == {0: {"loss": 1.5}, 1: {"loss": 2.5, "Loss": 3.5}}
     name = "layer_2_2047/norm"
-    assert reader(local_root).execute("select step, value from metric(?) where run_id = 'flood' and value is not null", [name]).fetchall() == [
-        (2, flood[2][name])]
+    one = "select step, value from metric(?) where run_id = 'flood' and value is not null"
+    assert reader(local_root).execute(one, [name]).fetchall() == [(2, flood[2][name])]
     n = reader(local_root).execute("select count(*) from metrics_all where run_id = 'flood'").fetchone()[0]
     assert n == 3 * 2048 > WIDE_COLUMNS_PER_RUN
     assert cli("verify", "--root", str(local_root)).returncode == 0
