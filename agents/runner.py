@@ -25,7 +25,7 @@ from pydantic import ValidationError
 import queries
 from agents import drops, forecast, grad_norm, skipped, stall, telemetry, throughput
 from agents.policy import Action
-from ledger import bus, store
+from ledger import bus, paths, store
 from ledger.natsserver import AGENTS_DURABLE
 from ledger.chains import next_attempt
 from ledger.emitter import Emitter
@@ -92,7 +92,7 @@ def recent_runs(root: str | Path, within_s: float = RECENT_S) -> set[str]:
         con = queries.connect(root)
         rows = con.execute("select run_id from events where run_id not in (select run_id from runs_finished) "
                            "group by run_id having epoch(now()) - epoch(max(ts)) < $s", {"s": within_s}).fetchall()
-    except (duckdb.Error, OSError) as err:  # (a root with nothing stored yet, say)
+    except (duckdb.Error, OSError, paths.NotALedger) as err:  # (a root with nothing stored yet, say)
         log.debug("no recent runs read from %s: %s", root, err)
         return set()
     return {r[0] for r in rows}
