@@ -657,7 +657,7 @@ async def stream_problem(js, root: Path, taken_upto: int | None, first_seen: int
     elif state.first_seq > taken_upto + 1 and state.last_seq > taken_upto:
         return (f"stream {stream} was purged: it begins at seq {state.first_seq}, but root {root} took messages only "
                 f"up to seq {taken_upto}, so seqs {taken_upto + 1}..{state.first_seq - 1} are gone")
-    if first_seen is not None and state.first_seq > first_seen:
+    if first_seen is not None and state.first_seq > max(first_seen, 1):  # (a stream with no message yet: 0)
         return f"stream {stream} was purged while the ledger of {root} served it (its first seq went from {first_seen} to {state.first_seq})"
     return None
 
