@@ -1,6 +1,7 @@
 """Import speed: a 100k-step, 20-metric TensorBoard run and an MLflow run brought into the ledger, events/s, in one command.
 
     python -m bench.import [--tb-steps 100000] [--mlflow-steps 20000] [--metrics 20] [--cache DIR]
+    python -m bench.import --only images [--image-steps 320]
 
   read (own library)  the baseline: the source read whole with its own library and nothing else
                       (TensorBoard: every record of every event file parsed as an Event by tensorboard's
@@ -13,6 +14,16 @@
                       the ledger service's confirmation that it stored every event (the root's embedded
                       local server and ledger, started before the clock)
   re-import           the same again: the comparison finds every event held and emits nothing
+
+images (`--only images`): a TensorBoard run as PyTorch's SummaryWriter writes one with add_image, per step
+a `loss` scalar and a 256x256 noise PNG (about 200 KB a record; 320 steps make about 63 MB), each way
+of reading it timed in a child process of its own, with that child's peak RSS (ru_maxrss) and its growth
+over the child's RSS once its libraries are imported:
+  tb accumulator      TensorBoard's EventAccumulator, every tag kept (size_guidance 0), Reload()
+  tb loader           TensorBoard's EventFileLoader (what summary_iterator does: every record parsed)
+  runledger read      interop.importers.read_source (CRC-checked, image records skipped)
+  runledger import    the whole `runledger import`: read, compared, emitted and confirmed stored (the
+                      root's local server and ledger started before the clock, in their own processes)
 
 events/s counts ledger events (one `metrics` event per step holding its 20 values); points/s counts
 scalars. The sources are made once by the peers' own writers (TensorBoard's EventFileWriter writing one
@@ -87,6 +98,18 @@ def source(cache: Path, kind: str, steps: int, metrics: int) -> Path:
     return folder / "run"
 
 
+def image_source(cache: Path, steps: int) -> Path:
+    """The cached image run (made on first use)."""
+    folder = cache / f"images-{steps}x{IMAGE_SIZE}"
+    if not (folder / ".complete").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        log.info("making the image source (%d steps of %dx%d images) in %s", steps, IMAGE_SIZE, IMAGE_SIZE, folder)
+        make_images(folder / "run", steps)
+        (folder / ".complete").write_text("")
+    return folder / "run"
+
+
 def read_raw(where: Path) -> int:
     """TensorBoard's records read and parsed as Events, without EventFileLoader's per-event conversion to
     tensors (the floor of any reader in Python using its record reader); returns the scalars read."""
@@ -117,6 +140,78 @@ def read_own(kind: str, where: Path) -> int:
     (exp,) = [e for e in client.search_experiments() if e.name == "bench-import"]
     (run,) = client.search_runs([exp.experiment_id])
     return sum(len(client.get_metric_history(run.info.run_id, k)) for k in run.data.metrics)
+
+
+IMAGE_SIZE = 256  # pixels a side: a 256x256x3 noise PNG is about 197 KB
+
+
+def make_images(folder: Path, steps: int) -> None:
+    import io
+
+    import numpy as np
+    from PIL import Image
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    rng = np.random.default_rng(0)
+    writer = EventFileWriter(str(folder))
+    for step in range(steps):
+        png = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)).save(png, format="PNG")
+        image = summary_pb2.Summary.Image(height=IMAGE_SIZE, width=IMAGE_SIZE, colorspace=3, encoded_image_string=png.getvalue())
+        for v in (summary_pb2.Summary.Value(tag="loss", simple_value=value(step, 0)),
+                  summary_pb2.Summary.Value(tag="samples", image=image)):
+            writer.add_event(event_pb2.Event(wall_time=WALL0 + step * STEP_S, step=step, summary=summary_pb2.Summary(value=[v])))
+    writer.close()
+
+
+IMAGE_READERS = {  # (setup, timed) code run in a child: `where` is the run folder, `n` the scalars read
+    "tb accumulator": ("from tensorboard.backend.event_processing.event_accumulator import EventAccumulator",
+                       "acc = EventAccumulator(where, size_guidance={'scalars': 0, 'images': 0, 'tensors': 0}); "
+                       "acc.Reload(); n = len(acc.Scalars('loss'))"),
+    "tb loader": ("from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
+                  "from interop.importers.tensorboard import event_files",
+                  "n = sum(1 for f in event_files(Path(where)) for e in EventFileLoader(str(f)).Load() "
+                  "for v in e.summary.value if v.tag == 'loss')"),
+    "runledger read": ("from interop.importers import read_source",
+                       "n = sum(len(e.payload['metrics']) for e in read_source('tensorboard', where).events if e.kind == 'metrics')"),
+    "runledger import": ("from interop.importers import read_source\nfrom interop.importers.bring import bring\n"
+                         "from ledger import local\nattachment = local.attach(root)",
+                         "run = read_source('tensorboard', where); done = bring(run, root, attachment.url); "
+                         "assert done.confirmed; n = sum(len(e.payload['metrics']) for e in run.events if e.kind == 'metrics')"),
+}
+CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+where, root = sys.argv[1], sys.argv[2]
+{setup}
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+{timed}
+s = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"s": s, "n": n, "peak_mib": peak / 1024, "grew_mib": (peak - base) / 1024}}))
+"""
+
+
+def measure_images(where: Path, root: Path) -> dict:
+    """Each reader of the image run in a child process: seconds, peak RSS, growth (see the docstring)."""
+    import sys
+
+    size_mb = sum(p.stat().st_size for p in where.rglob("*tfevents*")) / 1e6
+    out = {"source": "tensorboard images", "file_mb": round(size_mb, 1)}
+    for name, (setup, timed) in IMAGE_READERS.items():
+        child = subprocess.run([sys.executable, "-c", CHILD.format(setup=setup, timed=timed), str(where), str(root)],
+                               capture_output=True, text=True, check=True)
+        r = json.loads(child.stdout.strip().splitlines()[-1])
+        out[name] = {"s": round(r["s"], 2), "scalars": r["n"], "peak_rss_mib": round(r["peak_mib"]),
+                     "rss_growth_mib": round(r["grew_mib"])}
+    own = out["tb loader"]["s"]
+    out["runledger read / tb loader"] = round(out["runledger read"]["s"] / own, 2)
+    out["runledger import / tb loader"] = round(out["runledger import"]["s"] / own, 2)
+    out["runledger read / tb accumulator"] = round(out["runledger read"]["s"] / out["tb accumulator"]["s"], 2)
+    out["load"] = load()
+    return out
 
 
 def load() -> str:
@@ -167,7 +262,8 @@ def main() -> None:
     p.add_argument("--mlflow-steps", type=int, default=20_000)
     p.add_argument("--metrics", type=int, default=20)
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "runledger-bench-import")
-    p.add_argument("--only", default="tensorboard,mlflow")
+    p.add_argument("--only", default="tensorboard,mlflow", help="tensorboard, mlflow and/or images")
+    p.add_argument("--image-steps", type=int, default=320)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("nats").setLevel(logging.CRITICAL)
@@ -175,9 +271,12 @@ def main() -> None:
     from ledger import local
 
     steps = {"tensorboard": args.tb_steps, "mlflow": args.mlflow_steps}
-    sources = {k: source(args.cache, k, steps[k], args.metrics) for k in args.only.split(",")}
+    only = args.only.split(",")
+    sources = {k: source(args.cache, k, steps[k], args.metrics) for k in only if k != "images"}
     with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
         root = Path(tmp) / "ledger"
+        if "images" in only:
+            print(json.dumps(measure_images(image_source(args.cache, args.image_steps), root)))
         attachment = local.attach(root)  # the local server and ledger up before any clock starts
         try:
             for kind, where in sources.items():

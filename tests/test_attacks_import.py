@@ -322,6 +322,16 @@ def test_a_missing_mlflow_file_store_is_refused_not_made(tmp_path, watchdog):
     assert not (tmp_path / "no").exists()
 
 
+def test_an_mlflow_server_that_does_not_answer_is_refused_in_one_line(tmp_path, watchdog):
+    pytest.importorskip("mlflow")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    refused_in_one_line(cli("import", "mlflow", f"http://127.0.0.1:{port}", "--root", str(tmp_path / "root")))
+
+
 def without_root_powers() -> None:
     """In the child, before it runs the CLI: drop the capabilities that let root read any file (CAP_DAC_OVERRIDE,
     CAP_DAC_READ_SEARCH) from the bounding set, so the new program runs with them gone."""

@@ -18,6 +18,7 @@ with few retries (MLflow's default backs off for minutes).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -81,6 +82,7 @@ def _client(uri: str):
     if uri.startswith("file:"):  # MLflow 3 reads a file store only when asked to (it is in maintenance mode)
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_RETRIES)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # (a line per retry: the refusal says it)
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S)
     return MlflowClient(tracking_uri=uri)
 

@@ -116,18 +116,21 @@ def masked_crc32c_long(data: bytes | memoryview) -> int:
     return int(_mask(reg)[0])
 
 
-def _check_short(buf: np.ndarray, starts: list[int], length: int, sums: list[int], where: list[int], path: Path,
+def _u32_at(buf: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The little-endian uint32 at each offset of `buf`."""
+    return np.ascontiguousarray(buf[offsets[:, None] + np.arange(4)]).view("<u4").ravel().astype(np.uint32)
+
+
+def _check_short(buf: np.ndarray, starts: np.ndarray, length: int, sums: np.ndarray, at: np.ndarray, path: Path,
                  what: str) -> None:
     """Check the CRCs of records of one length (each `length` bytes at `starts` in `buf`) against `sums`."""
     step = max(1, ROW_BYTES // max(length, 1))
-    starts_a = np.asarray(starts, dtype=np.int64)
-    sums_a = np.asarray(sums, dtype=np.uint32)
-    for lo in range(0, len(starts_a), step):
-        part = starts_a[lo:lo + step]
+    for lo in range(0, len(starts), step):
+        part = starts[lo:lo + step]
         rows = buf[part[:, None] + np.arange(length)] if length else np.empty((len(part), 0), np.uint8)
-        bad = np.nonzero(masked_crc32c(rows) != sums_a[lo:lo + step])[0]
+        bad = np.nonzero(masked_crc32c(rows) != sums[lo:lo + step])[0]
         if len(bad):
-            raise CorruptRecord(f"{path}: the record at byte {where[lo + int(bad[0])]} fails its {what} crc32c check "
+            raise CorruptRecord(f"{path}: the record at byte {int(at[lo + bad[0]])} fails its {what} crc32c check "
                                 "(a corrupt event file)")
 
 
@@ -158,19 +161,19 @@ def _window_records(data: bytes, base: int, path: Path) -> tuple[list[bytes], in
     if not heads:
         return [], pos
     buf = np.frombuffer(data, dtype=np.uint8)
-    header_sums = [unpack("<I", data, h + 8)[0] for h in heads]
-    at = [base + h for h in heads]
-    _check_short(buf, heads, 8, header_sums, at, path, "header")
-    short: dict[int, list[int]] = {}
-    view = memoryview(data)
-    for i, (h, n) in enumerate(zip(heads, lengths)):
+    heads_a = np.asarray(heads, dtype=np.int64)
+    lengths_a = np.asarray(lengths, dtype=np.int64)
+    _check_short(buf, heads_a, 8, _u32_at(buf, heads_a + 8), heads_a + base, path, "header")
+    data_sums = _u32_at(buf, heads_a + 12 + lengths_a)
+    for n in np.unique(lengths_a):
+        sel = np.nonzero(lengths_a == n)[0]
         if n >= LONG:
-            _check_one(view[h + 12:h + 12 + n], unpack("<I", data, h + 12 + n)[0], base + h, path, "data")
+            view = memoryview(data)
+            for i in sel:
+                h = heads[i]
+                _check_one(view[h + 12:h + 12 + int(n)], int(data_sums[i]), base + h, path, "data")
         else:
-            short.setdefault(n, []).append(i)
-    for n, idx in short.items():
-        _check_short(buf, [heads[i] + 12 for i in idx], n, [unpack("<I", data, heads[i] + 12 + n)[0] for i in idx],
-                     [at[i] for i in idx], path, "data")
+            _check_short(buf, heads_a[sel] + 12, int(n), data_sums[sel], heads_a[sel] + base, path, "data")
     return [data[h + 12:h + 12 + n] for h, n in zip(heads, lengths)], pos
 
 
