@@ -7,9 +7,10 @@ ledger, and the stream keeps every event until notify has delivered it.
 Each message is validated as the ledger validates it (`ledger.service.decode_message`: envelope, payload,
 hash); what the ledger would refuse is logged and skipped, never delivered. Each valid event goes to
 every route it matches (`interop.routes`), through that route's own queue and task: a route delivers its
-events one at a time, in stream order, and retries a failure (an error status, no connection, a
-timeout) with exponential backoff (capped, jittered) until the receiver takes it (2xx). A message is
-acked only when every route it matched has delivered every event in it; until then notify keeps it
+events one at a time, in stream order, and retries a failure (an error status, a redirect, which is
+never followed, no connection, a timeout: the route's timeout_s bounds a whole request, see
+interop.webhook) with exponential backoff (capped, jittered) until the route's own URL takes it (2xx). A
+message is acked only when every route it matched has delivered every event in it; until then notify keeps it
 with in-progress acks (`msg.in_progress()`, every third of ack_wait), so JetStream neither redelivers
 it nor counts it lost. Killed mid-delivery, notify starts again from the consumer's ack floor (it
 rewinds the consumer, as the ledger does), so nothing is skipped; what a route had delivered but
@@ -29,14 +30,13 @@ import json
 import logging
 import random
 import time
-import urllib.error
-import urllib.request
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from interop import webhook
 from interop.routes import KINDS, Route
 from ledger import bus
 from ledger.events import STREAM, SUBJECT_PREFIX
@@ -117,27 +117,14 @@ def backoff_s(failures: int, rng: random.Random) -> float:
     return full / 2 + rng.uniform(0, full / 2)
 
 
-class DeliveryFailed(Exception):
-    """One try that the receiver did not take (its reason: a status, a refused connection, a timeout)."""
+def request_headers(route: Route, event_id: str) -> dict[str, str]:
+    return {"Content-Type": "application/json", "Idempotency-Key": event_id, "User-Agent": USER_AGENT, **route.headers}
 
 
 def post(route: Route, body: bytes, event_id: str) -> int:
-    """POST one event to the route (blocking: run it in a thread); returns the 2xx status, else raises
-    DeliveryFailed."""
-    headers = {"Content-Type": "application/json", "Idempotency-Key": event_id, "User-Agent": USER_AGENT,
-               **route.headers}
-    req = urllib.request.Request(route.url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=route.timeout_s) as resp:
-            resp.read()
-            status = resp.status
-    except urllib.error.HTTPError as err:  # a status outside 2xx/3xx (urllib follows redirects)
-        raise DeliveryFailed(f"HTTP {err.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as err:  # refused, reset, timed out, DNS
-        raise DeliveryFailed(str(getattr(err, "reason", err))) from None
-    if not 200 <= status < 300:
-        raise DeliveryFailed(f"HTTP {status}")
-    return status
+    """POST one event to the route's own URL, blocking (interop.webhook: within route.timeout_s in all, no
+    redirect followed, its headers to its host only); returns the 2xx status, else raises NotDelivered."""
+    return webhook.post(route.url, body, request_headers(route, event_id), route.timeout_s)
 
 
 # ------------------------------------------------------------------------------------ delivery
@@ -194,8 +181,9 @@ class RouteSender:
         failures = 0
         while True:
             try:
-                await asyncio.to_thread(post, self.route, body, env["event_id"])
-            except DeliveryFailed as err:
+                await webhook.post_async(self.route.url, body, request_headers(self.route, env["event_id"]),
+                                         self.route.timeout_s)
+            except webhook.NotDelivered as err:
                 failures += 1
                 self.notifier.counters.failures += 1
                 wait = backoff_s(failures, self.rng)

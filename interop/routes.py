@@ -9,7 +9,7 @@
     agents = ["agent-*", "person:*"]      # globs on the payload's agent (default any)
     producers = ["agent-*"]               # globs on the envelope's producer (default any)
     runs = ["prod-*"]                     # globs on run_id (default any)
-    timeout_s = 10                        # one request's limit (default 10)
+    timeout_s = 10                        # one request's limit in all, connect to last byte (default 10)
     headers = { Authorization = "env:ONCALL_TOKEN" }   # "env:NAME": the value of $NAME, read at start
 
 An event goes to every route it matches (all of a route's conditions hold). Unknown keys are an error,
@@ -21,17 +21,20 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from interop.webhook import header_problem, url_problem
+from interop.webhook import where as webhook_where
 from ledger.events import NAME_RE, AlertRaised
 
 KINDS = ("alert", "decision")
 FORMATS = ("slack", "json")
 SEVERITIES = tuple(AlertRaised.model_fields["severity"].annotation.__args__)  # info, warn, fail (the contract's)
 DEFAULT_TIMEOUT_S = 10.0  # a receiver that has not answered in this time has failed this try
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class RoutesError(ValueError):
@@ -82,7 +85,8 @@ def _strings(name: str, where: str, value, allowed: tuple[str, ...] | None = Non
 def route_from(obj: dict, i: int, env: dict[str, str] | None = None) -> Route:
     """One route from its table in the file (`env`: where "env:NAME" header values come from)."""
     env = os.environ if env is None else env
-    where = f"route {i}" + (f" ({obj['name']!r})" if isinstance(obj, dict) and isinstance(obj.get("name"), str) else "")
+    named = isinstance(obj, dict) and isinstance(obj.get("name"), str) and NAME_RE.fullmatch(obj["name"])
+    where = f"route {i}" + (f" ({obj['name']!r})" if named else "")
     if not isinstance(obj, dict):
         raise RoutesError(f"{where}: a route is a table of keys")
     unknown = sorted(set(obj) - _KEYS)
@@ -93,9 +97,10 @@ def route_from(obj: dict, i: int, env: dict[str, str] | None = None) -> Route:
             raise RoutesError(f"{where}: {key} is required (a string)")
     if not NAME_RE.fullmatch(obj["name"]):
         raise RoutesError(f"{where}: name {obj['name']!r}: use 1-64 of a-z 0-9 _ - starting with a letter or digit")
-    parts = urlsplit(obj["url"])
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RoutesError(f"{where}: url {obj['url']!r} is not an http(s) URL")
+    problem = url_problem(obj["url"])
+    if problem:  # (the message shows no more of a URL than scheme://host:port: its path may be its secret)
+        shown = webhook_where(obj["url"])
+        raise RoutesError(f"{where}: url {shown + ' ' if shown else ''}{problem}")
     fmt = obj.get("format", "json")
     if fmt not in FORMATS:
         raise RoutesError(f"{where}: format {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -107,11 +112,22 @@ def route_from(obj: dict, i: int, env: dict[str, str] | None = None) -> Route:
         raise RoutesError(f"{where}: headers is a table of strings")
     resolved = {}
     for k, v in headers.items():
+        problem = header_problem(k, "") or (k.lower() == "idempotency-key" and f"header {k} is notify's own")
+        if problem:
+            raise RoutesError(f"{where}: {problem}")
         if v.startswith("env:"):
+            if not v[4:]:
+                raise RoutesError(f"{where}: header {k}: \"env:\" needs the name of a variable")
             if v[4:] not in env:
                 raise RoutesError(f"{where}: header {k} names ${v[4:]}, which is not set")
             v = env[v[4:]]
+        problem = header_problem(k, v)
+        if problem:  # (never the value: it is a secret)
+            raise RoutesError(f"{where}: {problem}")
         resolved[k] = v
+    for key in ("agents", "producers", "runs"):
+        if any(_CONTROL.search(g) for g in obj.get(key, []) if isinstance(g, str)):
+            raise RoutesError(f"{where}: {key}: a glob holds a control character")
     return Route(
         name=obj["name"], url=obj["url"], format=fmt,
         kinds=_strings("kinds", where, obj.get("kinds", list(KINDS)), KINDS),
