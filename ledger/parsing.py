@@ -130,12 +130,18 @@ def _parse_entry(entry: bytes) -> Any:
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"?|[\[\]{},]', re.DOTALL)
 _NEXT_ENTRY = re.compile(rb",\s*[\[{]")  # where an entry after a bad one may begin
 RESYNC_TRIES = 256  # places tried, after an entry that cannot be read, for the next entry's beginning
+RESYNC_TOKENS = 200_000  # tokens scanned looking for them, in all, per message (a hostile one costs ~0.1 s)
 
 
-def _entry_end(data: bytes, pos: int) -> tuple[int, bytes]:
-    """Where the top-level entry beginning at `pos` ends: (offset, b"," or b"]"), or (len, b"") at the end."""
+def _entry_end(data: bytes, pos: int, budget: list[int] | None = None) -> tuple[int, bytes]:
+    """Where the top-level entry beginning at `pos` ends: (offset, b"," or b"]"), or (len, b"") at the end
+    (or once `budget`, [tokens left], is spent: then as if at the end)."""
     depth = 0
     for m in _TOKENS.finditer(data, pos):
+        if budget is not None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return len(data), b""
         tok = m.group()
         if tok in (b"[", b"{"):
             depth += 1
@@ -163,19 +169,28 @@ def _read_entries(data: bytes) -> list[tuple[bytes, Any]]:
         raise InvalidEvent("a batch is a JSON array: it must begin with '['")
     out: list[tuple[bytes, Any]] = []
     pos = start + 1
+    budget = [RESYNC_TOKENS]  # (and bytes parsed: twice the message)
+    parse_left = 2 * len(data)
+    scan = [2 * len(data) + 64]  # tokens the cutting may scan: entries after a resync are scanned again
     while True:
-        end, stop = _entry_end(data, pos)
+        end, stop = _entry_end(data, pos, scan)
         piece = data[pos:end].strip()
         if not out and stop == b"]" and not piece:  # "[]"
+            break
+        if scan[0] < 0:  # (many entries cut short, each swallowing the rest: no more cutting)
+            out.append((piece, RefusedEntry("the rest of the batch: too many entries cut short to cut it further", piece)))
             break
         obj = _parse_entry(piece)
         if isinstance(obj, RefusedEntry) and not _whole(piece):
             for tries, m in enumerate(_NEXT_ENTRY.finditer(data, pos + 1)):
                 if m.start() >= end and stop == b",":  # (the entry's own end: no successor swallowed)
                     break
-                if tries == RESYNC_TRIES:
+                if tries == RESYNC_TRIES or budget[0] <= 0:
                     break
-                after, _ = _entry_end(data, m.start() + 1)
+                after, _ = _entry_end(data, m.start() + 1, budget)
+                parse_left -= after - m.start()
+                if parse_left < 0 or budget[0] <= 0:
+                    break
                 if not isinstance(_parse_entry(data[m.start() + 1:after].strip()), RefusedEntry):
                     end, stop = m.start(), b","
                     piece = data[pos:end].strip()
