@@ -65,11 +65,15 @@ ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", 
 def check_root(root: Path) -> None:
     """Raise NotALedger unless `root` is a ledger root a reader can read: tables with their catalog
     (`catalog.db`, or the shared one `catalog.uri` names), the plain layout, or a root being set up
-    (empty, or holding only what runledger makes before the tables: ROOT_ENTRIES). A new root that a
-    ledger made (its tables, no event yet) passes; a folder of something else does not."""
+    (not made yet, empty, or holding only what runledger makes before the tables: ROOT_ENTRIES; a
+    reader polling a root while its ledger starts finds nothing stored yet, and the CLI refuses a
+    folder that is not there). A new root that a ledger made (its tables, no event yet) passes; a file,
+    or a folder of something else, does not."""
     root = Path(root)
+    if not root.exists():
+        return
     if not root.is_dir():
-        raise NotALedger(f"{root} is not a ledger root: no such folder")
+        raise NotALedger(f"{root} is not a ledger root: not a folder")
     if is_tables(root):
         _catalog_rows(root)  # (raises NotALedger if the catalog is gone or unreadable)
         return
