@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger.events import STREAM, SUBJECT_PREFIX, kinds_of
-from ledger.settings import creds_dir, creds_file, nats_dir, read_creds
+from ledger.settings import child_env, creds_dir, creds_file, nats_dir, read_creds
 from ledger.validation import check_name
 
 MAX_PAYLOAD = 8 << 20  # so that oversized events reach the ledger and are quarantined, not refused unseen
@@ -250,7 +250,7 @@ class NatsServer:
         log = open(self.dir / "nats-server.log", "ab")
         self.proc = subprocess.Popen(
             [server_binary(), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, env=child_env(),  # (no server URL or creds)
         )
         deadline = time.monotonic() + timeout
         while not _answers(self.port):

@@ -11,6 +11,7 @@ import logging
 import signal
 import uuid
 
+from tools import checks
 from tools.args import UsageError, add_nats, add_root, resolve_nats
 
 log = logging.getLogger(__name__)
@@ -20,20 +21,20 @@ def register(sub) -> None:
     s = sub.add_parser("agents", help="the contingency agents, on the live stream")
     add_root(s)
     add_nats(s)
-    s.add_argument("--run-id", default=None, help="watch only this run")
+    s.add_argument("--run-id", type=checks.run_id, default=None, help="watch only this run")
     s.set_defaults(func=cmd_agents)
 
     s = sub.add_parser("decide", help="a person's decision, recorded like an agent's")
-    s.add_argument("run")
+    s.add_argument("run", type=checks.run_id)
     add_root(s)
     add_nats(s)
     g = s.add_mutually_exclusive_group(required=True)
-    g.add_argument("--approve", metavar="DECISION_ID", help="approve a proposed decision")
-    g.add_argument("--reject", metavar="DECISION_ID", help="reject a proposed decision")
-    g.add_argument("--action", help="a decision of your own, e.g. set_token_horizon")
-    s.add_argument("--param", action="append", default=[], metavar="K=V", help="the action's parameters (JSON values)")
+    g.add_argument("--approve", metavar="DECISION_ID", type=checks.line, help="approve a proposed decision")
+    g.add_argument("--reject", metavar="DECISION_ID", type=checks.line, help="reject a proposed decision")
+    g.add_argument("--action", type=checks.line, help="a decision of your own, e.g. set_token_horizon")
+    s.add_argument("--param", action="append", type=checks.line, default=[], metavar="K=V", help="the action's parameters (JSON values)")
     s.add_argument("--reason", default=None, help="why (required with --action)")
-    s.add_argument("--by", default=None, help="who decides (default: the login name)")
+    s.add_argument("--by", type=checks.line, default=None, help="who decides (default: the login name)")
     s.set_defaults(func=cmd_decide)
 
 

@@ -1,12 +1,15 @@
 """What every `runledger` subcommand shares: the `--root` / `--nats` / `--creds` options (their
-defaults from `ledger.settings`) and `UsageError`, which ends a command with exit 2 and a one-line reason.
+defaults from `ledger.settings`, their values checked by `tools.checks`), `UsageError`, which ends a
+command with exit 2 and a one-line reason, and the warning for a secret given on the command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ledger import settings
+from ledger import redact, settings
+from tools import checks
 
 
 class UsageError(Exception):
@@ -14,16 +17,39 @@ class UsageError(Exception):
 
 
 def add_root(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", default=settings.root(), help=f"ledger root directory (env {settings.ROOT_ENV})")
+    p.add_argument("--root", type=checks.folder, default=settings.root(),
+                   help=f"ledger root directory (env {settings.ROOT_ENV})")
 
 
 def add_nats(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nats", default=None, help=f"NATS URL(s), comma-separated for a cluster (env {settings.NATS_ENV}; "
-                   "default: the server `nats up` started for --root)")
-    p.add_argument("--creds", default=None,
+    p.add_argument("--nats", type=checks.nats_url, default=None,
+                   help=f"NATS URL(s), comma-separated for a cluster (env {settings.NATS_ENV}; "
+                   "default: the server `nats up` started for --root; a password belongs in --creds, not here)")
+    p.add_argument("--creds", type=checks.file_in, default=None,
                    help=f"credentials file from `nats up --secure` (env {settings.CREDS_ENV})")
 
 
 def resolve_nats(args: argparse.Namespace) -> str:
     """The server this command talks to (see `ledger.settings.nats_url`)."""
-    return settings.nats_url(getattr(args, "nats", None), getattr(args, "creds", None), getattr(args, "root", None))
+    try:
+        url = settings.nats_url(getattr(args, "nats", None), getattr(args, "creds", None), getattr(args, "root", None))
+    except OSError as err:  # $RUNLEDGER_CREDS names a file that is not there, say
+        raise UsageError(f"cannot read the credentials file: {err}") from None
+    try:
+        return checks.nats_url(url)
+    except checks.Bad as err:
+        raise UsageError(f"the server URL from the settings: {err}") from None
+
+
+# options whose value may hold a secret, and where the secret belongs instead
+SECRET_OPTIONS = {"nats": ("--nats", "--creds FILE"), "catalog": ("--catalog", "--catalog-file FILE")}
+
+
+def warn_secrets(args: argparse.Namespace) -> None:
+    """One line on stderr for each option given a URL with a password: every local user can read a
+    process's command line (/proc/PID/cmdline)."""
+    for dest, (flag, instead) in SECRET_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and redact.redact(value) != value:
+            print(f"runledger {args.command}: warning: {flag} holds a password, which every local user can read in "
+                  f"the process list; give it in a file only you can read ({instead}, mode 0600)", file=sys.stderr)

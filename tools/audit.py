@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 
 from queries.audit import SUITES, format_audit, known_runs, run_suite
+from tools import checks
 from tools.args import add_root
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
     """Add `audit {health,provenance,forecast} RUN --root DIR [--format ...]` to the runledger CLI."""
     p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
     p.add_argument("suite", choices=SUITES)
-    p.add_argument("run", help="run_id")
+    p.add_argument("run", type=checks.run_id, help="run_id")
     add_root(p)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.set_defaults(func=cmd_audit)

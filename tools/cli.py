@@ -18,9 +18,23 @@ from pathlib import Path
 
 from ledger import redact, settings
 from ledger.paths import NotALedger, SnapshotGone
-from tools.args import UsageError, add_nats, add_root, resolve_nats
+from tools import checks
+from tools.args import UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
 log = logging.getLogger("runledger")
+
+MAX_CLUSTER = 5  # JetStream keeps at most 5 replicas of a stream
+MAX_BATCH = 100_000  # messages a ledger fetches at once (each up to ledger.events.MAX_EVENT_BYTES)
+MAX_PARTITIONS = 256  # ledger instances of one root, one lease and one consumer each
+MAX_JOBS = 256  # processes verify starts
+_SYNC_INTERVAL = re.compile(r"^(always|[1-9][0-9]{0,5}(ms|s|m|h))$")
+
+
+def sync_interval(text: str) -> str:
+    """nats-server's JetStream sync_interval: 'always' or a duration such as 10s, 2m."""
+    if not _SYNC_INTERVAL.fullmatch(text):
+        raise checks.Bad(f"{checks.shown(text)} is not 'always' or a duration such as 500ms, 10s, 2m")
+    return text
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -32,8 +46,6 @@ def cmd_nats(args: argparse.Namespace) -> int:
     from ledger import natsserver
 
     if args.action == "up":
-        if not 0 <= args.port <= 65535:
-            raise UsageError(f"--port {args.port} is not a TCP port (1-65535, or 0 for a free one)")
         try:
             url = natsserver.up(args.root, args.port, args.sync_interval, args.secure, tuple(args.runs), args.cluster)
         except (ValueError, RuntimeError, FileNotFoundError) as err:  # RuntimeError: the server exited (port in use)
@@ -92,8 +104,8 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
 
     from ledger import bus, locks, service
 
-    if args.partitions < 1:
-        raise UsageError(f"--partitions {args.partitions}: at least 1")
+    if args.catalog_file:
+        args.catalog = settings.read_creds(args.catalog_file)
     try:
         if args.partitions > 1:
             from ledger import partitions
@@ -182,6 +194,12 @@ _INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u206
 def visible(text: str) -> str:
     """`text` with control characters (C0, DEL, C1) and bidirectional controls as escapes, e.g. \\x1b."""
     return _INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def one_line(err: Exception) -> str:
+    """An error's reason as one line for stderr: control characters (a newline in a path) escaped, and
+    the password of any URL in it written as ***."""
+    return visible(redact.redact(str(err)))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -288,6 +306,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 READS_LEDGER = ("sql", "replay", "verify", "audit", "report", "migrate")  # commands that read a ledger that must exist
+OBSERVES_ROOT = ("status", "down")  # commands that look at a root's processes: a root that is not there is a mistake
 
 
 def check_root(command: str, root: str) -> None:
@@ -303,6 +322,8 @@ def check_root(command: str, root: str) -> None:
         raise UsageError(f"--root {root} is not readable by this user")
     if not exists and command in READS_LEDGER:
         raise UsageError(f"no ledger at {root}: no such folder")
+    if not exists and command in OBSERVES_ROOT:
+        raise UsageError(f"no root at {root}: no such folder")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -340,15 +361,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ parser
 
 
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose refusal is one line, `runledger CMD: reason`, and exit 2 (the subcommands'
+    parsers are of this class too)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {visible(redact.redact(message))} (see `{self.prog} --help`)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the `command` about to run, and it is one defined here rather than by
     a plugin, the plugins are not imported: `runledger sql` starts without JAX, numpy or nats-py."""
-    p = argparse.ArgumentParser(prog="runledger", description="An open, auditable ledger for model-training runs.")
+    p = Parser(prog="runledger", description="An open, auditable ledger for model-training runs.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("demo", help="the main job, end to end on one machine")
-    s.add_argument("--root", default=None, help="ledger root (default: a fresh ./runledger-demo-* directory)")
+    s.add_argument("--root", type=checks.folder, default=None,
+                   help="ledger root (default: a fresh ./runledger-demo-* directory)")
     s.add_argument("--quick", action="store_true", help="a short version (used by a test)")
     s.add_argument("--ui", action="store_true", help="keep the dashboard (`runledger ui`) up while it runs, to watch it live")
     s.set_defaults(func=cmd_demo)
@@ -356,25 +386,31 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("nats", help="a local JetStream server on loopback")
     s.add_argument("action", choices=["up", "down", "creds"])
     add_root(s)
-    s.add_argument("--port", type=int, default=0, help="port (default: a free one)")
-    s.add_argument("--sync-interval", default=None, help="JetStream fsync interval, e.g. 'always' (default 2m)")
+    s.add_argument("--port", type=checks.int_in(0, 65535, "a TCP port"), default=0, help="port (default: a free one)")
+    s.add_argument("--sync-interval", type=sync_interval, default=None,
+                   help="JetStream fsync interval, e.g. 'always' or '10s' (default 2m)")
     s.add_argument("--secure", action="store_true", help="users per role with subject permissions, and credentials")
-    s.add_argument("--runs", nargs="*", default=[], help="with --secure: runs to make worker credentials for")
-    s.add_argument("--worker", default=None, help="creds: make worker credentials for this run")
-    s.add_argument("--cluster", type=int, default=0, help="start this many clustered nodes (stream replicas = N)")
+    s.add_argument("--runs", nargs="*", type=checks.run_id, default=[], help="with --secure: runs to make worker credentials for")
+    s.add_argument("--worker", type=checks.run_id, default=None, help="creds: make worker credentials for this run")
+    s.add_argument("--cluster", type=checks.int_in(0, MAX_CLUSTER, "nodes"), default=0,
+                   help=f"start this many clustered nodes (stream replicas = N, at most {MAX_CLUSTER})")
     s.set_defaults(func=cmd_nats)
 
     s = sub.add_parser("ledger", help="the ledger service")
     s.add_argument("action", choices=["serve"])
     add_root(s)
     add_nats(s)
-    s.add_argument("--batch", type=int, default=2000, help="messages fetched per batch")
-    s.add_argument("--durable", default="ledger", help="the durable consumer's name (one per root)")
-    s.add_argument("--partitions", type=int, default=1,
+    s.add_argument("--batch", type=checks.int_in(1, MAX_BATCH, "messages"), default=2000, help="messages fetched per batch")
+    s.add_argument("--durable", type=checks.name_of("consumer name"), default="ledger", help="the durable consumer's name (one per root)")
+    s.add_argument("--partitions", type=checks.int_in(1, MAX_PARTITIONS, "partitions"), default=1,
                    help="serve the root in K partitions by run, with other instances (one writer per partition, "
                         "standbys take over); every instance of a root gives the same K")
-    s.add_argument("--catalog", default=None,
-                   help="the tables' catalog as a SQLAlchemy URI (a shared PostgreSQL); default: sqlite in the root")
+    catalog = s.add_mutually_exclusive_group()
+    catalog.add_argument("--catalog", type=checks.line, default=None,
+                         help="the tables' catalog as a SQLAlchemy URI (a shared PostgreSQL); default: sqlite in the "
+                              "root (a password here is visible to every local user: use --catalog-file)")
+    catalog.add_argument("--catalog-file", type=checks.file_in, default=None,
+                         help="a file (mode 0600) holding the catalog's URI, for a URI with a password")
     s.set_defaults(func=cmd_ledger_serve)
 
     s = sub.add_parser("publish", help="validate JSON Lines envelopes from stdin and publish them")
@@ -394,16 +430,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--max-rows", type=int, default=None, metavar="N",
                    help=f"print at most N rows, saying so when there were more (default {TABLE_ROWS:,} as a table, "
                         f"{MAX_ROWS:,} as CSV or JSON; 0: no limit)")
-    s.add_argument("--snapshot", type=int, default=None, metavar="N",
+    s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
                    help="read ledger snapshot N (a commit number, kept for tables.RETENTION_S), not the current one")
     s.add_argument("sql")
     s.set_defaults(func=cmd_sql)
 
     s = sub.add_parser("replay", help="the run's rebuilt state as JSON")
-    s.add_argument("run")
+    s.add_argument("run", type=checks.run_id)
     add_root(s)
-    s.add_argument("--as-of-seq", type=int, default=None, help="only events up to this stream sequence")
-    s.add_argument("--snapshot", type=int, default=None, metavar="N", help="replay from ledger snapshot N (see `sql --snapshot`)")
+    s.add_argument("--as-of-seq", type=checks.count, default=None, help="only events up to this stream sequence")
+    s.add_argument("--snapshot", type=checks.count, default=None, metavar="N", help="replay from ledger snapshot N (see `sql --snapshot`)")
     s.add_argument("--format", choices=["text", "json"], default="text",
                    help="json: one line with the events folded, the time taken and the state")
     s.set_defaults(func=cmd_replay)
@@ -414,17 +450,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="first remove second copies of events stored twice with identical content (no ledger may serve the root)")
     s.add_argument("--format", choices=["text", "json"], default="text",
                    help="json: one line with the counts, the problems and every chain's recorded head")
-    s.add_argument("--record", metavar="FILE", default=None,
+    s.add_argument("--record", metavar="FILE", type=checks.file_out, default=None,
                    help="if it passes, write what was checked to FILE, for a later --since FILE")
-    s.add_argument("--since", metavar="FILE", default=None,
+    s.add_argument("--since", metavar="FILE", type=checks.line, default=None,
                    help="check only what was added since the verify recorded in FILE (and continue its chains); "
                         "if it passes, FILE moves on to now (or --record's FILE)")
     s.add_argument("--assume-unchanged", action="store_true",
                    help="with --since: do not read again a file checked before whose size and mtime are as recorded "
                         "(the check then costs only what is new; a file edited in place with its mtime restored "
                         "goes unnoticed: without it, every file checked before is hashed again)")
-    s.add_argument("--jobs", type=int, default=None, help="processes checking rows (default: the cores usable)")
-    s.add_argument("--snapshot", type=int, default=None, metavar="N",
+    s.add_argument("--jobs", type=checks.int_in(1, MAX_JOBS, "processes"), default=None,
+                   help="processes checking rows (default: the cores usable)")
+    s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
                    help="check ledger snapshot N (see `sql --snapshot`), not the current one (its heads are not checked)")
     s.set_defaults(func=cmd_verify)
 
@@ -487,12 +524,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("nats").setLevel(logging.CRITICAL)  # reconnect chatter; our own logs say what matters
     redact.install()  # every log line: a URL with a password is written as user:***@
+    warn_secrets(args)
+    from ledger.locks import Busy
+
     try:
         if getattr(args, "root", None) is not None:
             check_root(args.command, args.root)
         return args.func(args) or 0
-    except UsageError as err:
-        print(f"runledger {args.command}: {err}", file=sys.stderr)
+    except (UsageError, Busy) as err:  # (Busy: another process holds the root, chain or consumer)
+        print(f"runledger {args.command}: {one_line(err)}", file=sys.stderr)
         return 2
     except ValueError as err:
         from ledger.events import InvalidEvent  # (imported here: most commands never load the contract)
@@ -500,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(err, (InvalidEvent, NotALedger)):
             raise
-        print(f"runledger {args.command}: {err}", file=sys.stderr)
+        print(f"runledger {args.command}: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

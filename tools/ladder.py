@@ -16,8 +16,13 @@ from __future__ import annotations
 import argparse
 import logging
 
+from tools import checks
 from tools.args import UsageError, add_nats, add_root, resolve_nats
 from training.config import PRESETS
+
+MAX_RUNGS = sum(name.startswith("rung") for name in PRESETS)  # one preset a rung
+MAX_SCALE = 1000.0  # a rung's steps times this: far past any ladder's
+MAX_TPP = 100_000.0  # tokens per active parameter: ~5000x Chinchilla's 20
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +39,11 @@ def _e_arg(text: str) -> float | None:
 def register(subparsers) -> None:
     p = subparsers.add_parser("ladder", help="the scaling ladder and its loss forecast for a target run")
     p.add_argument("--preset", default="small", choices=sorted(PRESETS), help="the target run's preset")
-    p.add_argument("--rungs", type=int, default=4, help="rungs (presets rung0..rungN-1; default 4)")
-    p.add_argument("--target", required=True, help="the run the forecast is for")
-    p.add_argument("--ladder", default=None, help="ladder name (default TARGET-ladder); rungs are NAME-r0..")
-    p.add_argument("--steps-scale", type=float, default=1.0, help="scale every rung's steps (quick ladders)")
-    p.add_argument("--tpp", type=float, default=None,
+    p.add_argument("--rungs", type=checks.int_in(1, MAX_RUNGS, "rungs"), default=4, help="rungs (presets rung0..rungN-1; default 4)")
+    p.add_argument("--target", type=checks.run_id, required=True, help="the run the forecast is for")
+    p.add_argument("--ladder", type=checks.name_of("ladder name"), default=None, help="ladder name (default TARGET-ladder); rungs are NAME-r0..")
+    p.add_argument("--steps-scale", type=checks.float_in(0.0, MAX_SCALE, low_open=True), default=1.0, help="scale every rung's steps (quick ladders)")
+    p.add_argument("--tpp", type=checks.float_in(0.0, MAX_TPP, low_open=True), default=None,
                    help="tokens per active parameter of every rung (default: the target's)")
     p.add_argument("--E", type=_e_arg, default=None,
                    help="irreducible loss in nats/byte (a number, e.g. training.ladder_fit.DEFAULT_E: fixed, the band "
@@ -47,7 +52,7 @@ def register(subparsers) -> None:
     p.add_argument("--fit", choices=["joint", "per-fraction"], default="joint",
                    help="joint (default): every fraction fitted at once (one E, an exponent smooth in the "
                         "fraction); per-fraction: a law per fraction")
-    p.add_argument("--horizon-steps", type=int, default=None,
+    p.add_argument("--horizon-steps", type=checks.int_in(1, 10**12, "steps"), default=None,
                    help="the target's planned horizon when it is not its preset's (as `train --horizon-steps`)")
     p.add_argument("--revise", action="store_true",
                    help="train nothing: re-forecast each plan change an applied decision made to the target")

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import queries
+from tools import checks
 from tools.args import UsageError, add_root
 
 log = logging.getLogger(__name__)
@@ -246,9 +247,9 @@ def write_report(root: str | Path, run_id: str, out: str | Path) -> Path:
 
 def register(sub) -> None:
     s = sub.add_parser("report", help="a self-contained HTML report with plots")
-    s.add_argument("run")
+    s.add_argument("run", type=checks.run_id)
     add_root(s)
-    s.add_argument("--out", required=True, help="the HTML file to write")
+    s.add_argument("--out", type=checks.file_out, required=True, help="the HTML file to write")
     s.set_defaults(func=cmd_report)
 
 

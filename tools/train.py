@@ -14,6 +14,7 @@ import logging
 import signal
 
 from ledger import settings
+from tools import checks
 from tools.args import UsageError, add_nats, add_root, resolve_nats
 from training.config import PRESETS, config_hash, preset
 from training.schedule import make_schedule, retime
@@ -27,29 +28,63 @@ log = logging.getLogger(__name__)
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="a training worker (--preset, --run-id, --resume, --fork-from)")
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
-    p.add_argument("--run-id", required=True)
+    p.add_argument("--run-id", type=checks.run_id, required=True)
     add_root(p)
     add_nats(p)
-    p.add_argument("--steps", type=int, default=None, help="stop after this step (default: the preset's horizon)")
+    p.add_argument("--steps", type=checks.int_in(1, MAX_STEPS, "steps"), default=None, help="stop after this step (default: the preset's horizon)")
     p.add_argument("--resume", action="store_true", help="go on from the ledger's last checkpoint as attempt+1")
-    p.add_argument("--fork-from", metavar="RUN@STEP", default=None, help="start from a parent's checkpoint")
-    p.add_argument("--horizon-steps", type=int, default=None,
+    p.add_argument("--fork-from", metavar="RUN@STEP", type=fork_point, default=None, help="start from a parent's checkpoint")
+    p.add_argument("--horizon-steps", type=checks.int_in(1, MAX_STEPS, "steps"), default=None,
                    help="retime the decay to end at this step (e.g. a fork's early cooldown)")
-    p.add_argument("--producer", default="worker-0")
+    p.add_argument("--producer", type=checks.name_of("producer"), default="worker-0")
     p.add_argument("--emit", action=argparse.BooleanOptionalAction, default=True, help="emit events (default on)")
     p.add_argument("--decisions", action=argparse.BooleanOptionalAction, default=True,
                    help="carry out the run's decisions from the ledger at step boundaries (default on)")
-    p.add_argument("--nan-at", type=int, nargs="*", default=[], help="chaos: make these steps' loss non-finite")
-    p.add_argument("--slow", metavar="UNTIL_STEP:SECONDS", default=None,
+    p.add_argument("--nan-at", type=checks.int_in(0, MAX_STEPS, "steps"), nargs="*", default=[], help="chaos: make these steps' loss non-finite")
+    p.add_argument("--slow", metavar="UNTIL_STEP:SECONDS", type=pair_of("UNTIL_STEP:SECONDS", int, float), default=None,
                    help="chaos: each update up to UNTIL_STEP takes SECONDS longer (a slow node)")
-    p.add_argument("--extend-context", metavar="AT_STEP:SEQ_LEN", default=None,
+    p.add_argument("--extend-context", metavar="AT_STEP:SEQ_LEN", type=pair_of("AT_STEP:SEQ_LEN", int, int), default=None,
                    help="a scheduled context extension (probed ahead; agents may hold it)")
-    p.add_argument("--planned-tokens-per-s", type=float, default=None, help="the plan (default: from planned_mfu)")
-    p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--planned-tokens-per-s", type=checks.positive_float, default=None, help="the plan (default: from planned_mfu)")
+    p.add_argument("--threshold", action="append", type=assignment, default=[], metavar="NAME=VALUE",
                    help="override an agent/audit threshold for this run (recorded in run_started)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", dest="overrides",
+    p.add_argument("--set", action="append", type=assignment, default=[], metavar="SECTION.FIELD=VALUE", dest="overrides",
                    help="override a config field, e.g. moe.cf_recv=0.6 (recorded, and in the config hash)")
     p.set_defaults(func=run)
+
+
+MAX_STEPS = 10**12  # far past any run's steps, well inside an int64
+
+
+def fork_point(text: str) -> str:
+    """RUN@STEP: a run id and a step."""
+    run, at, step = checks.line(text).partition("@")
+    checks.run_id(run)
+    if not at:
+        raise checks.Bad(f"{checks.shown(text)} is not RUN@STEP")
+    checks.int_in(0, MAX_STEPS, "a step")(step)
+    return text
+
+
+def pair_of(form: str, a, b):
+    """A check of A:B (a step and seconds, say): both parts numbers, finite and >= 0."""
+    def check(text: str) -> str:
+        x, colon, y = checks.line(text).partition(":")
+        try:
+            values = a(x), b(y)
+        except ValueError:
+            values = None
+        if not colon or values is None or any(not 0 <= v < float("inf") for v in values):
+            raise checks.Bad(f"{checks.shown(text)} is not {form} (two numbers >= 0)")
+        return text
+    return check
+
+
+def assignment(text: str) -> str:
+    """NAME=VALUE on one line."""
+    if "=" not in checks.line(text) or text.startswith("="):
+        raise checks.Bad(f"{checks.shown(text)} is not NAME=VALUE")
+    return text
 
 
 def _pair(text: str | None, a, b):

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from ledger import settings
+from tools import checks
 from tools.args import UsageError, add_nats, add_root
 
 log = logging.getLogger(__name__)
@@ -16,14 +17,39 @@ def register(sub) -> None:
     s = sub.add_parser("ui", help="the live dashboard (loopback; a token for any other address)")
     add_root(s)
     add_nats(s)
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
+    s.add_argument("--host", type=checks.line, default="127.0.0.1", help="address to bind (default loopback; any other needs a token)")
+    s.add_argument("--port", type=checks.int_in(0, 65535, "a TCP port"), default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     s.add_argument("--token", default=None, help="read-write token every request must carry (made up if not given; "
                                                  "prefer --token-file: a command line is readable by every local user)")
     s.add_argument("--read-token", default=None, help="a read-only token (cannot approve or reject; prefer --token-file)")
-    s.add_argument("--token-file", default=None,
+    s.add_argument("--token-file", type=checks.file_in, default=None,
                    help='JSON {"token": ..., "read_token": ...}: the tokens, kept out of the process list')
     s.set_defaults(func=cmd_ui)
+
+
+def quiet_stop(server_class):
+    """uvicorn's Server, stopped by SIGTERM or SIGINT as every long-running runledger command is: a graceful
+    shutdown, then exit 0 (uvicorn's own handlers raise the signal again once shut down, so the process
+    died of it: exit -15, or 130 by KeyboardInterrupt)."""
+    import contextlib
+    import signal
+
+    class Server(server_class):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            def handle(signum, frame):
+                if self.should_exit and signum == signal.SIGINT:
+                    self.force_exit = True  # (a second Ctrl-C: stop waiting for open connections)
+                self.should_exit = True
+
+            previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -45,7 +71,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     app = create_app(args.root, nats_url, access)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+    server = quiet_stop(uvicorn.Server)(config)
 
     async def serve():
         import asyncio
