@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import locks, natsserver, settings
+from ledger import locks, natsserver, redact, settings
 from ledger.events import STREAM
 
 log = logging.getLogger(__name__)
@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--idle-s", type=float, default=IDLE_S)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    redact.install()  # (supervisor.log: a URL's password written as ***)
     try:
         asyncio.run(supervise(args.root, args.idle_s))
     except locks.Busy as err:  # another supervisor was started meanwhile: it serves the root

@@ -79,6 +79,12 @@ def test_damaged_spool_lines_are_quarantined_and_the_supervisor_stays_up(local_r
                b"[1, 2, 3]", b'{"seq": "x", "kind": "alert", "event_id": "e", "hash": "h"}']
     lines = [good[0], hostile[0], good[1], hostile[1], good[2], hostile[2], hostile[3], good[3], hostile[4], good[4]]
     (chain / "seg-000000000000.jsonl").write_bytes(b"\n".join(lines) + b"\n" + b'{"seq": 5, "kind": "al')  # torn tail
+    not_a_chain = settings.spool_dir(local_root) / "NOT A RUN" / "worker-0" / "0"  # a folder no producer could make
+    not_a_chain.mkdir(parents=True)
+    (not_a_chain / "seg-000000000000.jsonl").write_bytes(good[0] + b"\n")
+    unreadable = settings.spool_dir(local_root) / "dmg2" / "worker-0" / "0"
+    (unreadable / "seg-000000000000.jsonl").mkdir(parents=True)  # a segment that is a folder
+    (local.local_dir(local_root) / "clients" / "x.lock").mkdir()  # a client's lease that is a folder
     try:
         deadline = time.monotonic() + 60
         while stored(local_root) < 5 and psutil.pid_exists(pid) and time.monotonic() < deadline:
@@ -97,6 +103,9 @@ def test_damaged_spool_lines_are_quarantined_and_the_supervisor_stays_up(local_r
         log_text = (local.local_dir(local_root) / "supervisor.log").read_text(errors="replace")
         assert "Traceback" not in log_text, log_text[-3000:]
         assert log_text.count("damaged") >= 1
+        assert log_text.count("dmg2/worker-0/0 cannot be opened") == 1  # logged once, not every sweep
+        assert list((not_a_chain / "damaged").glob("*.reason"))  # another chain's event, in this chain's folder
+        assert list((local.local_dir(local_root) / "damaged").glob("x.lock.*.reason"))
     finally:
         attached.release()
     r = runledger("down", "--root", str(local_root), timeout=60)
@@ -188,6 +197,12 @@ def test_a_password_on_the_command_line_is_warned_about_and_never_echoed(tmp_pat
                   f"postgresql://ledger:{SECRET}@127.0.0.1:1/db", timeout=60)
     assert r.returncode == 2 and SECRET not in r.stderr + r.stdout, r.stderr
     assert any("warning" in line and "--catalog" in line for line in r.stderr.splitlines()), r.stderr
+    creds = tmp_path / "loose.creds"
+    creds.write_text(f"nats://ledger:{SECRET}@127.0.0.1:1\n")
+    creds.chmod(0o644)
+    r = runledger("status", "--root", str(tmp_path / "missing"), "--creds", str(creds))
+    assert r.returncode == 2 and SECRET not in r.stderr + r.stdout, r.stderr
+    assert any("warning" in line and "readable by other users" in line for line in r.stderr.splitlines()), r.stderr
 
 
 def test_a_catalog_uri_with_a_password_is_kept_in_a_private_file(tmp_path):

@@ -6,6 +6,8 @@ command with exit 2 and a one-line reason, and the warning for a secret given on
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 
 from ledger import redact, settings
@@ -45,11 +47,26 @@ def resolve_nats(args: argparse.Namespace) -> str:
 SECRET_OPTIONS = {"nats": ("--nats", "--creds FILE"), "catalog": ("--catalog", "--catalog-file FILE")}
 
 
+# options (and environment) naming a file that holds a secret
+SECRET_FILES = {"creds": "--creds", "catalog_file": "--catalog-file", "token_file": "--token-file"}
+
+
 def warn_secrets(args: argparse.Namespace) -> None:
-    """One line on stderr for each option given a URL with a password: every local user can read a
-    process's command line (/proc/PID/cmdline)."""
+    """One line on stderr for each option given a URL with a password (every local user can read a
+    process's command line, /proc/PID/cmdline), and for each file of secrets other users can read."""
     for dest, (flag, instead) in SECRET_OPTIONS.items():
         value = getattr(args, dest, None)
         if isinstance(value, str) and redact.redact(value) != value:
             print(f"runledger {args.command}: warning: {flag} holds a password, which every local user can read in "
                   f"the process list; give it in a file only you can read ({instead}, mode 0600)", file=sys.stderr)
+    files = {flag: getattr(args, dest, None) for dest, flag in SECRET_FILES.items()}
+    if hasattr(args, "creds") and not args.creds:
+        files[f"${settings.CREDS_ENV}"] = os.environ.get(settings.CREDS_ENV)
+    for flag, path in files.items():
+        try:
+            loose = bool(path) and stat.S_IMODE(os.stat(path).st_mode) & 0o077
+        except OSError:
+            continue
+        if loose:
+            print(f"runledger {args.command}: warning: {flag} {path} is readable by other users: "
+                  f"`chmod 600 {path}`", file=sys.stderr)

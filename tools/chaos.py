@@ -35,7 +35,7 @@ from pathlib import Path
 
 
 import queries
-from ledger import bus, settings
+from ledger import bus, redact, settings
 from ledger.canonical import canonical_json, event_hash
 from ledger.events import make_event_id
 from ledger.natsserver import NatsServer
@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    redact.install()
     events = args.events or (15_000 if args.quick else 60_000)
     rate = args.rate or (3_000 if args.quick else 4_000)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="runledger-chaos-"))
