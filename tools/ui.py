@@ -18,7 +18,7 @@ def register(sub) -> None:
     add_root(s)
     add_nats(s)
     s.add_argument("--host", type=checks.line, default="127.0.0.1", help="address to bind (default loopback; any other needs a token)")
-    s.add_argument("--port", type=checks.int_in(0, 65535, "a TCP port"), default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     s.add_argument("--token", default=None, help="read-write token every request must carry (made up if not given; "
                                                  "prefer --token-file: a command line is readable by every local user)")
     s.add_argument("--read-token", default=None, help="a read-only token (cannot approve or reject; prefer --token-file)")
