@@ -70,6 +70,8 @@ class Tables:
                 log.warning("root %s was moved from %s: registering its tables anew here (the snapshots kept for "
                             "readers are not carried over)", self.root, recorded)
                 drop_tables(self.root)
+            elif uri is None:  # its catalog gone: never made anew, which would leave every stored file an orphan
+                paths.check_root(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.catalog = SqlCatalog(CATALOG_NAME, uri=uri or default_uri(self.root), warehouse=f"file://{self.root}")
         try:

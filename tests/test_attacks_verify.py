@@ -219,6 +219,16 @@ def test_a_root_whose_catalog_is_gone_is_refused_by_every_reader(root):
         _one_line_refusal(cli(*args, "--root", str(root)), "catalog.db")
 
 
+def test_a_ledger_on_a_root_whose_catalog_is_gone_refuses_rather_than_orphan_every_file(root):
+    """A new empty catalog would hold none of the stored files: the ledger's recovery would remove them all."""
+    data = _ledger_of_steps(root)
+    (root / "catalog.db").unlink()
+    store.forget_tables(root)
+    with pytest.raises(ValueError, match="catalog.db is missing"):
+        store.recover(root)
+    assert data.exists() and not (root / "catalog.db").exists()
+
+
 def test_a_root_whose_catalog_was_emptied_is_refused_by_every_reader(root):
     import sqlite3
 
