@@ -144,6 +144,8 @@ def down(root: str | Path, timeout: float = 60.0) -> bool:
     the root's state files, so a damaged state file or a supervisor already dead leaves nothing
     running. True if anything ran."""
     d = local_dir(root)
+    if not d.is_dir():  # no supervisor ever ran here
+        return False
     with locks.hold(d / "start.lock", f"the local server of {root}", wait_s=timeout):  # (no attach meanwhile)
         supervisors = _stop(_processes(root, _is_supervisor), timeout)
         servers = []

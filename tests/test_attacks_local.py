@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from conftest import REPO, runledger
 from ledger import local, settings
