@@ -185,7 +185,8 @@ def run_id_for(name: str | None, project: str | None) -> str:
 
 def _code_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2)
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2,
+                             env=settings.child_env())  # (no server URL or creds)
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None

@@ -14,13 +14,14 @@ from pathlib import Path
 import jax
 
 from ledger.events import LayerDrops, StepCompleted, TokensDropped
+from ledger.settings import child_env
 from training.config import TrainConfig
 
 
 def code_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=5)
+                             capture_output=True, text=True, timeout=5, env=child_env())  # (no server URL or creds)
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
