@@ -67,10 +67,10 @@ async def publish(url: str, messages: list[tuple[str, bytes]]) -> None:
 def honest_messages() -> list[tuple[str, bytes]]:
     """A producer's events whose free-form config holds integers past 64 bits: one alone, two in a batch."""
     _, alone = seal(RUN, "worker-0", 0, 0, "run_started", run_started(HUGE), 0, "")
-    _, _, texts = seal_many(RUN, "worker-1", 0, 0, "run_started",
-                            [run_started(HUGE), run_started({**HUGE, "small": 8})], [0, 0], "")
+    _, _, texts = seal_many(RUN, "worker-1", 0, 0, "config",  # (one chain holds one run_started: these are config)
+                            [{"config": HUGE}, {"config": {**HUGE, "small": 8}}], [0, 0], "")
     return [(subject_for(RUN, "run_started"), alone.encode()),
-            (subject_for(RUN, "run_started"), b"[" + b",".join(texts) + b"]")]
+            (subject_for(RUN, "config"), b"[" + b",".join(texts) + b"]")]
 
 
 def hostile_messages() -> list[tuple[str, bytes, str]]:
@@ -98,10 +98,12 @@ def test_json_the_contract_allows_is_stored_exactly_and_json_it_forbids_is_quara
     asyncio.run(publish(nats_server.url, honest_messages() + [(s, d) for s, d, _ in hostile]))
 
     assert wait_for_count(root, "select count(*) from quarantine", len(hostile)) == len(hostile)
-    assert wait_for_count(root, "select count(*) from runs", 3) == 3
+    assert wait_for_count(root, "select count(*) from events where kind in ('run_started', 'config')", 3) == 3
     assert ledger_process.proc.poll() is None, "the ledger stopped"
     con = reader(root)
-    stored = con.execute("select producer, payload, config from runs order by stream_seq, seq").fetchall()
+    stored = con.execute("select producer, payload, config from (select producer, seq, payload, config from runs "
+                         "union all select producer, seq, payload, config from config_updates) order by producer, seq"
+                         ).fetchall()
     assert [p for p, _, _ in stored] == ["worker-0", "worker-1", "worker-1"]
     for _, payload, config in stored:  # the digits as sent, in the payload text and its typed column
         assert '"seed":1000000000000000000000000000000' in payload and '"past_u64":18446744073709551616' in payload

@@ -61,7 +61,7 @@ def test_a_query_gets_the_views_it_names_and_those_they_build_on(ledger_root):
         assert rows and rows[0][0] >= 0, name
     con = queries.connect(ledger_root, uses="select step from steps")
     defined = {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
-    assert defined == {"steps", "steps_all", "step_events", "metric_events", "metrics_wide"}
+    assert defined == {"steps", "steps_all", "step_events", "metric_events", "metrics_wide", "metrics_checked"}
 
 
 def test_sql_error_is_bad_input(ledger_root):

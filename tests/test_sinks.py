@@ -112,6 +112,8 @@ def test_next_attempt_is_one_past_every_attempt_known(tmp_path):
     assert next_attempt("r1", "worker-0", spool, root=root) == 2  # stored
     chain_dir(spool, "r1", "worker-0", 3).mkdir(parents=True)
     assert next_attempt("r1", "worker-0", spool, root=root) == 4  # spooled here, not stored yet
+    assert chain_dir(spool, "r1", "worker-0", 4).is_dir()  # claimed: its folder made, so no one else takes 4
+    chain_dir(spool, "r1", "worker-0", 4).rmdir()  # (as if that claim was never used)
     # a producer that continues its own outbox takes its newest spooled chain again, unless a newer one is stored
     assert next_attempt("r1", "worker-0", spool, root=root, continue_spooled=True) == 3
     with ParquetSink(root, "r1", "worker-0", 4) as sink:
