@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import locks, natsserver, redact, settings
+from ledger import locks, natsserver, paths, redact, settings
 from ledger.events import STREAM
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,9 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
     """Register this process as a client of the root's local server and ledger, starting them unless
     they run; returns the server's URL with the client's lease."""
     d = local_dir(root)
+    stopped = halted(root)
+    if stopped:  # its ledger stopped for good (a lost stream): a new supervisor would only die at once
+        raise RuntimeError(f"the local runledger server of {root} does not start: {stopped}")
     with locks.hold(d / "start.lock", f"the local server of {root}", wait_s=timeout):
         lease = locks.hold(d / "clients" / f"{os.getpid()}-{secrets.token_hex(4)}.lock", "a client")
         try:
@@ -73,6 +76,15 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
             lease.release()
             raise
     return Attachment(url, lease)
+
+
+def halted(root: str | Path) -> str | None:
+    """Why the root's ledger stopped for good (`service.StreamLost`, recorded in `ledger.halted`), or None;
+    read here without loading the service, which a logging process never needs."""
+    try:
+        return (Path(root) / paths.HALTED_FILE).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def running_url(root: str | Path) -> str | None:
@@ -277,6 +289,8 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
         await ledger
     except locks.Busy as err:  # another ledger serves this root: it takes the messages
         log.warning("%s", err)
+    except service.StreamLost as err:  # said and recorded by the ledger; attach() refuses the root from now on
+        log.error("the ledger stopped for good: %s", err)
     if ours:
         natsserver.down(root)
         owned.unlink(missing_ok=True)

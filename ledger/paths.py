@@ -35,6 +35,7 @@ from pathlib import Path
 
 MARKER = "tables.json"  # {"format": "iceberg", "root": the root's path when the tables were made}
 CATALOG_FILE = "catalog.db"
+HALTED_FILE = "ledger.halted"  # why the root's ledger stopped for good (ledger.service.StreamLost): no ledger serves it again
 CATALOG_URI_FILE = "catalog.uri"  # a shared catalog's SQLAlchemy URI (written by ledger.partitions.use_catalog)
 CATALOG_NAME = "runledger"
 NAMESPACE = "runledger"
@@ -59,7 +60,7 @@ class NotALedger(ValueError):
 # what runledger puts in a root before its tables are made (a ledger starting, producers spooling, a
 # local server): a folder holding any of these, or nothing, is a ledger root with nothing stored yet
 ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", "ledger.lock", "ledger.position",
-                "ledger.id", "partitions", "heads", "tlog", "spool", "nats", "local")
+                "ledger.id", HALTED_FILE, "partitions", "heads", "tlog", "spool", "nats", "local")
 
 
 def check_root(root: Path) -> None:

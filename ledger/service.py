@@ -47,7 +47,7 @@ from pathlib import Path
 from nats.js.errors import NotFoundError
 
 from ledger import bus, heads, locks, store
-from ledger.paths import QUARANTINE
+from ledger.paths import HALTED_FILE, QUARANTINE
 from ledger.batch import check_batch
 from ledger.canonical import envelope_text, orjson
 from ledger.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
@@ -67,7 +67,7 @@ MAX_BATCH_ENTRIES = 10_000  # envelopes in one batch message (an Emitter sends a
 COMMIT_EVERY_S = 0.2  # while full batches keep coming, what they wrote is committed (and acked) this often
 EXPIRE_EVERY_S = 60.0  # when idle, this often: snapshots past tables.KEEP_SNAPSHOTS expire, files past RETENTION_S go
 WATCH_EVERY_S = 2.0  # while serving, this often: is the consumer still this root's, the stream still the one it fed?
-HALTED = "ledger.halted"  # in the root: the one line saying why its ledger stopped for good (see StreamLost)
+HALTED = HALTED_FILE  # in the root: the one line saying why its ledger stopped for good (see StreamLost)
 
 
 @dataclass

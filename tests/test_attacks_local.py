@@ -236,3 +236,58 @@ def test_ledger_serve_reads_its_catalog_from_a_private_file(tmp_path, nats_serve
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err[-2000:]
     assert "warning" not in err.lower()
+
+
+def test_a_stream_purged_under_the_embedded_default_stops_it_once_and_says_why(local_root):
+    """The embedded default has no access control: anyone on the machine can purge its stream. Its ledger
+    then stops for good with one line (issue 33, item 5); the supervisor stops with it instead of dying
+    or restarting it in a loop, and the next `init` on the root is refused with that line."""
+    import asyncio
+
+    import nats
+    import pytest
+
+    import runledger
+    from ledger.events import STREAM
+
+    run = runledger.init(project="p", id="purged", config={"lr": 0.1})
+    for step in range(5):
+        run.log({"loss": 1.0 / (step + 1)}, step=step)
+    run.finish()
+    pid = supervisor_pid(local_root)
+    deadline = time.monotonic() + 60
+    while stored_all(local_root) < 7 and time.monotonic() < deadline:  # run_started, 5 metrics, run_finished
+        time.sleep(0.2)
+
+    async def purge(url: str) -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().purge_stream(STREAM)
+        await nc.close()
+
+    attached = local.attach(local_root)  # a client keeps it from stopping for idleness meanwhile
+    try:
+        asyncio.run(purge(attached.url))
+        deadline = time.monotonic() + 60
+        while psutil.pid_exists(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the supervisor kept on"
+    finally:
+        attached.release()
+    log_text = (local.local_dir(local_root) / "supervisor.log").read_text()
+    assert "stopped for good" in log_text and "Traceback" not in log_text, log_text[-2000:]
+    with pytest.raises(RuntimeError, match="purged") as refused:
+        local.attach(local_root, timeout=10)
+    assert "\n" not in str(refused.value)
+    assert not [p for p in root_processes(local_root) if "nats-server" in (p.info["cmdline"] or [""])[0]], \
+        "the supervisor left its nats-server running"
+
+
+def stored_all(root: Path) -> int:
+    """Every event the root's tables hold (0 before the ledger has made them)."""
+    import queries
+    from ledger.paths import NotALedger
+
+    try:
+        return queries.connect(root).execute("select count(*) from events").fetchone()[0]
+    except NotALedger:
+        return 0
