@@ -21,6 +21,7 @@ import duckdb
 
 from ledger import paths
 from ledger.paths import event_files, event_glob, quarantine_files, quarantine_glob
+from ledger.roles import PERSON_PRODUCERS
 from queries import thresholds
 from queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
 
@@ -105,6 +106,7 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: pat
         sql = sql.replace("{{audit_runs}}", "select distinct regexp_extract(file, '/run_id=([^/]+)/[^/]*$', 1) as run_id "
                                             f"from glob({_sql_str(str(event_glob(root)))})")
     sql = sql.replace("{{threshold_defaults}}", thresholds.values_sql())
+    sql = sql.replace("{{person_producers}}", ", ".join(map(_sql_str, PERSON_PRODUCERS)))
     sql = sql.replace("{{quarantine}}", quarantine or _scan(quarantine_glob(root), bool(quarantine_files(root)),
                                                             quarantine_columns()))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
@@ -143,26 +145,26 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     then only the views and macros they can reach are defined, see `reachable`; `snapshot`: read
     ledger snapshot N, see `ledger.paths.Cut`, not the current one).
 
-    With read_only (the default) the connection cannot write: external access is off except
-    reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are
     Raises paths.NotALedger (one line) for a root readers refuse: not a ledger root, a catalog gone,
     delete files in the tables (see ledger.paths).
 
+    With read_only (the default) the connection cannot write: external access is off except
+    reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are
     not installed, and the configuration is locked. Use `query()` to also refuse any statement
     that is not a query, and to bound its time.
     """
     root = Path(root).resolve()
+    paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
     given = con
     for attempt in range(COMPACTION_RACE_TRIES):
-    paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
         at = paths.cut(root, snapshot) if paths.is_tables(root) and (snapshot is not None or files is None) else None
         if snapshot is not None and at is None:
             raise ValueError(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
-        sql = render_views(root, files, at)
-        try:
         if at is not None and (why := at.refusal()):
             raise paths.NotALedger(f"{root}: {why}")
         con = given if given is not None else open_connection(threads, read_only)
+        sql = render_views(root, files, at)
+        try:
             if uses is not None:
                 sql = ";\n".join(reachable([st.query for st in con.extract_statements(sql)], uses))
             if on_view is None:
