@@ -215,7 +215,7 @@ def notify_process(tmp_path: Path, routes: Path, url: str) -> subprocess.Popen:
                              "--from-start"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_stops_notify_while_a_receiver_trickles(tmp_path, nats_server, sig):
     trickler = Recorder(lambda rec, i: "trickle", trickle_s=2.0)
     routes = tmp_path / "routes.toml"
@@ -293,3 +293,39 @@ def test_a_hostile_routes_file_is_refused_in_one_line_without_its_secrets(tmp_pa
     assert done.returncode == 2, f"{why}: accepted (exit {done.returncode}): {done.stderr[-300:]}"
     assert len(lines) == 1, f"{why}: {lines}"
     assert SECRET not in done.stderr, f"{why}: the secret is in the message: {lines[0]}"
+
+
+# ------------------------------------------------------------------------------------ lineage --to URL
+
+
+def test_lineage_to_a_trickling_endpoint_fails_within_its_deadline():
+    """`runledger lineage --to URL` is an outside call too: one byte every 0.5 s under a 2 s timeout ends as
+    NotDelivered near 2 s, its message without the URL's path; it does not wait as long as bytes come."""
+    from datetime import datetime, timezone
+
+    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+
+    from interop import lineage, webhook
+
+    trickler = Recorder(lambda rec, i: "trickle", trickle_s=0.5)
+    event = RunEvent(eventType=RunState.START, eventTime=datetime.now(timezone.utc).isoformat(),
+                     run=Run(runId=lineage.run_uuid("r1")), job=Job(namespace="runledger", name="r1"),
+                     producer=lineage.PRODUCER)
+    outcome: list[BaseException | None] = []
+
+    def send():
+        try:
+            lineage.post([event], f"http://127.0.0.1:{trickler.port}/api/v1/lineage/{SECRET}", timeout=2)
+            outcome.append(None)
+        except BaseException as err:
+            outcome.append(err)
+
+    sender = threading.Thread(target=send, daemon=True)
+    try:
+        sender.start()
+        sender.join(WATCHDOG_S)
+        assert not sender.is_alive(), f"lineage still posting {WATCHDOG_S}s into a 2 s timeout"
+        [err] = outcome
+        assert isinstance(err, webhook.NotDelivered) and SECRET not in str(err), repr(err)
+    finally:
+        trickler.close()
