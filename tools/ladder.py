@@ -51,7 +51,7 @@ def register(subparsers) -> None:
     p.add_argument("--fit", choices=["joint", "per-fraction"], default="joint",
                    help="joint (default): every fraction fitted at once (one E, an exponent smooth in the "
                         "fraction); per-fraction: a law per fraction")
-    p.add_argument("--horizon-steps", type=checks.int_in(1, 10**12, "steps"), default=None,
+    p.add_argument("--horizon-steps", type=checks.int_in(0, 10**12, "steps"), default=None,
                    help="the target's planned horizon when it is not its preset's (as `train --horizon-steps`)")
     p.add_argument("--revise", action="store_true",
                    help="train nothing: re-forecast each plan change an applied decision made to the target")
