@@ -60,6 +60,21 @@ def _answers(port: int) -> bool:
         return False
 
 
+def _lets_in(port: int, user: str, password: str) -> bool:
+    """Whether the server on `port` takes `user` now: its INFO, then our CONNECT and a PING answered
+    with PONG (a user it does not know yet gets -ERR 'Authorization Violation')."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            lines = s.makefile("rb")
+            if not lines.readline().startswith(b"INFO"):
+                return False
+            connect = json.dumps({"user": user, "pass": password, "verbose": False, "pedantic": False})
+            s.sendall(f"CONNECT {connect}\r\nPING\r\n".encode())
+            return lines.readline().startswith(b"PONG")
+    except OSError:
+        return False
+
+
 # ------------------------------------------------------------------------------------ roles
 
 
@@ -261,10 +276,17 @@ class NatsServer:
             time.sleep(0.05)
         return self
 
-    def reload(self) -> None:
-        """Re-read the config (new users) without a restart."""
+    def reload(self, new_user: tuple[str, str] | None = None, timeout: float = 10.0) -> None:
+        """Re-read the config (new users) without a restart. A SIGHUP is taken a moment later: with
+        `new_user` (name, password), return once the server lets that user in (TimeoutError if not)."""
         self.write_config()
         os.kill(_read_pid(self.pid_file), signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while new_user is not None and not _lets_in(self.port, *new_user):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nats-server on port {self.port} did not take user {new_user[0]} within {timeout}s "
+                                   f"of reloading its config; see {self.dir / 'nats-server.log'}")
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
@@ -362,16 +384,17 @@ def add_worker(root: str | Path, run_id: str) -> Path:
     if not users.users:
         raise ValueError(f"no secure server under {d} (start one with `runledger nats up --secure`)")
     name = users.add("worker", run_id)
+    new_user = (name, users.users[name]["password"])  # (the creds work the moment they are written)
     layout = d / CLUSTER_FILE
     if layout.exists():  # every node gets the new user
         c = json.loads(layout.read_text())
         for node in cluster_nodes(d, c["ports"], c["cluster_ports"], c.get("sync_interval"), users):
-            node.reload()
+            node.reload(new_user)
         users.write_creds(creds_dir(root), c["ports"])
         return creds_file(root, name)
     port = int(read_creds(creds_file(root, "ledger")).rsplit(":", 1)[1])
     server = NatsServer(d, port, users=users)
-    server.reload()
+    server.reload(new_user)
     users.write_creds(creds_dir(root), port)
     return creds_file(root, name)
 

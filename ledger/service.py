@@ -551,6 +551,17 @@ async def _commit_and_ack(ledger: Ledger, unacked: list, stop: asyncio.Event | N
     return True
 
 
+def consumer_seq(msg) -> int | None:
+    """A JetStream message's consumer sequence (its delivery count on the consumer, which a consumer
+    made anew starts again at 1), from its ack subject (see `stream_seq`); None if it has none."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    if len(tokens) == 9 and tokens[6].isdigit():
+        return int(tokens[6])
+    if len(tokens) >= 12 and tokens[8].isdigit():
+        return int(tokens[8])
+    return None
+
+
 def _pending_after(msg) -> int | None:
     """Messages still pending on the consumer when `msg` was delivered (its ack subject's last token)."""
     tokens = msg.reply.split(".") if msg.reply else ()
@@ -817,36 +828,45 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
     unacked: list = []  # messages written, waiting for their commit
     since = 0.0  # when the first of them arrived
     every = COMMIT_EVERY_S if ledger.tables is not None else 0.0  # (a plain root's files are read once written)
+    delivered = None  # the consumer's delivery count at the last message fetched from this subscription
+
+    async def look() -> str | None:
+        """The watch's look now: a reason to make the consumer again, or None (also when the server does
+        not answer: looked at again later). StreamLost goes up, after committing what was written."""
+        try:
+            return await watching.problem()
+        except StreamLost:
+            if unacked:  # (what was written is valid: committed, never acked to a stream that is gone)
+                ledger.commit()
+            await nc.close()
+            raise
+        except Exception as err:  # the server unreachable for now: looked at again later
+            log.debug("watch: %s", err)
+            return None
+
+    why = None
     while not stop.is_set():
-        if time.monotonic() >= next_watch:
-            try:
-                why = await watching.problem()
-            except StreamLost:
-                if unacked:  # (what was written is valid: committed, never acked to a stream that is gone)
-                    ledger.commit()
-                await nc.close()
-                raise
-            except Exception as err:  # the server unreachable for now: looked at again later
-                log.debug("watch: %s", err)
-                why = None
+        if why is None and time.monotonic() >= next_watch:
+            why = await look()
             next_watch = time.monotonic() + WATCH_EVERY_S
-            if why:
-                if unacked and not await _commit_and_ack(ledger, unacked, stop, since):
-                    break
-                log.error("%s: making it again from what root %s stored (stream seq %d on); nothing is stored twice",
-                          why, root, ledger.taken_upto + 1)
-                try:
-                    await remake(nc.jetstream())
-                except Exception as err:
-                    log.error("cannot make consumer %r again (%s); trying again", durable, _error_line(err))
-                    next_watch = time.monotonic() + 0.5
-                    continue
-                await nc.close()
-                nc, sub = await subscribe(nats_url, durable, stop, ledger)
-                if nc is None:
-                    return ledger.counters
-                watching = watch(nc.jetstream())
+        if why:
+            if unacked and not await _commit_and_ack(ledger, unacked, stop, since):
+                break
+            log.error("%s: making it again from what root %s stored (stream seq %d on); nothing is stored twice",
+                      why, root, ledger.taken_upto + 1)
+            why = None
+            try:
+                await remake(nc.jetstream())
+            except Exception as err:
+                log.error("cannot make consumer %r again (%s); trying again", durable, _error_line(err))
+                next_watch = time.monotonic() + 0.5
                 continue
+            await nc.close()
+            nc, sub = await subscribe(nats_url, durable, stop, ledger)
+            if nc is None:
+                return ledger.counters
+            watching, delivered = watch(nc.jetstream()), None
+            continue
         wait = FETCH_TIMEOUT_S if not unacked else max(0.005, since + every - time.monotonic())
         try:
             msgs = await sub.fetch(batch, timeout=wait)  # [] when nothing came in time
@@ -862,6 +882,16 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
                 break
             continue
         arrived = time.monotonic()
+        first, delivered_before, delivered = consumer_seq(msgs[0]), delivered, consumer_seq(msgs[-1])
+        if first is None or delivered_before is None or first != delivered_before + 1:
+            # The consumer's count did not go on from this subscription's last message: a first batch, a
+            # pull given up on, or a consumer someone deleted and made anew (delivering from elsewhere:
+            # its messages must not move the position past the ones it skipped). Looked at before any
+            # is written; what is not written now comes again (redelivered, or from the remade consumer).
+            why = await look()
+            next_watch = time.monotonic() + WATCH_EVERY_S
+            if why:
+                continue
         ledger.backlog = _pending_after(msgs[-1])
         batch_in = [unpack(m) for m in msgs] if unpack else [(m.subject, m.data, stream_seq(m)) for m in msgs]
         try:
