@@ -4,7 +4,7 @@ measured at the longer length exceed the limit, and release it once they do not.
 
 from __future__ import annotations
 
-from agents.policy import Action, decision, in_force
+from runledger.agents.policy import Action, decision, in_force
 
 NAME = "agent-drops"
 EVIDENCE = "evidence/drops"

@@ -4,7 +4,7 @@ now (so whatever is decided next can start from here)."""
 
 from __future__ import annotations
 
-from agents.policy import Action, alert, decision
+from runledger.agents.policy import Action, alert, decision
 
 NAME = "agent-forecast"
 EVIDENCE = "evidence/forecast"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger import decision_state
-from ledger.events import AlertRaised, DecisionMade
+from runledger.ledger.contract import decision_state
+from runledger.ledger.contract.events import AlertRaised, DecisionMade
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Action:
     evidence: dict = field(default_factory=dict)
     mode: str = "auto"
     severity: str = "warn"
-    state: str = "open"  # alerts: "resolved" closes the open alert of the same id (ledger.replay)
+    state: str = "open"  # alerts: "resolved" closes the open alert of the same id (runledger.ledger.check.replay)
 
     @property
     def key(self) -> str:
@@ -57,5 +57,5 @@ def alert(agent: str, run_id: str, rule: str, key: Any, message: str, evidence: 
 
 
 def in_force(state, action: str) -> list[dict]:
-    """The run's decisions of `action` that are in force (ledger.decision_state), from the replayed state."""
+    """The run's decisions of `action` that are in force (runledger.ledger.contract.decision_state), from the replayed state."""
     return decision_state.in_force(state.decisions, action)

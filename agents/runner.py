@@ -22,16 +22,17 @@ from pathlib import Path
 import duckdb
 from pydantic import ValidationError
 
-import queries
-from agents import drops, forecast, grad_norm, skipped, stall, telemetry, throughput
-from agents.policy import Action
-from ledger import bus, paths, store
-from ledger.natsserver import AGENTS_DURABLE
-from ledger.chains import next_attempt
-from ledger.emitter import Emitter
-from ledger.events import STREAM, InvalidEvent
-from ledger.replay import replay_run
-from ledger.service import stream_seq
+from runledger import queries
+from runledger.agents import drops, forecast, grad_norm, skipped, stall, telemetry, throughput
+from runledger.agents.policy import Action
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.storage import paths, store
+from runledger.ledger.bus.natsserver import AGENTS_DURABLE
+from runledger.ledger.emit.chains import next_attempt
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import STREAM, InvalidEvent
+from runledger.ledger.check.replay import replay_run
+from runledger.ledger.ingest.service import stream_seq
 
 log = logging.getLogger(__name__)
 

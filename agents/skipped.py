@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.policy import Action, decision
+from runledger.agents.policy import Action, decision
 
 NAME = "agent-skipped"
 EVIDENCE = "evidence/skipped"

@@ -8,7 +8,7 @@ steps (by the producers' clock), else of its steps' own step_time_s when it has 
 
 from __future__ import annotations
 
-from agents.policy import Action, alert
+from runledger.agents.policy import Action, alert
 
 NAME = "agent-stall"
 EVIDENCE = "evidence/stall"

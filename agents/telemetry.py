@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.policy import Action, alert
+from runledger.agents.policy import Action, alert
 
 NAME = "agent-telemetry"
 EVIDENCE = "evidence/telemetry"

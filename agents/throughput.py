@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from agents.policy import Action, alert, decision, in_force
+from runledger.agents.policy import Action, alert, decision, in_force
 
 NAME = "agent-throughput"
 EVIDENCE = "evidence/throughput"

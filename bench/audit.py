@@ -5,10 +5,10 @@ files as Iceberg tables (the default layout) and as the plain layout of before, 
     python -m bench.audit [--small] [--root DIR] [--threads 2]
 
 How the ledger is made: `run_started`, `eval`, `drops`, `checkpoint` and `run_finished` events are
-sealed and written by a `ledger.sink.ParquetSink` (the real sealing and the real writer). The
+sealed and written by a `runledger.ledger.emit.sink.ParquetSink` (the real sealing and the real writer). The
 10M step events are too many to seal one by one in a benchmark's setup, so they are built as Arrow
-tables with the writer's own schema (`ledger.store.arrow_schema('step')`) and written through
-`ledger.store.write_atomic`, one file per 200,000 steps; their hashes are random 64-hex strings
+tables with the writer's own schema (`runledger.ledger.storage.store.arrow_schema('step')`) and written through
+`runledger.ledger.storage.store.write_atomic`, one file per 200,000 steps; their hashes are random 64-hex strings
 chained through prev_hash (not the SHA-256 of their content) and their `payload` text is built
 column-wise, so `runledger verify` would reject them; the audits read only the typed columns.
 
@@ -16,7 +16,7 @@ What is timed (best of --repeat): the suite over all runs on one open connection
 ledger (its helper tables rebuilt each time), and one run the way `runledger audit health RUN`
 does it, connection over the run's files included. Each is shown in wall and CPU seconds (this
 process's user+sys): on a machine busy with other work, wall time grows and CPU time much less.
-The ledger is written in the plain layout, then copied and migrated to tables (`ledger.migrate`,
+The ledger is written in the plain layout, then copied and migrated to tables (`runledger.ledger.storage.migrate`,
 without its verify: the synthetic hashes would fail it), so both read the same files.
 """
 
@@ -38,9 +38,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger.canonical import canonical_json
-from ledger.sink import ParquetSink
-from ledger.store import arrow_schema, event_files, partition_dir, write_atomic
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.emit.sink import ParquetSink
+from runledger.ledger.storage.store import arrow_schema, event_files, partition_dir, write_atomic
 
 log = logging.getLogger("bench.audit")
 
@@ -52,7 +52,7 @@ N_EXPERTS = 64
 
 
 def schedule_lr(step: np.ndarray, peak: float, warmup: int, horizon: int, min_ratio: float) -> np.ndarray:
-    """training.schedule.lr_at, vectorised (no retime)."""
+    """runledger.training.schedule.lr_at, vectorised (no retime)."""
     floor = min_ratio * peak
     warm = peak * np.maximum(step, 1) / warmup
     decay = peak + (floor - peak) * (step - warmup) / max(horizon - warmup, 1)
@@ -168,9 +168,9 @@ SCAN_ALL_READ = """select count(*), sum(loss), sum(grad_norm), sum(lr), sum(para
 
 def measure(root: Path, threads: int, repeat: int) -> dict:
     """The timed measures over one root (see the module docstring)."""
-    import queries
-    from queries import audit
-    from queries.columns import kind_columns
+    from runledger import queries
+    from runledger.queries import audit
+    from runledger.queries.columns import kind_columns
 
     big = "run-big"
     t0, c0 = time.perf_counter(), time.process_time()
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("queries.audit").setLevel(logging.WARNING)
+    logging.getLogger("runledger.queries.audit").setLevel(logging.WARNING)
 
     n_runs, total, big_steps = (10, 1_000_000, 40_000) if args.small else (100, 10_000_000, 400_000)
     tmp = None
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             log.info("wrote %d steps over %d runs in %.1fs", total, n_runs, time.perf_counter() - t0)
         tables_root = root.with_name(root.name + "-tables")
         if not (tables_root / "tables.json").exists():
-            from ledger.migrate import migrate
+            from runledger.ledger.storage.migrate import migrate
 
             shutil.rmtree(tables_root, ignore_errors=True)
             shutil.copytree(root, tables_root)

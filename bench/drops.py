@@ -23,10 +23,10 @@ import time
 import jax
 import numpy as np
 
-from training import data
-from training.config import PRESETS, TrainConfig
-from training.schedule import lr_at, make_schedule
-from training.worker import init_state, make_probe, make_train_step, with_lr
+from runledger.training import data
+from runledger.training.config import PRESETS, TrainConfig
+from runledger.training.schedule import lr_at, make_schedule
+from runledger.training.worker import init_state, make_probe, make_train_step, with_lr
 
 log = logging.getLogger("bench.drops")
 

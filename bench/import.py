@@ -8,7 +8,7 @@
                       EventFileLoader; MLflow: MlflowClient.get_metric_history of every key)
   read (raw records)  TensorBoard only: its RawEventFileLoader's records parsed as Events, without the
                       loader's conversion of each event (the floor for a reader using its record reader)
-  read (importer)     interop.importers.*.read: the same reading plus the events made of it
+  read (importer)     runledger.interop.importers.*.read: the same reading plus the events made of it
   import              `runledger import`'s work, read to stored: the reading, the comparison with the
                       ledger (nothing held yet), the emit through the Emitter's spool and JetStream, and
                       the ledger service's confirmation that it stored every event (the root's embedded
@@ -21,7 +21,7 @@ of reading it timed in a child process of its own, with that child's peak RSS (r
 over the child's RSS once its libraries are imported:
   tb accumulator      TensorBoard's EventAccumulator, every tag kept (size_guidance 0), Reload()
   tb loader           TensorBoard's EventFileLoader (what summary_iterator does: every record parsed)
-  runledger read      interop.importers.read_source (CRC-checked, image records skipped)
+  runledger read      runledger.interop.importers.read_source (CRC-checked, image records skipped)
   runledger import    the whole `runledger import`: read, compared, emitted and confirmed stored (the
                       root's local server and ledger started before the clock, in their own processes)
 
@@ -116,7 +116,7 @@ def read_raw(where: Path) -> int:
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
 
-    from interop.importers.tensorboard import event_files
+    from runledger.interop.importers.tensorboard import event_files
 
     return sum(len(event_pb2.Event.FromString(r).summary.value) for f in event_files(where)
                for r in RawEventFileLoader(str(f)).Load())
@@ -127,7 +127,7 @@ def read_own(kind: str, where: Path) -> int:
     if kind == "tensorboard":
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-        from interop.importers.tensorboard import event_files
+        from runledger.interop.importers.tensorboard import event_files
 
         n = 0
         for f in event_files(where):
@@ -170,12 +170,12 @@ IMAGE_READERS = {  # (setup, timed) code run in a child: `where` is the run fold
                        "acc = EventAccumulator(where, size_guidance={'scalars': 0, 'images': 0, 'tensors': 0}); "
                        "acc.Reload(); n = len(acc.Scalars('loss'))"),
     "tb loader": ("from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
-                  "from interop.importers.tensorboard import event_files",
+                  "from runledger.interop.importers.tensorboard import event_files",
                   "n = sum(1 for f in event_files(Path(where)) for e in EventFileLoader(str(f)).Load() "
                   "for v in e.summary.value if v.tag == 'loss')"),
-    "runledger read": ("from interop.importers import read_source",
+    "runledger read": ("from runledger.interop.importers import read_source",
                        "n = sum(len(e.payload['metrics']) for e in read_source('tensorboard', where).events if e.kind == 'metrics')"),
-    "runledger import": ("from interop.importers import read_source\nfrom interop.importers.bring import bring\n"
+    "runledger import": ("from runledger.interop.importers import read_source\nfrom runledger.interop.importers.bring import bring\n"
                          "from ledger import local\nattachment = local.attach(root)",
                          "run = read_source('tensorboard', where); done = bring(run, root, attachment.url); "
                          "assert done.confirmed; n = sum(len(e.payload['metrics']) for e in run.events if e.kind == 'metrics')"),
@@ -219,8 +219,8 @@ def load() -> str:
 
 
 def measure(kind: str, where: Path, root: Path, url: str) -> dict:
-    from interop.importers import read_source
-    from interop.importers.bring import bring
+    from runledger.interop.importers import read_source
+    from runledger.interop.importers.bring import bring
 
     t0 = time.perf_counter()
     points = read_own(kind, where)
@@ -241,7 +241,7 @@ def measure(kind: str, where: Path, root: Path, url: str) -> dict:
     again = bring(read_source(kind, str(where)), root, url)
     again_s = time.perf_counter() - t0
     assert again.emitted == 0, again.line()
-    import queries
+    from runledger import queries
 
     con = queries.connect(root)
     stored = con.execute("select count(*) from metrics_all where run_id = ?", [done.run_id]).fetchall()[0][0]
@@ -268,7 +268,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("nats").setLevel(logging.CRITICAL)
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store only when asked
-    from ledger import local
+    from runledger.ledger import local
 
     steps = {"tensorboard": args.tb_steps, "mlflow": args.mlflow_steps}
     only = args.only.split(",")

@@ -36,14 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from ledger import bus, service, store
-from ledger.canonical import canonical_json
-from ledger.emitter import Emitter
-from ledger.events import STREAM, StepCompleted, subject_for
-from ledger.natsserver import NatsServer
-from ledger.publisher import MAX_BATCH_EVENTS
-from ledger.sealing import seal
-from tools.produce import step_payload
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.ingest import service
+from runledger.ledger.storage import store
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import STREAM, StepCompleted, subject_for
+from runledger.ledger.bus.natsserver import NatsServer
+from runledger.ledger.emit.publisher import MAX_BATCH_EVENTS
+from runledger.ledger.emit.sealing import seal
+from runledger.tools.produce import step_payload
 
 
 def make_events(n: int, run_id: str = "bench") -> list[tuple[dict, str]]:
@@ -177,7 +179,7 @@ def run_drain(url: str, tmp: Path, n: int, many: int) -> dict:
 
 def _runs_over(k: int, runs: int = 4) -> list[str]:
     """`runs` run ids spread evenly over `k` partitions (and over 2, for the K = 2 row)."""
-    from ledger.partitions import partition_of
+    from runledger.ledger.ingest.partitions import partition_of
 
     out, i = [], 0
     while len(out) < runs:
@@ -194,7 +196,7 @@ def _instance(url: str, root: str, k: int, go, clock, q) -> None:
     import signal
     import threading
 
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     partitions.open_tables(Path(root))  # (imports done before the clock starts)
     go.wait()
@@ -221,7 +223,7 @@ def _instance(url: str, root: str, k: int, go, clock, q) -> None:
 
 
 async def _backlog_left(url: str, k: int) -> int:
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     nc = await bus.connect(url)
     try:
@@ -241,7 +243,7 @@ def run_partitions(url: str, tmp: Path, n: int, k: int, many: int) -> dict:
     """A backlog of `n` events over 4 runs, drained by `k` instances (see the module's docstring)."""
     import os
 
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     runs = _runs_over(k)
     for run in runs:
@@ -292,7 +294,7 @@ def run_partitions(url: str, tmp: Path, n: int, k: int, many: int) -> dict:
 
 async def _prepare_partitions(url: str, k: int) -> None:
     """The derived stream without its source (the instances find it made), and its consumers."""
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     nc = await bus.connect(url)
     js = nc.jetstream()
@@ -304,7 +306,7 @@ async def _prepare_partitions(url: str, k: int) -> None:
 
 async def _feed_partitions(url: str, k: int) -> None:
     """The clock starts: the derived stream sources the backlog (the server's sourcing is measured too)."""
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     nc = await bus.connect(url)
     await nc.jetstream().update_stream(partitions.parts_stream_config(k))
@@ -313,7 +315,7 @@ async def _feed_partitions(url: str, k: int) -> None:
 
 def _wait_balanced(root: Path, k: int, timeout: float = 60) -> None:
     """Until each of the k instances writes one partition (the first one up takes all, then hands over)."""
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

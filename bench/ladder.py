@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ledger.emitter import Emitter
-from ledger.natsserver import NatsServer
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.bus.natsserver import NatsServer
 
 REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.ladder")
@@ -44,7 +44,7 @@ def _cpu_s() -> float:
 def wait_for(root: Path, sql: str, expected: int, timeout: float = 300) -> int:
     import duckdb
 
-    import queries
+    from runledger import queries
 
     deadline, n = time.monotonic() + timeout, -1
     while time.monotonic() < deadline:
@@ -61,7 +61,7 @@ def wait_for(root: Path, sql: str, expected: int, timeout: float = 300) -> int:
 def shorten(run_id: str, at_step: int, horizon: int, nats_url: str, root: Path):
     """A decision source for the worker: a `set_token_horizon` decision (recorded like a person's) handed
     out before update `at_step`."""
-    from ledger.events import DecisionMade
+    from runledger.ledger.contract.events import DecisionMade
 
     d = DecisionMade(decision_id=f"bench:{run_id}:shorten:{horizon}", agent="bench", rule="contingency",
                      action="set_token_horizon", params={"horizon_steps": horizon},
@@ -83,7 +83,7 @@ def shorten(run_id: str, at_step: int, horizon: int, nats_url: str, root: Path):
 def observed_at(root: Path, run_id: str, at_tokens: list[float]) -> list[float | None]:
     """The audit's observation at each point: the mean loss of the last block ending at or before it
     (views.sql step_progress), None where the run has not reached it."""
-    import queries
+    from runledger import queries
 
     rows = queries.connect(root).execute("select tokens_seen, loss_mean from step_progress where run_id = ? "
                                          "order by tokens_seen", [run_id]).fetchall()
@@ -99,8 +99,8 @@ def compare_fits(root: Path, run_id: str, result) -> None:
     """The joint fit and one law per fraction on the same rungs, against the target as registered."""
     import numpy as np
 
-    from training.ladder import fit_ladder
-    from training.ladder_joint import non_monotone
+    from runledger.training.ladder import fit_ladder
+    from runledger.training.ladder_joint import non_monotone
 
     lines = [f"{'fit':<13} {'points':>6} {'inside':>6} {'coverage':>8} {'mean resid':>10} {'mean |resid|':>12} "
              f"{'median band':>11} {'non-monotone':>12}"]
@@ -140,23 +140,23 @@ def main() -> int:
     for noisy in ("absl", "jax._src.xla_bridge", "nats"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from training.resume import ckpt_dir
-    from training.config import preset
-    from training.flops import measure_peak_flops
-    from training.ladder import run_ladder
-    from training.worker import train
+    from runledger.training.resume import ckpt_dir
+    from runledger.training.config import preset
+    from runledger.training.flops import measure_peak_flops
+    from runledger.training.ladder import run_ladder
+    from runledger.training.worker import train
 
     root = Path(args.root or tempfile.mkdtemp(prefix="runledger-ladder-"))
     root.mkdir(parents=True, exist_ok=True)
     server = NatsServer(root / "nats").start()
-    ledger = subprocess.Popen([sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(root),
+    ledger = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(root),
                                "--nats", server.url], cwd=REPO, stdout=open(root / "ledger.log", "ab"),
                               stderr=subprocess.STDOUT)
     try:
         peak = measure_peak_flops()
         stop_after = None
         if args.stop_rung:
-            from training.ladder import rung_configs, tokens_per_param
+            from runledger.training.ladder import rung_configs, tokens_per_param
 
             i, frac = args.stop_rung.split("@")
             target = preset(args.preset)
@@ -187,7 +187,7 @@ def main() -> int:
         m = wait_for(root, f"select count(*) from forecasts where run_id = '{args.target}'", len(result.forecasts))
         log.info("ledger: target finished (%d), %d forecasts stored under %s", n, m, root)
         if args.shorten:
-            from training.reforecast import emit_revisions
+            from runledger.training.reforecast import emit_revisions
 
             revised = emit_revisions(root, args.target, server.url)
             m = wait_for(root, f"select count(*) from forecasts where run_id = '{args.target}'", m + revised)
@@ -197,11 +197,11 @@ def main() -> int:
         ledger.terminate()
         ledger.wait(60)
         server.stop()
-    audit = subprocess.run([sys.executable, "-m", "tools.cli", "audit", "forecast", args.target, "--root", str(root)],
+    audit = subprocess.run([sys.executable, "-m", "runledger.tools.cli", "audit", "forecast", args.target, "--root", str(root)],
                            cwd=REPO, capture_output=True, text=True)
     sys.stdout.write(audit.stdout)
     sys.stderr.write(audit.stderr[-2000:])
-    from queries.audit import run_suite
+    from runledger.queries.audit import run_suite
 
     hit = next(r for r in run_suite(root, "health", args.target).rows() if r["check"] == "forecast_hit")
     sys.stdout.write(f"forecast_hit: {hit['status']} (worst residual {hit['value']}, at step {hit['at_step']}): "

@@ -4,7 +4,7 @@ The law is Chinchilla's fitted L(N, D) = E + A / N^a + B / D^b (Hoffmann et al. 
 E 1.69, A 406.4, B 410.7, a 0.34, b 0.28) at the compute-optimal split of C = 6 N D, which is exactly
 L(C) = E + K * C^(-a*b/(a+b)), an exponent of 0.1535 in C. Each draw is a ladder of RUNGS rungs spread
 evenly in log compute over DECADES decades from C0, every rung's loss off the law by NOISE (relative,
-normal, one offset per rung: a seed's worth), read through `training.ladder_fit.forecast` at g = 1; the
+normal, one offset per rung: a seed's worth), read through `runledger.training.ladder_fit.forecast` at g = 1; the
 target is TARGET_X times the last rung's compute. Draws use numpy seeds seed0..seed0+draws-1 (0..999
 by default; `--seed0 1000` is a second, disjoint set).
 
@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from training.ladder_fit import BAND_LEVEL, DEFAULT_E, Curve, forecast
+from runledger.training.ladder_fit import BAND_LEVEL, DEFAULT_E, Curve, forecast
 
 log = logging.getLogger("bench.ladder_law")
 

@@ -5,7 +5,7 @@
 N alerts are recorded on a local nats-server (one Emitter, batched as producers send them); a receiver
 (http.server, threaded, on loopback) takes every POST with 200. The floor is one thread POSTing the
 same N request bodies one after another with urllib, as a route does (new connection each): what a
-sequential at-least-once sender could do on this machine. Then notify (interop.notify.serve, in this
+sequential at-least-once sender could do on this machine. Then notify (runledger.interop.notify.serve, in this
 process) delivers the N events from the stream to 1 route, and to several routes at once (each event
 to each route, each route its own queue). Reported: events delivered per second, and the ratio to the floor.
 
@@ -30,12 +30,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from interop.notify import post, request_body, serve
-from interop.routes import Route
-from ledger import store
-from ledger.emitter import Emitter
-from ledger.natsserver import NatsServer, free_port
-from ledger.sealing import seal
+from runledger.interop.notify import post, request_body, serve
+from runledger.interop.routes import Route
+from runledger.ledger.storage import store
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.bus.natsserver import NatsServer, free_port
+from runledger.ledger.emit.sealing import seal
 
 log = logging.getLogger("bench.notify")
 
@@ -118,13 +118,13 @@ def ledger_seconds(steps: int, with_notify: bool) -> tuple[float, dict[str, floa
         tmp = Path(tmp)
         server = NatsServer(tmp / "nats").start()
         root = tmp / "root"
-        procs = [subprocess.Popen([sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(root),
+        procs = [subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(root),
                                    "--nats", server.url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         try:
             if with_notify:
                 routes = tmp / "routes.toml"
                 routes.write_text(f'[[route]]\nname = "down"\nurl = "http://127.0.0.1:{free_port()}/"\n')
-                procs.append(subprocess.Popen([sys.executable, "-m", "tools.cli", "notify", "--routes", str(routes),
+                procs.append(subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "notify", "--routes", str(routes),
                                                "--nats", server.url, "--from-start"],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             _wait_for_consumers(server.url, ["ledger", "notify"] if with_notify else ["ledger"])
@@ -156,7 +156,7 @@ def _wait_for_consumers(url: str, names: list[str], timeout_s: float = 120.0) ->
     async def wait() -> None:
         from nats.js.errors import NotFoundError
 
-        from ledger import bus
+        from runledger.ledger.bus import jetstream as bus
 
         nc = await bus.connect(url)
         js = nc.jetstream()
@@ -177,7 +177,7 @@ def _wait_for_consumers(url: str, names: list[str], timeout_s: float = 120.0) ->
 
 def _stream_last(url: str) -> int:
     async def last() -> int:
-        from ledger import bus
+        from runledger.ledger.bus import jetstream as bus
 
         nc = await bus.connect(url)
         info = await nc.jetstream().stream_info("RUNLEDGER")

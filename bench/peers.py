@@ -37,7 +37,7 @@ store holds then are counted (once any helper process it started, W&B's wandb-co
 which reads the name's own column of the stored events (runledger-col), SQLite on MLflow's `metrics` table and on Trackio's (a JSON object per
 step: json_extract). Each store is created by its own library (a real run that logs step 0, so the
 schema and indexes are its own); the other steps are then written in bulk into its own tables (sqlite3
-executemany; runledger: ledger.sink.ParquetSink, the ledger's writer), because logging 20M numbers
+executemany; runledger: runledger.ledger.emit.sink.ParquetSink, the ledger's writer), because logging 20M numbers
 through the peers' APIs takes hours. Each store is asked in a fresh process: cold = open + the first
 query (the OS page cache is warm: the files were just written), warm = median of QUERY_REPS more.
 Ratios peer/runledger.
@@ -241,7 +241,7 @@ def _loop(steps: list, step_s: float, log_one) -> tuple[float, float, float]:
 
 
 def log_runledger(url: str, spool: str, n: int, step_s: float, q) -> None:
-    from ledger.emitter import Emitter
+    from runledger.ledger.emit.emitter import Emitter
 
     steps = make_steps(n)
     t = time.time()
@@ -258,7 +258,7 @@ def log_runledger(url: str, spool: str, n: int, step_s: float, q) -> None:
 
 
 def serve_ledger(url: str, root: str, n_events: int, q) -> None:
-    from ledger import service
+    from runledger.ledger.ingest import service
 
     counters = asyncio.run(service.serve(root, url, stop=asyncio.Event(), until_stored=n_events))
     q.put(("ledger", time.time(), counters.stored, counters.messages))
@@ -442,7 +442,7 @@ def _run(ctx, name: str, folder: Path, n: int, step_s: float, shape: str, crash:
 
 
 def run_runledger(ctx, tmp: Path, n: int, step_s: float) -> Logged:
-    from ledger.natsserver import NatsServer
+    from runledger.ledger.bus.natsserver import NatsServer
 
     srv = NatsServer(tmp / "nats").start()
     try:
@@ -472,7 +472,7 @@ class RunledgerStore:
     """DuckDB over the ledger's Parquet, through the same views every audit uses."""
 
     def __init__(self, where: dict) -> None:
-        import queries
+        from runledger import queries
 
         self.con = queries.connect(where["root"])
         self.run_id = where.get("run_id", RUN_ID)
@@ -744,8 +744,8 @@ def query_truth(n: int, key: str = QUERY_KEY) -> dict[int, float]:
 
 def fill_runledger(folder: str, n: int, q) -> None:
     """The --query run through the ledger's own writer: a `metrics` event per step, sealed and hash-chained,
-    into Parquet (ledger.sink.ParquetSink, as the ledger stores them)."""
-    from ledger.sink import ParquetSink
+    into Parquet (runledger.ledger.emit.sink.ParquetSink, as the ledger stores them)."""
+    from runledger.ledger.emit.sink import ParquetSink
 
     t = time.time()
     with ParquetSink(folder, RUN_ID) as sink:
@@ -834,7 +834,7 @@ QUERY_IMPORTS = {"runledger": ["queries", "duckdb"], "runledger-col": ["queries"
 def plain_copy(root: str, dest: Path) -> str:
     """The same data files in a root of the plain layout of before the tables (read by glob), for the
     side-by-side rows `rl-plain` and `rl-plain-col`."""
-    from ledger import store
+    from runledger.ledger.storage import store
 
     for f in store.event_files(Path(root)):
         target = dest / f.relative_to(Path(root).resolve())
@@ -905,9 +905,9 @@ def bench_query(ctx, tmp: Path, n: int, only: list[str]) -> int:
         plain = {**filled["runledger"], "root": plain_copy(filled["runledger"]["root"], tmp / "runledger-plain")}
         filled = {"runledger": filled["runledger"], "runledger-col": filled["runledger"], **filled,
                   "rl-plain": plain, "rl-plain-col": plain}
-        import queries
+        from runledger import queries
 
-        queries.connect(filled["runledger"]["root"]).close()  # the view columns' cache is made (queries.columns)
+        queries.connect(filled["runledger"]["root"]).close()  # the view columns' cache is made (runledger.queries.columns)
     for name in filled:
         log.info("asking %s", name)
         try:
@@ -958,7 +958,7 @@ def bench_query(ctx, tmp: Path, n: int, only: list[str]) -> int:
 def _stop_local(name: str, root: Path) -> None:
     """Stop the local server runledger.init started for `root` (else it stops RUNLEDGER_IDLE_S after its last client)."""
     if name == "runledger" and root.exists():
-        from ledger import local
+        from runledger.ledger import local
 
         local.down(root)
 

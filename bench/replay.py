@@ -2,11 +2,11 @@
 
     python -m bench.replay [--events N] [--no-parquet]    (about 6 minutes here; --no-parquet: 1)
 
-  fold            ledger.replay.replay() over envelopes already in memory (dicts with parsed payloads,
+  fold            runledger.ledger.check.replay.replay() over envelopes already in memory (dicts with parsed payloads,
                   as run_events returns them); target >= 200,000 events/s
   fold, dispatch  the same events through a bare loop that only dispatches on kind, the floor any
                   fold in Python pays (the baseline of the ratio)
-  parquet read    ledger.replay.run_events() of the same run written by ledger.store.write_events
+  parquet read    runledger.ledger.check.replay.run_events() of the same run written by runledger.ledger.storage.store.write_events
                   (then compacted, as the ledger does): read, sort, rows, payload JSON parsed
   replay_run      read + fold, what `runledger replay RUN` costs
 
@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ledger import replay as rp
-from ledger import store
+from runledger.ledger.check import replay as rp
+from runledger.ledger.storage import store
 
 log = logging.getLogger("bench.replay")
 
@@ -131,7 +131,7 @@ def main() -> int:
     if not args.no_parquet:
         tmp = Path(tempfile.mkdtemp(prefix="rl-bench-replay-"))
         try:
-            log.info("writing them with ledger.store.write_events")
+            log.info("writing them with runledger.ledger.storage.store.write_events")
             _, t_write = timed(write_ledger, tmp, events)
             read, t_read = timed(rp.run_events, tmp, RUN_ID)
             assert len(read) == n

@@ -4,7 +4,7 @@ command:
 
     python -m bench.schema [--names 2048] [--steps 8] [--repeat 5] [--keep DIR]
 
-Each event is sealed and stored by the ledger's own writer (`ledger.sink.ParquetSink`: the file, its
+Each event is sealed and stored by the ledger's own writer (`runledger.ledger.emit.sink.ParquetSink`: the file, its
 commit to the Iceberg tables), one commit per step as the ledger makes it; the query is
 `select step, value from metric('loss') where run_id = 'b'` through `queries.query` (the views of one
 snapshot, as `runledger sql` runs it), measured once B's commits have made the table's kept snapshots
@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import queries
-from ledger.sink import ParquetSink
-from ledger.tables import KEEP_SNAPSHOTS, Tables
+from runledger import queries
+from runledger.ledger.emit.sink import ParquetSink
+from runledger.ledger.storage.tables import KEEP_SNAPSHOTS, Tables
 
 
 def timed(action, repeat: int) -> float:

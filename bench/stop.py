@@ -2,7 +2,7 @@
 
     python -m bench.stop [--repeats 3]
 
-Each command runs as a real process (`python -m tools.cli ...`, or a script calling `runledger.init`)
+Each command runs as a real process (`python -m runledger.tools.cli ...`, or a script calling `runledger.init`)
 against a fresh local nats-server and root each time; once it is up (its start line, or for `agents`, which
 logs none, its consumer on the server), it gets the signal, and the seconds until it has exited on its own are printed with its
 exit code. A process still running WATCHDOG_S after the signal is killed and shown as such.
@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import bus, local
-from ledger.events import STREAM
-from ledger.natsserver import AGENTS_DURABLE, NatsServer, free_port
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger import local
+from runledger.ledger.contract.events import STREAM
+from runledger.ledger.bus.natsserver import AGENTS_DURABLE, NatsServer, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 WATCHDOG_S = 15.0  # a process not gone by then is killed (and counted as not stopping)
@@ -53,7 +54,7 @@ class Started:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tools.cli", *args]
+    return [sys.executable, "-m", "runledger.tools.cli", *args]
 
 
 def start(name: str, work: Path, nats_url: str) -> Started:

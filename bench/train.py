@@ -21,12 +21,12 @@ from pathlib import Path
 
 import jax
 
-from training import data
-from training.config import preset
-from training.flops import flops_per_token, measure_peak_flops
-from training.schedule import lr_at, make_schedule
-from training.record import step_completed, tokens_dropped
-from training.worker import init_state, make_train_step, with_lr
+from runledger.training import data
+from runledger.training.config import preset
+from runledger.training.flops import flops_per_token, measure_peak_flops
+from runledger.training.schedule import lr_at, make_schedule
+from runledger.training.record import step_completed, tokens_dropped
+from runledger.training.worker import init_state, make_train_step, with_lr
 
 
 def main() -> None:
@@ -50,8 +50,8 @@ def main() -> None:
     step_fn = step_fn.lower(with_lr(state, 0.0), batch0).compile()
     compile_s = time.perf_counter() - t0
 
-    from ledger.emitter import Emitter
-    from ledger.natsserver import NatsServer
+    from runledger.ledger.emit.emitter import Emitter
+    from runledger.ledger.bus.natsserver import NatsServer
 
     tmp = tempfile.TemporaryDirectory()
     server = NatsServer(Path(tmp.name) / "nats").start()

@@ -19,7 +19,7 @@ What is measured (each next to the machine's load, `uptime`):
   /data/plugin/scalars/scalars answer for each tag; whether the planted spike survives its sampling.
 
 How the ledger is made: 999 small runs (run_started, 30 steps, run_finished) are sealed by the real
-writer (`ledger.sink.ParquetSink`, one commit); the big run's 1M metrics events are built as Arrow
+writer (`runledger.ledger.emit.sink.ParquetSink`, one commit); the big run's 1M metrics events are built as Arrow
 tables in the writer's own schema (envelope columns, `payload` text and `metrics/NAME` columns) and
 committed to the ledger's tables like the writer's files, with random 64-hex hashes chained through
 prev_hash (not their content's SHA-256): `runledger verify` would reject them; the dashboard reads the
@@ -49,8 +49,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger import store
-from ledger.sink import ParquetSink
+from runledger.ledger.storage import store
+from runledger.ledger.emit.sink import ParquetSink
 
 log = logging.getLogger("bench.ui")
 REPO = Path(__file__).resolve().parent.parent
@@ -223,8 +223,8 @@ def page_time(driver, url: str, view: str, timeout: float = 600) -> dict:
 
 def emit_to_page(port: int, nats_url: str, root: Path, run_id: str, since: int, first_step: int) -> list[float]:
     """The seconds from `emit` returning to the point arriving on an SSE stream of /api/live, EMITS times."""
-    from ledger.emitter import Emitter
-    from ledger.events import MetricsLogged
+    from runledger.ledger.emit.emitter import Emitter
+    from runledger.ledger.contract.events import MetricsLogged
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("GET", f"/api/live?run={run_id}&since={since}", headers={"authorization": f"Bearer {TOKEN}"})
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     names = metric_names(args.metrics)
     results: dict = {"runs": args.runs, "big_steps": args.big_steps, "metrics": len(names), "load_before": uptime()}
     procs: list[subprocess.Popen] = []
-    from ledger.natsserver import NatsServer
+    from runledger.ledger.bus.natsserver import NatsServer
 
     nats = None
     try:
@@ -327,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         nats = NatsServer(work / "nats").start()
         import asyncio
 
-        from ledger import bus
-        from ledger.events import STREAM
+        from runledger.ledger.bus import jetstream as bus
+        from runledger.ledger.contract.events import STREAM
 
         async def fast_forward():
             nc = await bus.connect(nats.url)
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         store.write_position(root, last)
         logs = open(work / "procs.log", "ab")
         logged = (work / "procs.log").stat().st_size
-        procs.append(subprocess.Popen([sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(root),
+        procs.append(subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(root),
                                        "--nats", nats.url], cwd=REPO, stdout=logs, stderr=subprocess.STDOUT))
         t_serve = time.perf_counter()  # the UI is measured once the ledger serves (its start-up is not the UI's cold time)
         while f"ledger serving {root}".encode() not in (work / "procs.log").read_bytes()[logged:]:
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cache, ignore_errors=True)
 
         def start_ui() -> subprocess.Popen:
-            ui = subprocess.Popen([sys.executable, "-m", "tools.cli", "ui", "--root", str(root), "--nats", nats.url,
+            ui = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(root), "--nats", nats.url,
                                    "--port", str(port), "--token", TOKEN], cwd=REPO, stdout=subprocess.PIPE,
                                   stderr=logs, text=True, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
             ui.stdout.readline()  # listening

@@ -1,5 +1,5 @@
 """What one wake of the dashboard's live streams costs with N pages watching one run: the shared read of
-ui.streams (one `Reader.new_points` per wake per run, handed to every stream) against one read per
+runledger.ui.streams (one `Reader.new_points` per wake per run, handed to every stream) against one read per
 stream (what each stream did before issue 33), in one command:
 
     python -m bench.ui_streams [--streams 1,8,32,300] [--steps 2000] [--wakes 5]
@@ -21,11 +21,11 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ledger import store
-from ledger.sink import ParquetSink
-from ui.data import Reader
-from ui.live import Feed
-from ui.streams import Streams
+from runledger.ledger.storage import store
+from runledger.ledger.emit.sink import ParquetSink
+from runledger.ui.data import Reader
+from runledger.ui.live import Feed
+from runledger.ui.streams import Streams
 
 RUN = "watched"
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)

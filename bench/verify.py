@@ -7,7 +7,7 @@ plain loop), in one command:
 Each measured command runs as its own process (`runledger ...`), so its wall time and peak RSS are
 what a user sees: the peak RSS of that process (GNU time), and that of all its processes together
 with their CPU seconds (psutil, sampled: verify's row-checking processes are in it). The ledger is one run, one worker chain: per 1,000
-steps, 1,000 `step` events sealed at once (`ledger.sealing.seal_many` through `ParquetSink`, the
+steps, 1,000 `step` events sealed at once (`runledger.ledger.emit.sealing.seal_many` through `ParquetSink`, the
 project's writer), then an `eval` and a `checkpoint`; the ledger's small files are compacted as the
 ledger does. `verify --since` is measured after 1% more events are written (new files), with and without
 `--assume-unchanged` (which does not hash again the files checked before). `--cold` drops the root
@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ledger import heads, store
-from ledger.sink import ParquetSink
+from runledger.ledger.storage import heads, store
+from runledger.ledger.emit.sink import ParquetSink
 
 log = logging.getLogger("bench.verify")
 
@@ -75,7 +75,7 @@ def write_sealed_run(root: Path, events: int, run_id: str = RUN_ID, flush_events
 def floor(root: Path) -> int:
     """The floor: every events file read by pyarrow (the columns a hash needs) and every hash recomputed
     in a plain loop from the envelope's canonical text; returns the events hashed."""
-    from ledger.canonical import event_hash
+    from runledger.ledger.contract.canonical import event_hash
 
     import pyarrow.parquet as pq
 
@@ -161,7 +161,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-verify-"))
-    cli = [sys.executable, "-m", "tools.cli"]
+    cli = [sys.executable, "-m", "runledger.tools.cli"]
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
     rows = []
     print(f"(peak RSS: of the command's own process, exact; then of all its processes, sampled every {SAMPLE_S} s; "

@@ -33,7 +33,7 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.serde import Serde
 
-from interop import webhook
+from runledger.interop import webhook
 
 PRODUCER = "https://github.com/runledger/runledger/tree/main/interop/lineage.py"  # who made the events
 FACET_SCHEMA = "https://github.com/runledger/runledger/blob/main/interop/facets/RunledgerFacets.json"
@@ -123,7 +123,7 @@ def _rows(con, view: str, run_id: str) -> list[dict]:
 
 def ledger_facts(root: str | Path, run_id: str) -> dict[str, list[dict]]:
     """The run's rows the lineage is made of: starts, finishes, data, checkpoints, decisions and applications."""
-    import queries
+    from runledger import queries
 
     con = queries.connect(root)
     try:
@@ -250,7 +250,7 @@ def as_dicts(events: list[RunEvent]) -> list[dict[str, Any]]:
 def post(events: list[RunEvent], url: str, timeout: float = 10.0) -> None:
     """Send the events, one POST each of the client's own JSON, to an OpenLineage HTTP endpoint (`url`: the
     server, or the server and its endpoint path; default path api/v1/lineage). Each request ends within
-    `timeout` in all and is sent to that URL only (interop.webhook: no redirect followed); the first that
+    `timeout` in all and is sent to that URL only (runledger.interop.webhook: no redirect followed); the first that
     is not taken raises webhook.NotDelivered, whose message holds no part of the URL past its port."""
     parts = urlsplit(url)
     if parts.path in ("", "/"):

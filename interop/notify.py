@@ -4,12 +4,12 @@ One durable pull consumer of its own (`notify`, or `notify-{name}`), filtered to
 `runledger.*.decision`: the ledger's consumer is another, so a receiver that is down never slows the
 ledger, and the stream keeps every event until notify has delivered it.
 
-Each message is validated as the ledger validates it (`ledger.service.decode_message`: envelope, payload,
+Each message is validated as the ledger validates it (`runledger.ledger.ingest.service.decode_message`: envelope, payload,
 hash); what the ledger would refuse is logged and skipped, never delivered. Each valid event goes to
-every route it matches (`interop.routes`), through that route's own queue and task: a route delivers its
+every route it matches (`runledger.interop.routes`), through that route's own queue and task: a route delivers its
 events one at a time, in stream order, and retries a failure (an error status, a redirect, which is
 never followed, no connection, a timeout: the route's timeout_s bounds a whole request, see
-interop.webhook) with exponential backoff (capped, jittered) until the route's own URL takes it (2xx). A
+runledger.interop.webhook) with exponential backoff (capped, jittered) until the route's own URL takes it (2xx). A
 message is acked only when every route it matched has delivered every event in it; until then notify keeps it
 with in-progress acks (`msg.in_progress()`, every third of ack_wait), so JetStream neither redelivers
 it nor counts it lost. Killed mid-delivery, notify starts again from the consumer's ack floor (it
@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from interop import webhook
-from interop.routes import KINDS, Route
-from ledger import bus
-from ledger.events import STREAM, SUBJECT_PREFIX
-from ledger.natsserver import NOTIFY_DURABLE
-from ledger.service import decode_message, stream_seq
+from runledger.interop import webhook
+from runledger.interop.routes import KINDS, Route
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
+from runledger.ledger.bus.natsserver import NOTIFY_DURABLE
+from runledger.ledger.ingest.service import decode_message, stream_seq
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def request_headers(route: Route, event_id: str) -> dict[str, str]:
 
 
 def post(route: Route, body: bytes, event_id: str) -> int:
-    """POST one event to the route's own URL, blocking (interop.webhook: within route.timeout_s in all, no
+    """POST one event to the route's own URL, blocking (runledger.interop.webhook: within route.timeout_s in all, no
     redirect followed, its headers to its host only); returns the 2xx status, else raises NotDelivered."""
     return webhook.post(route.url, body, request_headers(route, event_id), route.timeout_s)
 

@@ -26,9 +26,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interop.webhook import header_problem, url_problem
-from interop.webhook import where as webhook_where
-from ledger.events import NAME_RE, AlertRaised
+from runledger.interop.webhook import header_problem, url_problem
+from runledger.interop.webhook import where as webhook_where
+from runledger.ledger.contract.events import NAME_RE, AlertRaised
 
 KINDS = ("alert", "decision")
 FORMATS = ("slack", "json")

@@ -4,7 +4,7 @@ every process that logs to the root, stopped when no one has used them for a whi
 `attach(root)` is what `runledger.init` calls when no server is configured. Under the root's start
 lock it registers the calling process as a client (a lock file that the OS frees when the process
 dies), starts the root's supervisor unless one runs, and returns the server's URL. The supervisor
-(`python -m ledger.local ROOT`, detached from the caller) starts nats-server (`natsserver.up`, or
+(`python -m runledger.ledger.local ROOT`, detached from the caller) starts nats-server (`natsserver.up`, or
 takes the one `runledger nats up` left running), serves the ledger (`service.serve`) and, every
 POLL_S, sends what dead producers left in the root's spool (`emitter.send_leftovers`) and looks at
 its clients. Once no client has been alive for `idle_s` and the ledger has taken every message, it
@@ -33,8 +33,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import locks, natsserver, paths, redact, settings
-from ledger.events import STREAM
+from runledger.ledger.storage import locks, paths
+from runledger.ledger.bus import natsserver
+from runledger.ledger import redact, settings
+from runledger.ledger.contract.events import STREAM
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +105,7 @@ def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:
     d.mkdir(parents=True, exist_ok=True)
     (d / "state.json").unlink(missing_ok=True)
     with open(d / "supervisor.log", "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ledger.local", str(Path(root).resolve()), "--idle-s", str(idle_s)],
+        proc = subprocess.Popen([sys.executable, "-m", "runledger.ledger.local", str(Path(root).resolve()), "--idle-s", str(idle_s)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=settings.child_env(PYTHONPATH=_source_path()))
     deadline = time.monotonic() + timeout
@@ -210,7 +212,7 @@ def _processes(root: str | Path, matches) -> list:
 
 
 def _is_supervisor(cmdline: list[str], root: Path) -> bool:
-    return "ledger.local" in cmdline and str(root) in cmdline
+    return "runledger.ledger.local" in cmdline and str(root) in cmdline
 
 
 def _is_server(cmdline: list[str], root: Path) -> bool:
@@ -224,8 +226,8 @@ def _is_server(cmdline: list[str], root: Path) -> bool:
 
 async def _pending(nats_url: str) -> int:
     """Messages the ledger has not yet acknowledged (0 when it has taken every one)."""
-    from ledger import bus
-    from ledger.service import DURABLE
+    from runledger.ledger.bus import jetstream as bus
+    from runledger.ledger.ingest.service import DURABLE
 
     nc = await bus.connect(nats_url, name="local-supervisor", max_reconnect_attempts=0)
     try:
@@ -239,7 +241,8 @@ async def _pending(nats_url: str) -> int:
 
 async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
     """Serve the root's local server and ledger until idle (see the module docstring) or SIGTERM."""
-    from ledger import emitter, service
+    from runledger.ledger.emit import emitter
+    from runledger.ledger.ingest import service
 
     d = local_dir(root)
     me = locks.hold(d / "supervisor.lock", f"the local server of {root}", wait_s=locks.PROBE_S)
@@ -299,7 +302,7 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m ledger.local", description="the supervisor of a root's local server")
+    p = argparse.ArgumentParser(prog="python -m runledger.ledger.local", description="the supervisor of a root's local server")
     p.add_argument("root", type=Path)
     p.add_argument("--idle-s", type=float, default=IDLE_S)
     args = p.parse_args(argv)

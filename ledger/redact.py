@@ -2,7 +2,7 @@
 `RedactCredentials` does it to every log record that passes a handler it is added to.
 
 A URL such as `nats://ledger:s3cret@127.0.0.1:4222` (a credentials file's content, see
-ledger/natsserver.py) becomes `nats://ledger:***@127.0.0.1:4222`; a URL with a token and no user
+ledger/bus/natsserver.py) becomes `nats://ledger:***@127.0.0.1:4222`; a URL with a token and no user
 (`nats://t0ken@host`) becomes `nats://***@host`.
 """
 

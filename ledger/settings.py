@@ -51,7 +51,7 @@ def spool_dir(root_dir: str | Path) -> Path:
 
 
 def cache_dir() -> Path:
-    """This user's cache of what runledger can always work out again (`queries.columns`)."""
+    """This user's cache of what runledger can always work out again (`runledger.queries.columns`)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "runledger"
 

@@ -1,10 +1,10 @@
 """SQL over the ledger: `connect(root)` gives a read-only DuckDB connection with the views of views.sql.
 
-The views scan the Parquet files of one snapshot of the ledger's tables (`ledger.paths.cut`): a
+The views scan the Parquet files of one snapshot of the ledger's tables (`runledger.ledger.storage.paths.cut`): a
 file compacted away meanwhile is still there for them, a file not yet committed is not read, and no
 row is counted twice. `refresh(con, root)` moves a long-lived connection to the current snapshot.
 (A root in the plain layout of before the tables is scanned by its glob.) The views' columns come
-from `ledger.events` (through `queries.columns`), so a kind with no files yet still has a view with
+from `runledger.ledger.contract.events` (through `runledger.queries.columns`), so a kind with no files yet still has a view with
 the right columns. Audits live as `.sql` files beside this one. Neither pydantic nor pyarrow is
 imported on the way: a query starts in the time DuckDB takes to load.
 """
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import duckdb
 
-from ledger import paths
-from ledger.paths import event_files, event_glob, quarantine_files, quarantine_glob
-from ledger.roles import PERSON_PRODUCERS
-from queries import thresholds
-from queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
+from runledger.ledger.storage import paths
+from runledger.ledger.storage.paths import event_files, event_glob, quarantine_files, quarantine_glob
+from runledger.ledger.contract.roles import PERSON_PRODUCERS
+from runledger.queries import thresholds
+from runledger.queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
 
 HERE = Path(__file__).parent
 # what each statement of views.sql defines
@@ -143,10 +143,10 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     connection from open_connection to define them on, else a new one; `memory_limit`: DuckDB's,
     e.g. "2GB", default DuckDB's own; `uses`: the text of the queries the connection is for, and
     then only the views and macros they can reach are defined, see `reachable`; `snapshot`: read
-    ledger snapshot N, see `ledger.paths.Cut`, not the current one).
+    ledger snapshot N, see `runledger.ledger.storage.paths.Cut`, not the current one).
 
     Raises paths.NotALedger (one line) for a root readers refuse: not a ledger root, a catalog gone,
-    delete files in the tables (see ledger.paths).
+    delete files in the tables (see runledger.ledger.storage.paths).
 
     With read_only (the default) the connection cannot write: external access is off except
     reading the data folders under `root` (DATA_FOLDERS), spilling to disk is off, extensions are

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import duckdb
 
-import queries
-from ledger import paths
-from ledger.paths import event_files
-from queries.columns import envelope_columns, kind_columns, kind_views, kinds
+from runledger import queries
+from runledger.ledger.storage import paths
+from runledger.ledger.storage.paths import event_files
+from runledger.queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The columns the views scan, as DuckDB types: every kind's (the envelope's, then its typed payload
-columns: `ledger.store.arrow_schema`, from the models of `ledger.events`) and the quarantine's.
+columns: `runledger.ledger.storage.store.arrow_schema`, from the models of `runledger.ledger.contract.events`) and the quarantine's.
 
 Reading them from the contract loads pydantic and pyarrow, a third of a second; so that a query
 (`runledger sql`) starts without them, the answer is kept in the user's cache folder
-(`ledger.settings.cache_dir`) under the digest of the source of `ledger/`
+(`runledger.ledger.settings.cache_dir`) under the digest of the source of `ledger/`
 and of this file, and worked out again from the contract whenever that source changes. A cache
 file that is not exactly what this module writes is ignored.
 """
@@ -18,8 +18,8 @@ import re
 import secrets
 from pathlib import Path
 
-import ledger
-from ledger import settings
+from runledger import ledger
+from runledger.ledger import settings
 
 ARROW_TO_DUCK = {
     "string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN", "binary": "BLOB",
@@ -59,12 +59,12 @@ def kind_columns(kind: str) -> Columns:
 
 
 def kinds() -> list[str]:
-    """Every kind of the registry (`ledger.events.KINDS`), in its order."""
+    """Every kind of the registry (`runledger.ledger.contract.events.KINDS`), in its order."""
     return list(layout()["kinds"])
 
 
 def kind_views() -> dict[str, str]:
-    """Each kind's SQL view (`ledger.events.VIEWS`: runs, steps_all, ...)."""
+    """Each kind's SQL view (`runledger.ledger.contract.events.VIEWS`: runs, steps_all, ...)."""
     return dict(layout()["views"])
 
 
@@ -77,8 +77,8 @@ def quarantine_columns() -> Columns:
 
 
 def _from_contract() -> dict:
-    from ledger.events import KINDS, VIEWS
-    from ledger.store import ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema
+    from runledger.ledger.contract.events import KINDS, VIEWS
+    from runledger.ledger.storage.store import ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema
 
     def duck(schema) -> Columns:
         return [[f.name, ARROW_TO_DUCK[str(f.type)]] for f in schema]

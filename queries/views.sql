@@ -16,7 +16,7 @@ select * from {{kind:step}};
 
 -- the metric name a stored "metrics/NAME" column holds (NAME after its 9th character): NAME with each %xx
 -- decoded (every byte of the name's UTF-8 outside [a-z0-9_./-] is escaped, so that `Loss` and `loss`
--- are two columns: `ledger.columns.metric_column`); a column of a root written before names were
+-- are two columns: `runledger.ledger.contract.columns.metric_column`); a column of a root written before names were
 -- escaped, which holds the name as logged, is read as it is unless it reads as escaped
 create or replace macro metric_key(escaped) as
 case when contains(escaped, '%') and regexp_full_match(escaped, '([a-z0-9_./-]|%[0-9a-f]{2})+')
@@ -25,7 +25,7 @@ case when contains(escaped, '%') and regexp_full_match(escaped, '([a-z0-9_./-]|%
 -- every `metrics` event (`runledger.log`), as stored: one DOUBLE column per name logged, "metrics/NAME"
 -- with NAME escaped (read it with `metric_key`), null where the event has no such name, or its value
 -- was not finite (then `nonfinite` names it); the names past the table's bound on columns
--- (`ledger.columns.WIDE_COLUMNS_MAX`) in the MAP column "metrics/" (name -> value) instead
+-- (`runledger.ledger.contract.columns.WIDE_COLUMNS_MAX`) in the MAP column "metrics/" (name -> value) instead
 create or replace view metric_events as
 select * from {{kind:metrics}};
 
@@ -148,7 +148,7 @@ select * from {{kind:forecast}};
 create or replace view alerts as
 select * from {{kind:alert}};
 
--- the alerts open now. An alert is its producer's (its `agent` is its producer: ledger.roles):
+-- the alerts open now. An alert is its producer's (its `agent` is its producer: runledger.ledger.contract.roles):
 -- raised and resolved by (run_id, alert_id, producer), so another producer's event with the same
 -- alert_id neither closes nor rewrites it; a person's resolution (producer {{person_producers}}) closes it
 create or replace view open_alerts as
@@ -388,7 +388,7 @@ create or replace macro scheduled_lr(step, peak, warmup, horizon, ratio, anchor_
 -- in attempts <= a, so the schedule only changes at the attempt of such an event (a key): the rows
 -- of a key hold for every attempt up to the next key. A decision_applied of step s - 1 (emitted
 -- between updates s - 1 and s: it governs from update s) whose `after` (the schedule in force, as
--- ledger.events.ACTIONS types it) has a new horizon (`after.horizon_steps`, else
+-- runledger.ledger.contract.events.ACTIONS types it) has a new horizon (`after.horizon_steps`, else
 -- `after.horizon_tokens` / tokens_per_step) retimes the decay: from s the lr goes linearly from lr(s)
 -- to min_lr_ratio * peak at the new horizon (before the end of warmup only the horizon moves).
 -- Re-applying a retime already in a resumed schedule changes nothing (the line through the same

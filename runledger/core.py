@@ -1,7 +1,7 @@
 """A run of any training loop: `init` starts one, `Run.log` records any named numbers, `Run.finish` ends it.
 
-Each call becomes an event of the contract (`ledger.events`), sealed into the run's hash chain and
-written to the spool on local disk before the call returns (`ledger.emitter.Emitter`), so a SIGKILL of
+Each call becomes an event of the contract (`runledger.ledger.contract.events`), sealed into the run's hash chain and
+written to the spool on local disk before the call returns (`runledger.ledger.emit.emitter.Emitter`), so a SIGKILL of
 the script loses nothing `log` accepted: the next `init(resume=True)` of the run, or the root's local
 supervisor, sends what was left. `init` emits `run_started` (the config, tags, host), `log` a `metrics`
 event per step (a value that is not finite is kept as null and named in `nonfinite`), `run.config[k] = v`
@@ -9,7 +9,7 @@ after the start a `config` event, `alert` an `alert`, and `finish` a `run_finish
 A crash finishes the run as `failed`, Ctrl-C or SIGTERM as `stopped` (atexit and signal handlers).
 
 Where the events go: with $RUNLEDGER_NATS or $RUNLEDGER_CREDS (or `nats=`) set, to that server; else to
-the root's embedded local server and ledger (`ledger.local`), started on first use and shared by every
+the root's embedded local server and ledger (`runledger.ledger.local`), started on first use and shared by every
 process logging to the root.
 """
 
@@ -31,15 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ledger import local, settings
-from ledger.canonical import canonical_json
-from ledger.chains import next_attempt
-from ledger.columns import WIDE_COLUMNS_PER_RUN
-from ledger.emitter import Emitter, origin, send_leftovers
-from ledger.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
-from ledger.sink import NullSink
-from ledger.spool import chain_dir
-from queries.thresholds import NAMES
+from runledger.ledger import local, settings
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.emit.chains import next_attempt
+from runledger.ledger.contract.columns import WIDE_COLUMNS_PER_RUN
+from runledger.ledger.emit.emitter import Emitter, origin, send_leftovers
+from runledger.ledger.contract.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
+from runledger.ledger.emit.sink import NullSink
+from runledger.ledger.emit.spool import chain_dir
+from runledger.queries.thresholds import NAMES
 from runledger.system import SystemSampler
 
 log = logging.getLogger("runledger")
@@ -194,7 +194,7 @@ def _code_commit() -> str | None:
 
 def _last_step(root: Path, spool: Path, run_id: str) -> int | None:
     """The last step this run logged: stored under `root`, or left in this machine's spool."""
-    from ledger import store  # pyarrow: only on resume
+    from runledger.ledger.storage import store  # pyarrow: only on resume
 
     steps = []
     try:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ledger.canonical import canonical_json
-from ledger.sink import ParquetSink
-from ledger.store import StoredEvent, write_events
-from training.decisions import apply_decision
-from training.schedule import lr_at, make_schedule, retime
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.emit.sink import ParquetSink
+from runledger.ledger.storage.store import StoredEvent, write_events
+from runledger.training.decisions import apply_decision
+from runledger.training.schedule import lr_at, make_schedule, retime
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 STEPS = 400
@@ -37,7 +37,7 @@ def clean_loss(k: int) -> float:
 
 
 class Ledger:
-    """Parquet sinks (ledger.sink), one per chain (run, producer, attempt), sharing one stream order and
+    """Parquet sinks (runledger.ledger.emit.sink), one per chain (run, producer, attempt), sharing one stream order and
     one list of sealed rows (`rows`, which a test may edit before `write()`)."""
 
     def __init__(self, root: Path):

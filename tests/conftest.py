@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.natsserver import NatsServer
+from runledger.ledger.bus.natsserver import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,7 +73,7 @@ def root(tmp_path) -> Path:
 def local_root(tmp_path, monkeypatch):
     """A root for `runledger.init`'s embedded local server and ledger (no NATS configured), which are
     stopped after the test."""
-    from ledger import local
+    from runledger.ledger import local
 
     r = tmp_path / "local-root"
     for var in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS"):
@@ -87,15 +87,15 @@ def runledger(*args: str, input: str | None = None, timeout: float = 120, env: d
     """Run the real CLI in a subprocess, as a user would (for what only a process shows: its start-up,
     its exit under a signal, servers it leaves running, bytes on its stdin)."""
     return subprocess.run(
-        [sys.executable, "-m", "tools.cli", *args], input=input, capture_output=True, text=True,
+        [sys.executable, "-m", "runledger.tools.cli", *args], input=input, capture_output=True, text=True,
         timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})},
     )
 
 
 def cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    """Run the CLI in this process (`tools.cli.main`), with what it prints and logs captured: the same
+    """Run the CLI in this process (`runledger.tools.cli.main`), with what it prints and logs captured: the same
     answer as `runledger(...)` without a new interpreter, where the process itself is not under test."""
-    from tools.cli import main
+    from runledger.tools.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)
@@ -129,7 +129,7 @@ class LedgerProcess:
     def start(self) -> "LedgerProcess":
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats_url, *self.args],
+            [sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats_url, *self.args],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )
         return self
@@ -169,7 +169,7 @@ class Reader:
         self.root = root
 
     def execute(self, sql: str, params: list | None = None) -> _Fetched:
-        import queries
+        from runledger import queries
 
         con = queries.connect(self.root)
         return _Fetched((con.execute(sql, params) if params is not None else con.execute(sql)).fetchall())
@@ -181,7 +181,7 @@ def reader(root: Path) -> Reader:
 
 def wait_for_count(root: Path, sql: str, expected: int, timeout: float = 120) -> int:
     """Poll a count query over the ledger until it reaches `expected` (or time runs out)."""
-    import queries
+    from runledger import queries
 
     deadline = time.monotonic() + timeout
     n = -1

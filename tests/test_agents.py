@@ -8,11 +8,11 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from agents import drops, forecast, grad_norm, skipped, telemetry, throughput
-from agents.runner import evaluate
-from queries.audit import run_suite
+from runledger.agents import drops, forecast, grad_norm, skipped, telemetry, throughput
+from runledger.agents.runner import evaluate
+from runledger.queries.audit import run_suite
 from audit_ledger import T0, Ledger
-from training.schedule import make_schedule
+from runledger.training.schedule import make_schedule
 
 TPS = 1000  # tokens per step
 STEPS = 400

@@ -16,14 +16,14 @@ import sys
 import pytest
 
 from conftest import REPO, reader, wait_for_count
-from ledger.replay import replay_run
-from queries.audit import run_suite
+from runledger.ledger.check.replay import replay_run
+from runledger.queries.audit import run_suite
 
 TINY_TOKENS_PER_STEP = 512
 
 
 def start(*args, log) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tools.cli", *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
 @pytest.fixture

@@ -23,14 +23,16 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from conftest import LedgerProcess, cli, reader, runledger, wait_for_count
-from ledger import bus, natsserver, service, store
-from ledger.canonical import canonical_json, event_hash
-from ledger.emitter import Emitter
-from ledger.events import STREAM, InvalidEvent, make_event_id
-from ledger.natsserver import NatsServer
-from ledger.sealing import seal
-from tools.produce import step_payload
-import queries
+from runledger.ledger.bus import jetstream as bus, natsserver
+from runledger.ledger.ingest import service
+from runledger.ledger.storage import store
+from runledger.ledger.contract.canonical import canonical_json, event_hash
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import STREAM, InvalidEvent, make_event_id
+from runledger.ledger.bus.natsserver import NatsServer
+from runledger.ledger.emit.sealing import seal
+from runledger.tools.produce import step_payload
+from runledger import queries
 
 POISON_LOSS = 2**53 + 1  # a JSON integer in a float field that no double equals
 
@@ -332,7 +334,7 @@ def served_root(tmp_path_factory):
 
 
 def service_verify(root):
-    from ledger.verify import verify
+    from runledger.ledger.check.verify import verify
     return verify(root)
 
 
@@ -492,7 +494,7 @@ def test_hostile_metrics_payloads_are_quarantined_and_the_honest_ones_stored(sec
 def test_a_metric_column_edited_in_a_stored_file_is_named_by_verify(tmp_path):
     """A DOUBLE column per name (`metrics/NAME`) beside the hashed payload: an edit to the column (with
     the ledger's digest recomputed, as an attacker who knows the format would) is found by verify."""
-    from ledger.sink import ParquetSink
+    from runledger.ledger.emit.sink import ParquetSink
 
     root = tmp_path / "root"
     with ParquetSink(root, "m1") as sink:

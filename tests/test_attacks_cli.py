@@ -22,15 +22,15 @@ import duckdb
 import nats
 import pytest
 
-import queries
+from runledger import queries
 from conftest import LedgerProcess, REPO, cli, reader, wait_for_count
-from ledger import bus, natsserver
-from ledger.canonical import canonical_json
-from ledger.events import InvalidEvent, subject_for
-from ledger.parsing import parse_json
-from ledger.sealing import seal, seal_many
-from ledger.service import Ledger
-from ledger.validation import check_envelope
+from runledger.ledger.bus import jetstream as bus, natsserver
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.contract.events import InvalidEvent, subject_for
+from runledger.ledger.contract.parsing import parse_json
+from runledger.ledger.emit.sealing import seal, seal_many
+from runledger.ledger.ingest.service import Ledger
+from runledger.ledger.contract.validation import check_envelope
 from test_verify_replay import build_run
 
 RUN = "atk"
@@ -185,7 +185,7 @@ def watch(event, args):  # the modes of the server's files whenever this process
         except OSError:
             pass
 sys.addaudithook(watch)
-from tools.cli import main
+from runledger.tools.cli import main
 rc = main(sys.argv[1:])
 for event, path, mode in seen:
     print("seen", event, oct(mode), path)

@@ -101,7 +101,7 @@ def tensorboards_records(path: Path) -> list[bytes]:
 
 READ_IN_A_CHILD = """
 import json, resource, sys
-from interop.importers import tensorboard
+from runledger.interop.importers import tensorboard
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 run = tensorboard.read(sys.argv[1])
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -111,7 +111,7 @@ print(json.dumps({"grew_kib": after - before, "points": sum(len(e.payload["metri
 
 
 def test_a_run_of_image_records_is_read_in_bounded_memory_skipping_what_is_not_a_scalar(tmp_path):
-    from interop.importers import tfrecord
+    from runledger.interop.importers import tfrecord
 
     small = tmp_path / "small"
     write_images(small, 4, np.random.default_rng(1))
@@ -280,7 +280,7 @@ def hostile(case: str, kind: str, tmp_path: Path, monkeypatch) -> str:
     if case == "garbage record":  # a real source whose record is garbage that passes its framing's checks
         real = real_sources(tmp_path, monkeypatch)[kind]
         if kind == "tensorboard":  # a record whose CRCs are right and whose data is no Event
-            from interop.importers.tfrecord import masked_crc32c
+            from runledger.interop.importers.tfrecord import masked_crc32c
 
             data = garbage[:300]
             n = struct.pack("<Q", len(data))
@@ -352,7 +352,7 @@ def test_a_source_the_user_may_not_read_is_refused_in_one_line(kind, tmp_path, m
     try:
         for what in (real.parent, real.parent if kind == "tensorboard" else real):  # (a TensorBoard run is a folder)
             try:
-                done = subprocess.run([sys.executable, "-m", "tools.cli", "import", kind, str(what), "--root",
+                done = subprocess.run([sys.executable, "-m", "runledger.tools.cli", "import", kind, str(what), "--root",
                                        str(tmp_path / "root")], cwd=REPO, capture_output=True, text=True,
                                       timeout=WATCHDOG_S, env=env, preexec_fn=without_root_powers)
             except subprocess.TimeoutExpired:

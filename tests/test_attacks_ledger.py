@@ -18,13 +18,13 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy, AckPolicy
 
 from conftest import REPO, LedgerProcess, runledger
-from ledger import service
-from ledger.canonical import canonical_json
-from ledger.events import STREAM, subject_for
-from ledger import parsing
-from ledger.sealing import seal
-from ledger.store import read_events
-from ledger.verify import verify
+from runledger.ledger.ingest import service
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.contract.events import STREAM, subject_for
+from runledger.ledger.contract import parsing
+from runledger.ledger.emit.sealing import seal
+from runledger.ledger.storage.store import read_events
+from runledger.ledger.check.verify import verify
 
 T0 = "2026-11-29T10:00:00.000000Z"
 RUN, PRODUCER = "run-1", "worker-0"
@@ -54,7 +54,7 @@ def stored_ids(root: Path) -> list[str]:
 
 
 def quarantine_rows(root: Path) -> list[tuple]:
-    import queries
+    from runledger import queries
 
     return queries.connect(root).execute("select reason, event_id from quarantine order by stream_seq").fetchall()
 
@@ -124,7 +124,7 @@ def test_a_hole_left_by_a_bad_middle_entry_is_named_by_verify_and_recorded_in_qu
 async def publish_all(url: str, messages: list[tuple[str, bytes]]) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    from ledger import bus
+    from runledger.ledger.bus import jetstream as bus
 
     await bus.ensure_stream(js)
     for subject, data in messages:
@@ -157,7 +157,7 @@ def test_a_worker_publishing_hostile_batches_loses_only_the_bad_entries(nats_ser
 
 def a_root_with_events(root: Path, catalog: str | None = None, n: int = 3) -> None:
     """A root whose ledger stored `n` events (in its sqlite catalog, or in the shared `catalog`)."""
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     if catalog is not None:
         partitions.use_catalog(root, catalog)
@@ -201,7 +201,7 @@ def test_a_root_whose_catalog_uri_names_another_roots_catalog_is_refused_by_read
 
 def test_a_catalog_uri_holding_a_password_is_written_for_its_user_only(root):
     from test_catalog_pg import Postgres
-    from ledger import partitions
+    from runledger.ledger.ingest import partitions
 
     pg = Postgres()
     pg.start()
@@ -219,7 +219,7 @@ def test_a_catalog_uri_holding_a_password_is_written_for_its_user_only(root):
 
 async def flow(url: str, envs: list[dict], every: int = 50) -> None:
     """Publish `envs` one message each, as a producer does, yielding now and then (events flowing)."""
-    from ledger import bus
+    from runledger.ledger.bus import jetstream as bus
 
     nc = await nats.connect(url)
     js = nc.jetstream()
@@ -233,7 +233,7 @@ async def flow(url: str, envs: list[dict], every: int = 50) -> None:
 
 def count_exactly_once(root: Path, expected: int, timeout: float = WATCHDOG_S) -> None:
     """Every event stored exactly once: the count reaches `expected` and no event_id is there twice."""
-    import queries
+    from runledger import queries
 
     deadline = time.monotonic() + timeout
     n = None
@@ -304,7 +304,7 @@ async def purge(js) -> None:
 
 
 async def delete_and_recreate_stream(js) -> None:
-    from ledger import bus
+    from runledger.ledger.bus import jetstream as bus
 
     await js.delete_stream(STREAM)
     await bus.ensure_stream(js)
@@ -356,7 +356,7 @@ def runs_envs(n_runs: int = 4, per_run: int = 600) -> list[dict]:
 
 async def until_partitions_bound(js) -> None:
     """Until both partitions' consumers are there (made, or made again) and have taken something."""
-    from ledger.partitions import Part, parts_stream
+    from runledger.ledger.ingest.partitions import Part, parts_stream
 
     while True:
         try:
@@ -369,7 +369,7 @@ async def until_partitions_bound(js) -> None:
 
 
 async def delete_part_consumers(js) -> None:
-    from ledger.partitions import Part, parts_stream
+    from runledger.ledger.ingest.partitions import Part, parts_stream
 
     for p in range(K):
         await js.delete_consumer(parts_stream(K), Part(K, p).durable)
@@ -403,7 +403,7 @@ def test_a_partitions_consumers_deleted_are_made_again(tmp_path, nats_server, ro
 
 
 async def delete_parts_stream(js) -> None:
-    from ledger.partitions import parts_stream
+    from runledger.ledger.ingest.partitions import parts_stream
 
     await js.delete_stream(parts_stream(K))
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 
 from conftest import REPO, runledger
-from ledger import local, settings
-from ledger.sealing import seal
+from runledger.ledger import local, settings
+from runledger.ledger.emit.sealing import seal
 
 SECRET = "s3cretPW-attack-33"
 RUN = "dmg"
@@ -55,8 +55,8 @@ def root_processes(root: Path) -> list[psutil.Process]:
 
 def stored(root: Path) -> int:
     """Events of RUN the root's tables hold (0 before the ledger has made them)."""
-    import queries
-    from ledger.paths import NotALedger
+    from runledger import queries
+    from runledger.ledger.storage.paths import NotALedger
 
     try:
         return queries.connect(root).execute(f"select count(*) from events where run_id = '{RUN}'").fetchone()[0]
@@ -169,7 +169,7 @@ def test_the_local_supervisor_and_its_server_get_no_secret(local_root, monkeypat
 def test_demo_pieces_get_no_secret_from_the_parent(tmp_path, monkeypatch):
     from rich.console import Console
 
-    from tools.demo import QUICK, Demo
+    from runledger.tools.demo import QUICK, Demo
 
     monkeypatch.setenv(settings.NATS_ENV, f"nats://ledger:{SECRET}@127.0.0.1:1")
     creds = tmp_path / "elsewhere.creds"
@@ -205,8 +205,8 @@ def test_a_password_on_the_command_line_is_warned_about_and_never_echoed(tmp_pat
 
 
 def test_a_catalog_uri_with_a_password_is_kept_in_a_private_file(tmp_path):
-    from ledger import partitions
-    from ledger.paths import CATALOG_URI_FILE
+    from runledger.ledger.ingest import partitions
+    from runledger.ledger.storage.paths import CATALOG_URI_FILE
 
     root = tmp_path / "root"
     uri = f"sqlite:///{tmp_path / 'cat.db'}?password_like={SECRET}"
@@ -219,10 +219,10 @@ def test_ledger_serve_reads_its_catalog_from_a_private_file(tmp_path, nats_serve
     cat = tmp_path / "catalog.uri"
     cat.write_text(f"sqlite:///{tmp_path / 'cat.db'}\n")
     cat.chmod(0o600)
-    from ledger.paths import CATALOG_URI_FILE
+    from runledger.ledger.storage.paths import CATALOG_URI_FILE
 
     root = tmp_path / "root"
-    p = subprocess.Popen([sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(root), "--nats",
+    p = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(root), "--nats",
                           nats_server.url, "--catalog-file", str(cat)], cwd=REPO, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
@@ -248,7 +248,7 @@ def test_a_stream_purged_under_the_embedded_default_stops_it_once_and_says_why(l
     import pytest
 
     import runledger
-    from ledger.events import STREAM
+    from runledger.ledger.contract.events import STREAM
 
     run = runledger.init(project="p", id="purged", config={"lr": 0.1})
     for step in range(5):
@@ -284,8 +284,8 @@ def test_a_stream_purged_under_the_embedded_default_stops_it_once_and_says_why(l
 
 def stored_all(root: Path) -> int:
     """Every event the root's tables hold (0 before the ledger has made them)."""
-    import queries
-    from ledger.paths import NotALedger
+    from runledger import queries
+    from runledger.ledger.storage.paths import NotALedger
 
     try:
         return queries.connect(root).execute("select count(*) from events").fetchone()[0]

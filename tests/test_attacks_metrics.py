@@ -17,9 +17,9 @@ import pytest
 import runledger
 from conftest import cli, reader
 from test_attacks import rewrite_partition
-from ledger import store
-from ledger.columns import WIDE_COLUMNS_MAX, WIDE_COLUMNS_PER_RUN
-from ledger.metricnames import metric_name
+from runledger.ledger.storage import store
+from runledger.ledger.contract.columns import WIDE_COLUMNS_MAX, WIDE_COLUMNS_PER_RUN
+from runledger.ledger.contract.metricnames import metric_name
 
 CAFE_NFC = unicodedata.normalize("NFC", "café")
 CAFE_NFD = unicodedata.normalize("NFD", "café")
@@ -62,7 +62,7 @@ def test_names_differing_only_in_case_or_normal_form_read_back_exactly_per_run(l
                     if name not in steps[0]:
                         assert reader(local_root).execute("select count(value) from metric(?) where run_id = ?",
                                                           [name, run_id]).fetchone()[0] == 0, (run_id, name)
-    from ui.data import Reader
+    from runledger.ui.data import Reader
 
     dashboard = Reader(local_root, threads=1)
     for run_id, steps in LOGGED.items():
@@ -82,7 +82,7 @@ def test_names_differing_only_in_case_or_normal_form_read_back_exactly_per_run(l
 
 
 def test_a_run_logging_thousands_of_new_names_does_not_widen_the_shared_table(local_root, caplog):
-    from ledger.tables import Tables
+    from runledger.ledger.storage.tables import Tables
 
     log_runs({"quiet": {0: {"loss": 1.5}}})
     flood = {s: {f"layer_{s}_{i}/norm": float(i) + s / 8 for i in range(2048)} for s in range(3)}

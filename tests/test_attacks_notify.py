@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, runledger
-from interop import notify
-from interop.notify import serve
-from interop.routes import Route
-from ledger import bus
-from ledger.emitter import Emitter
-from ledger.natsserver import free_port
+from runledger.interop import notify
+from runledger.interop.notify import serve
+from runledger.interop.routes import Route
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.bus.natsserver import free_port
 
 SECRET = "s3cret-TOKEN"  # in the routes' paths, queries, userinfo and headers: it must never leave them
 WATCHDOG_S = 15  # a process that has not exited by then is killed, and the test fails
@@ -163,7 +163,7 @@ def test_a_redirect_is_a_failure_and_the_other_host_gets_nothing(tmp_path, nats_
             await asyncio.wait_for(task, 30)
 
     try:
-        with caplog.at_level(logging.DEBUG, logger="interop.notify"):
+        with caplog.at_level(logging.DEBUG, logger="runledger.interop.notify"):
             tried, floor_while_redirected, floor_after = asyncio.run(scenario())
         assert other.requests == [], f"the redirect was followed: {other.requests[:1]}"
         assert tried >= len(redirects) and floor_while_redirected == 0  # each redirect a failure, nothing acked
@@ -200,7 +200,7 @@ def test_a_trickling_receiver_fails_within_the_deadline_and_is_tried_again(tmp_p
             await asyncio.wait_for(task, WATCHDOG_S)
 
     try:
-        with caplog.at_level(logging.DEBUG, logger="interop.notify"):
+        with caplog.at_level(logging.DEBUG, logger="runledger.interop.notify"):
             tries = asyncio.run(scenario())
         assert tries >= 2, "the first request never ended"
         assert "not delivered (timed out" in caplog.text
@@ -211,7 +211,7 @@ def test_a_trickling_receiver_fails_within_the_deadline_and_is_tried_again(tmp_p
 
 def notify_process(tmp_path: Path, routes: Path, url: str) -> subprocess.Popen:
     log = open(tmp_path / "notify.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "tools.cli", "notify", "--routes", str(routes), "--nats", url,
+    return subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "notify", "--routes", str(routes), "--nats", url,
                              "--from-start"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -305,7 +305,7 @@ def test_lineage_to_a_trickling_endpoint_fails_within_its_deadline():
 
     from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
 
-    from interop import lineage, webhook
+    from runledger.interop import lineage, webhook
 
     trickler = Recorder(lambda rec, i: "trickle", trickle_s=0.5)
     event = RunEvent(eventType=RunState.START, eventTime=datetime.now(timezone.utc).isoformat(),

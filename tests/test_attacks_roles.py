@@ -19,10 +19,10 @@ import nats
 import pytest
 
 from conftest import LedgerProcess, reader, wait_for_count
-from ledger import bus, natsserver
-from ledger.chains import ledger_attempts
-from ledger.emitter import Emitter
-from ledger.replay import replay, run_events
+from runledger.ledger.bus import jetstream as bus, natsserver
+from runledger.ledger.emit.chains import ledger_attempts
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.check.replay import replay, run_events
 
 STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.1}
 WATCH_S = 3.0  # how long an attacker's subscription listens while the ledger pulls events
@@ -128,7 +128,7 @@ def test_each_role_still_does_its_work_on_its_own_inbox(secure, tmp_path):
 
 
 AGENT = "agent-drops"
-AGENT_ALERT = f"{AGENT}:r1:drop_fraction:1"  # an id the way agents.policy makes them
+AGENT_ALERT = f"{AGENT}:r1:drop_fraction:1"  # an id the way runledger.agents.policy makes them
 
 
 def alert(alert_id: str, agent: str, message: str, state: str = "open") -> dict:
@@ -225,8 +225,8 @@ def test_notify_routes_for_agents_do_not_deliver_a_workers_forgery(secure, tmp_p
     """notify (its own credentials) with a route on `agents = ["agent-*"]` and one on `producers =
     ["agent-*"]`. As worker-r1, an alert that names agent-drops as its agent; then the agent's own alert.
     Each route delivers the agent's (so it has passed the forgery, which came first), never the forgery."""
-    from interop.notify import serve
-    from interop.routes import Route
+    from runledger.interop.notify import serve
+    from runledger.interop.routes import Route
 
     root, creds = secure
     receiver = Receiver()

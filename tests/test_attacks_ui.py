@@ -67,7 +67,7 @@ class Dashboard:
         self.port = free_port()
         self.log = open(tmp / "ui.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.cli", "ui", "--root", str(root), "--nats", "nats://127.0.0.1:1",
+            [sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(root), "--nats", "nats://127.0.0.1:1",
              "--port", str(self.port), *args], cwd=REPO, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.url = self.proc.stdout.readline().strip()  # the address, once it listens
         assert self.url.startswith("http://"), (tmp / "ui.log").read_text()
@@ -195,7 +195,7 @@ def test_a_huge_query_through_the_dashboard_is_bounded_in_rows_and_memory(dashbo
 
 @pytest.mark.slow
 def test_a_huge_query_through_runledger_sql_is_bounded_and_says_so(small_root):
-    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "sql", "--root", str(small_root), "--format", "csv",
+    proc = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "sql", "--root", str(small_root), "--format", "csv",
                              HUGE_QUERY], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with Peak(proc.pid) as peak:
         out, err = proc.communicate(timeout=WATCHDOG_S)
@@ -212,7 +212,7 @@ def test_a_huge_query_through_runledger_sql_is_bounded_and_says_so(small_root):
 
 
 def test_a_wide_answer_is_bounded_in_bytes_too(small_root):
-    import queries
+    from runledger import queries
 
     con = queries.connect(small_root)
     try:
@@ -225,7 +225,7 @@ def test_a_wide_answer_is_bounded_in_bytes_too(small_root):
 
 @pytest.mark.slow
 def test_live_streams_beyond_the_cap_are_refused(dashboard):
-    from ui.streams import MAX_STREAMS
+    from runledger.ui.streams import MAX_STREAMS
 
     for query in ("run=..", "run=A", "run=" + "x" * 300, "since=abc", "since=-1", "since=nan", "since=1e999",
                   "since=99999999999999999999999"):  # (a stream that is not refused never ends: the watchdog fails it)
@@ -272,10 +272,10 @@ async def until_stored(sub) -> list[dict]:
 def test_the_streams_watching_a_run_share_one_query_per_wake(small_root):
     """Eight pages watching one run: the ledger stores a step, the feed wakes once, and the run's new
     points are read once and reach all eight."""
-    from ledger import store
-    from ui.data import Reader
-    from ui.live import Feed
-    from ui.streams import Streams
+    from runledger.ledger.storage import store
+    from runledger.ui.data import Reader
+    from runledger.ui.live import Feed
+    from runledger.ui.streams import Streams
 
     store.write_position(small_root, 21)
     reader = Reader(small_root, threads=1)
@@ -318,7 +318,7 @@ def test_the_streams_watching_a_run_share_one_query_per_wake(small_root):
 def test_the_demos_dashboard_gets_its_token_from_a_private_file_not_its_argv(tmp_path, nats_server):
     from rich.console import Console
 
-    from tools.demo import QUICK, Demo, start_ui
+    from runledger.tools.demo import QUICK, Demo, start_ui
 
     root = tmp_path / "demo-root"
     (root / "logs").mkdir(parents=True)
@@ -398,8 +398,8 @@ def sweep_requests() -> list[tuple[str, str, dict]]:
 
 
 def test_every_route_refuses_hostile_input_with_a_4xx_and_one_line_never_a_500(small_root):
-    from ui.access import configure
-    from ui.app import create_app
+    from runledger.ui.access import configure
+    from runledger.ui.app import create_app
 
     app = create_app(small_root, None, configure("127.0.0.1", token=TOKEN))
     with TestClient(app, base_url="http://127.0.0.1:8765", raise_server_exceptions=False,

@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO, cli, reader
-from ledger import store
-from ledger.sink import ParquetSink
-from ledger.tables import Tables
-from tools.produce import step_payload
+from runledger.ledger.storage import store
+from runledger.ledger.emit.sink import ParquetSink
+from runledger.ledger.storage.tables import Tables
+from runledger.tools.produce import step_payload
 
 WATCHDOG_S = 240  # a child that has not finished by then is killed (not a timing assert)
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from audit_ledger import Ledger, write_run  # noqa: E402
 
-from queries import audit  # noqa: E402
+from runledger.queries import audit  # noqa: E402
 
 # fault planted -> (the check that must fire, its status, the steps where it must say it fired)
 FAULTS = {

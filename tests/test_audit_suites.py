@@ -11,8 +11,8 @@ import pytest
 
 from audit_ledger import STEPS, Ledger, write_run
 from conftest import cli
-from queries import audit
-from training.schedule import make_schedule, retime
+from runledger.queries import audit
+from runledger.training.schedule import make_schedule, retime
 
 RESUME = {"path": "ckpt/resumed/200", "step": 200, "content_hash": f"{200:064x}"}
 
@@ -133,7 +133,7 @@ def test_the_checks_are_one_question_per_file_with_a_comment_saying_which(root):
 
 
 def test_each_query_runs_alone_over_the_plain_views_and_agrees_with_the_runner(root):
-    import queries
+    from runledger import queries
 
     con = queries.connect(root)  # no helpers materialised: the files read the views of views.sql
     for suite in audit.SUITES:

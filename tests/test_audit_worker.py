@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("jax")
 
-from ledger.sink import ParquetSink  # noqa: E402
-from queries import audit  # noqa: E402
-from training import checkpoint  # noqa: E402
-from training.config import PRESETS  # noqa: E402
-from training.schedule import retime  # noqa: E402
-from training.worker import Start, train  # noqa: E402
+from runledger.ledger.emit.sink import ParquetSink  # noqa: E402
+from runledger.queries import audit  # noqa: E402
+from runledger.training import checkpoint  # noqa: E402
+from runledger.training.config import PRESETS  # noqa: E402
+from runledger.training.schedule import retime  # noqa: E402
+from runledger.training.worker import Start, train  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,11 +1,11 @@
-"""The ledger's pull (`ledger.bus.Puller`) against a real nats-server."""
+"""The ledger's pull (`runledger.ledger.bus.jetstream.Puller`) against a real nats-server."""
 
 from __future__ import annotations
 
 import asyncio
 
-from ledger import bus
-from ledger.events import STREAM, subject_for
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.contract.events import STREAM, subject_for
 
 
 def test_a_backlog_larger_than_a_subscription_may_hold_comes_without_a_stall(nats_server):

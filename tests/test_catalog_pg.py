@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, LedgerProcess, cli, reader
-from ledger.natsserver import free_port
+from runledger.ledger.bus.natsserver import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 RUNS = ["pga", "pgb", "pgc", "pgd"]  # over both partitions
@@ -78,7 +78,7 @@ def stored(root: Path, uri: str) -> tuple[int, int]:
     """(rows, distinct event_ids) of the step table, read through the PostgreSQL catalog."""
     import pyarrow.compute as pc
 
-    from ledger.tables import Tables
+    from runledger.ledger.storage.tables import Tables
 
     t = Tables(root, uri=uri, mark=False).table("step")
     t.refresh()
@@ -101,7 +101,7 @@ def test_two_ledgers_on_one_postgres_catalog_survive_its_crash_mid_commit(tmp_pa
     producers = []
     try:
         producers = [subprocess.Popen(
-            [sys.executable, "-m", "tools.produce", "--nats", nats_server.url, "--spool", str(tmp_path / "spool"),
+            [sys.executable, "-m", "runledger.tools.produce", "--nats", nats_server.url, "--spool", str(tmp_path / "spool"),
              "--run-id", run, "--count", str(PER_RUN), "--rate", str(RATE)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run in RUNS]
         deadline = time.monotonic() + 60

@@ -9,7 +9,7 @@ from conftest import REPO
 
 
 def test_chaos_quick_loses_and_duplicates_nothing():
-    r = subprocess.run([sys.executable, "-m", "tools.chaos", "--quick"], cwd=REPO, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "runledger.tools.chaos", "--quick"], cwd=REPO, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     table = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line and not line.startswith(" ")}

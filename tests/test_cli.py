@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cli, reader, runledger, wait_for_count
-from ledger.sealing import seal
+from runledger.ledger.emit.sealing import seal
 from test_verify_replay import build_run
-from tools.cli import main
+from runledger.tools.cli import main
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_sql_formats(ledger_root):
 def test_a_query_gets_the_views_it_names_and_those_they_build_on(ledger_root):
     """`runledger sql` defines only what its query can reach (the audit helpers are slow to define):
     each view of views.sql, asked for alone, is there with everything below it."""
-    import queries
+    from runledger import queries
 
     views = re.findall(r"^create or replace view (\w+)", queries.render_views(ledger_root), re.MULTILINE)
     assert {"events", "steps", "steps_all", "step_cells", "quarantine"} <= set(views)
@@ -200,7 +200,7 @@ def test_sql_starts_without_jax_numpy_or_nats(ledger_root, tmp_path):
     """`runledger sql` loads DuckDB and the CLI, nothing of training, Arrow or NATS (once the view columns
     are in the cache, which the first run fills)."""
     heavy = ("jax", "numpy", "nats", "pydantic", "pyarrow", "scipy", "orbax")
-    code = ("import sys; from tools.cli import main; rc = main(sys.argv[1:]); "
+    code = ("import sys; from runledger.tools.cli import main; rc = main(sys.argv[1:]); "
             f"print(sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr); sys.exit(rc)")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     for run in ("first", "cached"):
@@ -211,7 +211,7 @@ def test_sql_starts_without_jax_numpy_or_nats(ledger_root, tmp_path):
 
 
 def test_publish_reports_a_line_that_is_not_utf8_by_its_number():
-    r = subprocess.run([sys.executable, "-m", "tools.cli", "publish", "--nats", "nats://127.0.0.1:9"],
+    r = subprocess.run([sys.executable, "-m", "runledger.tools.cli", "publish", "--nats", "nats://127.0.0.1:9"],
                        input=b'{"loss": "\xff\xfe"}\n\nnot json\n', capture_output=True, cwd=REPO, timeout=60)
     err = r.stderr.decode()
     assert r.returncode == 2, err

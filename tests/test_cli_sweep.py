@@ -36,7 +36,7 @@ NAMES = {"run", "run_id", "target", "producer", "fork_from", "worker", "durable"
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
-    from tools.cli import build_parser
+    from runledger.tools.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return dict(sub.choices)
@@ -131,7 +131,7 @@ def run_case(argv: list[str], tmp: Path, case: int = 0) -> tuple[int | None, str
     here.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
     env.update(RUNLEDGER_ROOT=str(here / "env-root"), RUNLEDGER_NATS="nats://127.0.0.1:1", PYTHONPATH=str(REPO))
-    p = subprocess.Popen([sys.executable, "-m", "tools.cli", *argv], cwd=here, env=env, stdin=subprocess.DEVNULL,
+    p = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", *argv], cwd=here, env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
                          start_new_session=True)
     try:

@@ -8,8 +8,8 @@ import sys
 import time
 
 from conftest import LedgerProcess, REPO, cli, reader, wait_for_count
-from ledger import bus
-from ledger.natsserver import cluster_url, start_cluster
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.bus.natsserver import cluster_url, start_cluster
 
 
 async def _make_stream(url: str) -> int:
@@ -36,7 +36,7 @@ def test_killing_one_of_three_nodes_during_ingest_loses_nothing(tmp_path):
         root = tmp_path / "root"
         ledger = LedgerProcess(root, url, tmp_path / "ledger.log").start()
         producer = subprocess.Popen(
-            [sys.executable, "-m", "tools.produce", "--nats", url, "--spool", str(tmp_path / "spool"),
+            [sys.executable, "-m", "runledger.tools.produce", "--nats", url, "--spool", str(tmp_path / "spool"),
              "--run-id", "clustered", "--count", "15000", "--rate", "3000"], cwd=REPO, stderr=subprocess.PIPE, text=True)
         time.sleep(2.0)
         nodes[0].kill()  # the node both clients most likely connected to first

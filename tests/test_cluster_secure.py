@@ -13,8 +13,8 @@ from nats.js.errors import NotFoundError
 
 import test_security
 from conftest import LedgerProcess, cli
-from ledger import bus, natsserver
-from ledger.settings import creds_dir, read_creds
+from runledger.ledger.bus import jetstream as bus, natsserver
+from runledger.ledger.settings import creds_dir, read_creds
 
 # The same checks, run here against the cluster (pytest gives them this module's `secure` fixture). The
 # cluster is started once, so the stream keeps what earlier checks published and each check's fresh

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from ledger import decision_state
-from ledger.decisions import DecisionFeed
-from ledger.emitter import Emitter
+from runledger.ledger.contract import decision_state
+from runledger.ledger.decisions.inbox import DecisionFeed
+from runledger.ledger.emit.emitter import Emitter
 
 
 def d(i, mode="auto"):

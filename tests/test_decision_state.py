@@ -3,8 +3,8 @@ make, review, answer, and ask what is ready and what is in force."""
 
 from __future__ import annotations
 
-from ledger import decision_state as ds
-from ledger.replay import replay
+from runledger.ledger.contract import decision_state as ds
+from runledger.ledger.check.replay import replay
 
 
 def made(i, mode="auto", action="set_dispatch"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from conftest import cli, runledger
-import queries
+from runledger import queries
 
 
 def test_the_quick_demo_shows_a_b_c_and_verifies(tmp_path):

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import publisher as pub_mod
-from ledger.emitter import Emitter, SpoolFull
-from ledger.events import EvalCompleted, InvalidEvent, StepCompleted
-from ledger.publisher import Publisher
-from ledger.validation import check_envelope
+from runledger.ledger.emit import publisher as pub_mod
+from runledger.ledger.emit.emitter import Emitter, SpoolFull
+from runledger.ledger.contract.events import EvalCompleted, InvalidEvent, StepCompleted
+from runledger.ledger.emit.publisher import Publisher
+from runledger.ledger.contract.validation import check_envelope
 
 NO_SERVER = "nats://127.0.0.1:1"  # never connected to
 KINDS = {"step": {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1},

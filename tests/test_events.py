@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from conftest import REPO, cli
-from ledger.canonical import _canonical_dict, canonical_json, es_number, event_hash, fast_canonical
-from ledger.columns import NUMERIC_KINDS
-from ledger.events import ACTIONS, KINDS, REGISTRY, DataSource, InvalidEvent, LayerDrops
-from ledger.parsing import parse_json
-from ledger.sealing import seal, seal_many
-from ledger.validation import check_envelope, check_name, check_payload, payloads_valid
+from runledger.ledger.contract.canonical import _canonical_dict, canonical_json, es_number, event_hash, fast_canonical
+from runledger.ledger.contract.columns import NUMERIC_KINDS
+from runledger.ledger.contract.events import ACTIONS, KINDS, REGISTRY, DataSource, InvalidEvent, LayerDrops
+from runledger.ledger.contract.parsing import parse_json
+from runledger.ledger.emit.sealing import seal, seal_many
+from runledger.ledger.contract.validation import check_envelope, check_name, check_payload, payloads_valid
 
 SHARED = REPO.parent / "shared"  # CI clones the repo with shared/ beside it
 VECTORS = SHARED / "contract-vectors.jsonl"

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from conftest import REPO, cli, reader, wait_for_count
-from ledger import local
+from runledger.ledger import local
 
 # the example's default: the audit's loss trend compares two windows of window_blocks (5) blocks of
 # block_steps (100 without a plan: queries/views.sql run_blocks) steps, so it reads a run of >= 1000 steps

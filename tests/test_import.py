@@ -145,8 +145,8 @@ def tensorboards_records(path: Path) -> list[bytes]:
 
 
 def test_event_files_are_read_as_tensorboards_reader_reads_them_and_a_torn_end_waits(tmp_path):
-    from interop.importers import tensorboard as tb
-    from interop.importers import tfrecord
+    from runledger.interop.importers import tensorboard as tb
+    from runledger.interop.importers import tfrecord
 
     logdir = tmp_path / "tb"
     write_tensorboard(logdir, range(300), np.random.default_rng(2))
@@ -234,7 +234,7 @@ def test_mlflow_import_keeps_every_history_point_params_tags_and_times(local_roo
 
 
 def _millis(ms: int) -> str:
-    from interop.importers.source import millis_text
+    from runledger.interop.importers.source import millis_text
 
     return millis_text(ms)
 
@@ -286,7 +286,7 @@ def test_wandb_offline_run_import_is_exact_and_a_run_still_writing_is_completed_
     assert reader(local_root).execute("select config from config_updates where run_id = ?", [run_id]).fetchall() == [('{"late":7}',)]
     assert reader(local_root).execute("select status, final_step from runs_finished where run_id = ?",
                                       [run_id]).fetchall() == [("completed", 39)]
-    from interop.importers.wandb import records
+    from runledger.interop.importers.wandb import records
     from wandb.proto import wandb_internal_pb2 as pb
 
     samples = [r.stats for r in map(pb.Record.FromString, records(run_file)) if r.WhichOneof("record_type") == "stats"]
@@ -302,7 +302,7 @@ def test_wandb_offline_run_import_is_exact_and_a_run_still_writing_is_completed_
 
 
 def test_a_wandb_file_with_a_bad_checksum_is_refused(tmp_path):
-    from interop.importers import wandb as wb
+    from runledger.interop.importers import wandb as wb
 
     f = tmp_path / "run-x.wandb"
     body = b"\x00" * 20
@@ -315,9 +315,9 @@ def test_a_wandb_file_with_a_bad_checksum_is_refused(tmp_path):
 
 
 def test_a_reimport_plans_only_what_follows_the_held_events_and_refuses_a_changed_past():
-    from interop.importers.bring import Held, ImportRefused, plan
-    from interop.importers.source import SourceEvent, SourceRun, run_finished, run_started
-    from ledger.canonical import canonical_json
+    from runledger.interop.importers.bring import Held, ImportRefused, plan
+    from runledger.interop.importers.source import SourceEvent, SourceRun, run_finished, run_started
+    from runledger.ledger.contract.canonical import canonical_json
 
     def source(n: int, uri: str = "/runs/a", loss0: float = 1.0) -> list[SourceEvent]:
         run = SourceRun("tensorboard", "a", uri, "tb-a")

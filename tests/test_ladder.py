@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 from conftest import reader, wait_for_count
-from ledger import service
-from ledger.emitter import Emitter
-from ledger.events import RunFinished, RunStarted, StepCompleted
-from ledger.sink import ListSink
-from queries.audit import run_suite
-from training.ladder import (LadderResult, Rung, RungSink, curves_from_ledger, emit_forecasts, fit_ladder,
-                             rung_configs, train_rungs)
-from training.ladder_fit import FRACTIONS, Curve, Law, loss_at
+from runledger.ledger.ingest import service
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import RunFinished, RunStarted, StepCompleted
+from runledger.ledger.emit.sink import ListSink
+from runledger.queries.audit import run_suite
+from runledger.training.ladder import (LadderResult, Rung, RungSink, curves_from_ledger, emit_forecasts, fit_ladder, rung_configs, train_rungs)
+from runledger.training.ladder_fit import FRACTIONS, Curve, Law, loss_at
 
 LAW = Law(E=0.6, A=30.0, alpha=0.1)
 FPT = 1e5
@@ -144,8 +143,8 @@ def test_rung_emitter_keeps_the_curve_of_a_rung_that_died():
 def test_ladder_command_parses_and_refuses_bad_usage(tmp_path):
     import argparse
 
-    from tools import ladder as ladder_command
-    from tools.args import UsageError
+    from runledger.tools import ladder as ladder_command
+    from runledger.tools.args import UsageError
 
     parser = argparse.ArgumentParser(prog="runledger")
     ladder_command.register(parser.add_subparsers(dest="command"))

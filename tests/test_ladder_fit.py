@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.ladder_fit import Curve, Law, fit_law, forecast, loss_at, self_check
+from runledger.training.ladder_fit import Curve, Law, fit_law, forecast, loss_at, self_check
 
 TRUE = Law(E=0.8, A=40.0, alpha=0.12)
 RUNG_FLOPS = [1e10 * 3.7**i for i in range(5)]  # ~3-4x compute per rung, as the ladder grows

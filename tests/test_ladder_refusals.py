@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from training.ladder import fit_ladder
-from training.ladder_fit import BAND_LEVEL, Curve, fit_law, forecast
+from runledger.training.ladder import fit_ladder
+from runledger.training.ladder_fit import BAND_LEVEL, Curve, fit_law, forecast
 
 FPT = 1e9
 TARGET_X = 10.0  # the target 10x beyond the last rung (issue 14)

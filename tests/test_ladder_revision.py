@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from conftest import reader
-from ledger.events import DecisionApplied, DecisionMade, RunFinished, RunStarted, StepCompleted
-from ledger.sink import ParquetSink
-from queries.audit import run_suite
-from training.decisions import apply_decision
-from training.ladder import fit_ladder, forecast_made
-from training.ladder_fit import FRACTIONS, Curve, Law
-from training.ladder_joint import non_monotone
-from training.reforecast import PlanChange, Registered, lr_matched_fraction, revise_forecast, revisions
-from training.schedule import lr_at, make_schedule, retime
+from runledger.ledger.contract.events import DecisionApplied, DecisionMade, RunFinished, RunStarted, StepCompleted
+from runledger.ledger.emit.sink import ParquetSink
+from runledger.queries.audit import run_suite
+from runledger.training.decisions import apply_decision
+from runledger.training.ladder import fit_ladder, forecast_made
+from runledger.training.ladder_fit import FRACTIONS, Curve, Law
+from runledger.training.ladder_joint import non_monotone
+from runledger.training.reforecast import PlanChange, Registered, lr_matched_fraction, revise_forecast, revisions
+from runledger.training.schedule import lr_at, make_schedule, retime
 
 LAW = Law(E=0.6, A=30.0, alpha=0.1)
 FPT = 1e5
@@ -190,7 +190,7 @@ def test_joint_projections_fall_with_compute_where_per_fraction_ones_wobble():
 
 
 def test_the_report_draws_the_forecast_in_force_to_the_run_s_real_end(ledger):
-    from tools.report import gather, render
+    from runledger.tools.report import gather, render
 
     root, _, _ = ledger
     d = gather(root, "target")
@@ -206,9 +206,9 @@ def test_the_report_draws_the_forecast_in_force_to_the_run_s_real_end(ledger):
 def test_the_agents_process_re_forecasts_an_applied_plan_change_once(nats_server, root):
     """Through the real ledger: the runner, given the re-forecaster the command line gives it, records
     the revision as producer `ladder` (a fresh attempt) once the decision is applied, and not again."""
-    from agents.runner import Runner
-    from ledger.emitter import Emitter
-    from ledger.replay import replay_run
+    from runledger.agents.runner import Runner
+    from runledger.ledger.emit.emitter import Emitter
+    from runledger.ledger.check.replay import replay_run
     from test_ladder import serve_in_thread
     from conftest import wait_for_count
 
@@ -263,8 +263,8 @@ def test_the_agents_process_re_forecasts_an_applied_plan_change_once(nats_server
 def test_the_ladder_command_takes_the_fit_and_revise_options(tmp_path):
     import argparse
 
-    from tools import ladder as ladder_command
-    from tools.args import UsageError
+    from runledger.tools import ladder as ladder_command
+    from runledger.tools.args import UsageError
 
     parser = argparse.ArgumentParser(prog="runledger")
     ladder_command.register(parser.add_subparsers(dest="command"))

@@ -1,7 +1,8 @@
-"""The layers run one way, `ledger` <- `queries` <- `training` / `agents` / `runledger` / `ui` / `interop` <- `tools`
-(then `bench`), with
-no cycles, and no module imports the command line: read from the source's imports (ast), every
-import counted, a function's deferred ones too, and the subcommand modules `tools.cli` loads by name.
+"""The layers run one way, `runledger.ledger` <- `runledger.queries` <- `runledger.training` / `agents` /
+`ui` / `interop` / the logging API <- `runledger.tools` (then `bench`), with no cycles; inside `runledger.ledger`
+the concept folders run `contract` <- `storage` / `bus` <- `emit` / `check` <- `decisions` / `ingest` <- the
+embedded default (`local`); no module imports the command line, and none uses another module's private names.
+Read from the source's imports (ast), every import counted, a function's deferred ones too.
 """
 
 from __future__ import annotations
@@ -12,17 +13,31 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-RANK = {"ledger": 0, "queries": 1, "training": 2, "agents": 2, "runledger": 2, "ui": 2, "interop": 2, "tools": 3,
-        "bench": 4}
-ENTRY = "tools.cli"  # the command line: what a user runs, imported by no module
+# the installed package's folders (pyproject's package-dir): runledger.<name> lives in <name>/ at the root
+FOLDERS = {"runledger": "runledger", "runledger.ledger": "ledger", "runledger.queries": "queries",
+           "runledger.training": "training", "runledger.agents": "agents", "runledger.ui": "ui",
+           "runledger.interop": "interop", "runledger.tools": "tools", "bench": "bench"}
+RANK = {"runledger.ledger": 0, "runledger.queries": 1, "runledger.training": 2, "runledger.agents": 2, "runledger": 2,
+        "runledger.ui": 2, "runledger.interop": 2, "runledger.tools": 3, "bench": 4}
+# inside runledger.ledger: its concept folders, and its top modules (settings, redact, local) by name
+LEDGER_RANK = {"redact": 0, "contract": 1, "settings": 1, "storage": 2, "bus": 2, "emit": 3, "check": 3,
+               "decisions": 4, "ingest": 4, "local": 5}
+ENTRY = "runledger.tools.cli"  # the command line: what a user runs, imported by no module
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
+    rel = path.relative_to(REPO)
+    package = next(name for name, folder in FOLDERS.items() if rel.parts[0] == folder)
+    parts = (*package.split("."), *rel.with_suffix("").parts[1:])
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(p): p for top in RANK for p in sorted((REPO / top).rglob("*.py"))}
+MODULES = {module_name(p): p for folder in FOLDERS.values() for p in sorted((REPO / folder).rglob("*.py"))}
+
+
+def layer(module: str) -> str:
+    """The layer a module is in: the longest package of RANK that holds it."""
+    return max((name for name in RANK if module == name or module.startswith(name + ".")), key=len)
 
 
 def resolve(name: str) -> str | None:
@@ -57,7 +72,7 @@ def imports_of(module: str) -> dict[str, int]:
             target = resolve(name)
             if target is not None and target != module:
                 found.setdefault(target, node.lineno)
-    if module == ENTRY:  # the subcommands it loads by name (tools.cli.PLUGINS)
+    if module == ENTRY:  # the subcommands it loads by name (runledger.tools.cli.PLUGINS)
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PLUGINS" for t in node.targets):
                 for const in ast.walk(node.value):
@@ -71,17 +86,31 @@ GRAPH = {m: imports_of(m) for m in MODULES}
 
 def test_the_graph_is_read():
     """A sanity check of the reader: arrows that exist are seen (else the tests below pass on nothing)."""
-    assert "ledger.events" in GRAPH["ledger.store"]
-    assert "queries" in GRAPH["queries.audit"]
-    assert "tools.train" in GRAPH["tools.cli"]  # through PLUGINS
+    assert "runledger.ledger.contract.events" in GRAPH["runledger.ledger.storage.store"]
+    assert "runledger.queries" in GRAPH["runledger.queries.audit"]
+    assert "runledger.tools.train" in GRAPH["runledger.tools.cli"]  # through PLUGINS
     assert len(MODULES) > 40
 
 
 def test_imports_run_down_the_layers():
     wrong = [f"{MODULES[m].relative_to(REPO)}:{line} imports {t}"
              for m, targets in GRAPH.items() for t, line in targets.items()
-             if (a := m.split(".")[0]) != (b := t.split(".")[0]) and RANK[b] >= RANK[a]]
-    assert not wrong, "imports against ledger <- queries <- training / agents <- tools:\n" + "\n".join(wrong)
+             if (a := layer(m)) != (b := layer(t)) and RANK[b] >= RANK[a]]
+    assert not wrong, "imports against ledger <- queries <- training / agents / ui / interop <- tools:\n" + "\n".join(wrong)
+
+
+def ledger_part(module: str) -> str | None:
+    """A runledger.ledger module's concept folder (or its top module's name); None outside the ledger."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["runledger", "ledger"] and len(parts) > 2 else None
+
+
+def test_the_ledgers_folders_run_down_their_layers():
+    assert set(LEDGER_RANK) == {ledger_part(m) for m in MODULES if ledger_part(m)}, "a ledger folder without a rank"
+    wrong = [f"{MODULES[m].relative_to(REPO)}:{line} imports {t}"
+             for m, targets in GRAPH.items() for t, line in targets.items()
+             if (a := ledger_part(m)) and (b := ledger_part(t)) and a != b and LEDGER_RANK[b] >= LEDGER_RANK[a]]
+    assert not wrong, "imports against the ledger's folders (see LEDGER_RANK):\n" + "\n".join(wrong)
 
 
 def test_no_module_imports_the_command_line():

@@ -16,16 +16,16 @@ import orjson
 import pytest
 
 from conftest import wait_for_count
-from ledger.batch import check_batch
-from ledger.canonical import canonical_json
-from ledger.emitter import Emitter
-from ledger.events import INT64_MAX, MAX_EVENT_BYTES, InvalidEvent, make_event_id, subject_for
-from ledger.sealing import seal
-from ledger.service import Ledger, decode_message, plain_batch
-from ledger.store import SeqIndex, read_events
-from ledger.validation import check_envelope
-from ledger.verify import verify
-from tools.produce import step_payload
+from runledger.ledger.ingest.batch import check_batch
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import INT64_MAX, MAX_EVENT_BYTES, InvalidEvent, make_event_id, subject_for
+from runledger.ledger.emit.sealing import seal
+from runledger.ledger.ingest.service import Ledger, decode_message, plain_batch
+from runledger.ledger.storage.store import SeqIndex, read_events
+from runledger.ledger.contract.validation import check_envelope
+from runledger.ledger.check.verify import verify
+from runledger.tools.produce import step_payload
 
 T0 = "2026-11-29T10:00:00.000000Z"
 RUN, PRODUCER = "run-1", "worker-0"

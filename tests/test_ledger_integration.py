@@ -17,14 +17,14 @@ import time
 import nats
 
 from conftest import REPO, cli, reader, wait_for_count
-from ledger import bus
-from ledger.events import subject_for
-from ledger.sealing import seal
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.contract.events import subject_for
+from runledger.ledger.emit.sealing import seal
 
 
 def start_producer(nats_url, spool, run_id, producer, count, rate=0.0) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tools.produce", "--nats", nats_url, "--spool", str(spool), "--run-id", run_id,
+        [sys.executable, "-m", "runledger.tools.produce", "--nats", nats_url, "--spool", str(spool), "--run-id", run_id,
          "--producer", producer, "--count", str(count), "--rate", str(rate)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )

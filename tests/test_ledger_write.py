@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import reader
-from ledger import service, store
-from ledger.events import subject_for
-from ledger.sealing import seal
+from runledger.ledger.ingest import service
+from runledger.ledger.storage import store
+from runledger.ledger.contract.events import subject_for
+from runledger.ledger.emit.sealing import seal
 
 
 def batch_for(runs: list[str], n: int) -> list[tuple[str, bytes, int]]:

@@ -27,9 +27,9 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
-import queries
+from runledger import queries
 from conftest import reader
-from ledger.sink import ParquetSink
+from runledger.ledger.emit.sink import ParquetSink
 from runledger import levanter as rl_levanter
 from runledger.core import PRODUCER, Run
 from runledger.levanter import HISTOGRAM_STATS, RunledgerConfig, RunledgerTracker

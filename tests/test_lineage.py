@@ -31,11 +31,8 @@ RUN = "lineage-run"
 def write_ledger(root: Path) -> None:
     """A run of two worker attempts (the first fails, the second resumes from its checkpoint) with data,
     checkpoints and an agent's decision that the second attempt applies, by the ledger's own writer."""
-    from ledger.events import (
-        CheckpointAsked, CheckpointSaved, DataRecorded, DataSource, DecisionApplied, DecisionMade, ResumedFrom, RunFinished,
-        RunStarted,
-    )
-    from ledger.sink import ParquetSink
+    from runledger.ledger.contract.events import (CheckpointAsked, CheckpointSaved, DataRecorded, DataSource, DecisionApplied, DecisionMade, ResumedFrom, RunFinished, RunStarted)
+    from runledger.ledger.emit.sink import ParquetSink
 
     seqs, rows = itertools.count(1), []
 

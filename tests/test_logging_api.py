@@ -24,8 +24,8 @@ import pytest
 
 import runledger
 from conftest import REPO, reader
-from ledger import local
-from ledger.events import MAX_METRIC_NAME, MAX_METRICS
+from runledger.ledger import local
+from runledger.ledger.contract.events import MAX_METRIC_NAME, MAX_METRICS
 
 
 def run_script(code: str, root: Path, *args: str, wait: bool = True, **kw) -> subprocess.Popen | subprocess.CompletedProcess:
@@ -75,7 +75,7 @@ def test_log_stores_every_value_exactly_and_flags_the_non_finite(local_root):
 
 
 def runledger_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    return subprocess.run([sys.executable, "-m", "runledger.tools.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
 def test_bad_input_gets_a_one_line_error_and_loses_nothing_accepted(local_root):

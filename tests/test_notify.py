@@ -23,14 +23,14 @@ import pytest
 
 from audit_ledger import T0, Ledger
 from conftest import REPO, cli, reader, wait_for_count
-from agents import stall
-from agents.runner import evaluate, recent_runs, run_agents
-from interop.notify import BACKOFF_BASE_S, BACKOFF_CAP_S, backoff_s, json_body, request_body, serve, slack_body
-from interop.routes import Route, RoutesError, parse_routes
-from ledger import bus, natsserver
-from ledger.emitter import Emitter
-from ledger.natsserver import free_port
-from ledger.sealing import seal
+from runledger.agents import stall
+from runledger.agents.runner import evaluate, recent_runs, run_agents
+from runledger.interop.notify import (BACKOFF_BASE_S, BACKOFF_CAP_S, backoff_s, json_body, request_body, serve, slack_body)
+from runledger.interop.routes import Route, RoutesError, parse_routes
+from runledger.ledger.bus import jetstream as bus, natsserver
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.bus.natsserver import free_port
+from runledger.ledger.emit.sealing import seal
 
 STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.05}
 START = {"config": {}, "config_hash": "0" * 64, "token_budget": None}  # (replay reads token_budget as a key)
@@ -258,7 +258,7 @@ def test_the_stall_agent_opens_on_silence_and_resolves_when_steps_come_back(tmp_
 
 def test_restarted_agents_watch_the_unfinished_runs_heard_from_lately(tmp_path):
     """A run that went silent before the agents (re)started sends nothing to wake them: they watch the
-    recent unfinished runs from the start (agents.runner.recent_runs)."""
+    recent unfinished runs from the start (runledger.agents.runner.recent_runs)."""
     led = Ledger(tmp_path)
     now = datetime.now(timezone.utc)
     for run_id, at, finished in (("silent", now - timedelta(minutes=5), False), ("done", now, True),
@@ -277,7 +277,7 @@ def test_restarted_agents_watch_the_unfinished_runs_heard_from_lately(tmp_path):
 
 def notify_process(tmp_path: Path, routes: Path, url: str) -> subprocess.Popen:
     log = open(tmp_path / "notify.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "tools.cli", "notify", "--routes", str(routes), "--nats", url,
+    return subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "notify", "--routes", str(routes), "--nats", url,
                              "--from-start"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -459,7 +459,7 @@ def test_the_notify_role_consumes_its_own_consumer_and_nothing_else(tmp_path):
 
             nc = await bus.connect(natsserver.read_creds(creds / "notify.creds"), error_cb=on_error)
             js = nc.jetstream()
-            from interop.notify import ensure_consumer as notify_consumer
+            from runledger.interop.notify import ensure_consumer as notify_consumer
 
             await notify_consumer(js, "notify", from_start=True)  # its own: allowed, and it reads alerts through it
             agent_nc = await bus.connect(natsserver.read_creds(creds / "agent.creds"))

@@ -15,10 +15,11 @@ import time
 import pytest
 
 from conftest import LedgerProcess, REPO, cli, reader, wait_for_count
-from ledger import bus, locks, natsserver
-from ledger.chains import next_attempt
-from ledger.emitter import Emitter
-from tools.produce import step_payload
+from runledger.ledger.bus import jetstream as bus, natsserver
+from runledger.ledger.storage import locks
+from runledger.ledger.emit.chains import next_attempt
+from runledger.ledger.emit.emitter import Emitter
+from runledger.tools.produce import step_payload
 
 
 def wait_serving(lp: LedgerProcess, timeout: float = 60) -> None:
@@ -32,7 +33,7 @@ def test_a_second_emitter_on_a_chain_in_another_process_is_refused(tmp_path, nat
     spool = tmp_path / "spool"
     first = Emitter("dup", "worker-0", 0, nats_server.url, spool)
     try:
-        code = ("import sys; from ledger.emitter import Emitter\n"
+        code = ("import sys; from runledger.ledger.emit.emitter import Emitter\n"
                 "try:\n    Emitter('dup', 'worker-0', 0, sys.argv[1], sys.argv[2])\n"
                 "except Exception as err:\n    print(err); sys.exit(2)\n")
         out = subprocess.run([sys.executable, "-c", code, nats_server.url, str(spool)], cwd=REPO, capture_output=True,
@@ -81,7 +82,7 @@ def test_a_producer_alone_on_its_chain_is_confirmed(tmp_path, nats_server, ledge
 
 def test_eight_processes_with_no_producer_name_store_every_event_once(tmp_path, nats_server, ledger_process):
     ledger_process.start()
-    code = ("import sys; from ledger.emitter import Emitter; from tools.produce import step_payload\n"
+    code = ("import sys; from runledger.ledger.emit.emitter import Emitter; from runledger.tools.produce import step_payload\n"
             "em = Emitter('shared', None, nats_url=sys.argv[1], spool_dir=sys.argv[2])\n"
             "em.emit_dicts('step', [step_payload(i) for i in range(300)], list(range(300)))\n"
             "sys.exit(0 if em.close(120) else 1)\n")

@@ -16,10 +16,11 @@ import time
 
 from conftest import LedgerProcess, cli, reader, runledger, wait_for_count
 from test_ledger_integration import start_producer
-from ledger import bus, service
-from ledger.emitter import Emitter
-from ledger.events import STREAM
-from tools.produce import step_payload
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.ingest import service
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import STREAM
+from runledger.tools.produce import step_payload
 
 
 def lock_holder(root) -> int | None:

@@ -3,7 +3,7 @@ SIGKILLed twice while producers publish, a standby takes over, and nothing is lo
 
 The promise under attack: exactly once across a takeover (a run's events, and its dedupe, stay in one
 partition), and a partition is without a writer only for about the lease's TTL. The longest time
-without a writer is measured from the writers' own takeover records (ledger/partitions.py), and printed.
+without a writer is measured from the writers' own takeover records (ledger/ingest/partitions/__init__.py), and printed.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 import pytest
 
 from conftest import REPO, LedgerProcess, cli, reader, runledger, wait_for_count
-from ledger import partitions
-from ledger.partitions import LEASE_TTL_S, Part, partition_of
+from runledger.ledger.ingest import partitions
+from runledger.ledger.ingest.partitions import LEASE_TTL_S, Part, partition_of
 
 K = 4
 INSTANCES = 3
@@ -76,7 +76,7 @@ def test_killing_a_partitions_writer_twice_loses_and_doubles_nothing(tmp_path, n
     try:
         wait_balanced(root)
         producers = [subprocess.Popen(
-            [sys.executable, "-m", "tools.produce", "--nats", nats_server.url, "--spool", str(tmp_path / "spool"),
+            [sys.executable, "-m", "runledger.tools.produce", "--nats", nats_server.url, "--spool", str(tmp_path / "spool"),
              "--run-id", run, "--count", str(PER_RUN), "--rate", str(RATE)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run in RUNS]
         victim_partition = partition_of(RUNS[0], K)

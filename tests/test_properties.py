@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import store
-from ledger.canonical import canonical_json, event_hash
-from ledger.events import KINDS, TIME_RE
-from ledger.sealing import seal
-from ledger.service import decode_message
-from ledger.validation import check_envelope
+from runledger.ledger.storage import store
+from runledger.ledger.contract.canonical import canonical_json, event_hash
+from runledger.ledger.contract.events import KINDS, TIME_RE
+from runledger.ledger.emit.sealing import seal
+from runledger.ledger.ingest.service import decode_message
+from runledger.ledger.contract.validation import check_envelope
 from test_events import MINIMAL
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

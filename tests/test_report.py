@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_agents import make_run
-from tools.report import SERIES, write_report
+from runledger.tools.report import SERIES, write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -15,10 +15,10 @@ import nats
 import pytest
 
 from conftest import LedgerProcess, reader, wait_for_count
-from ledger import bus, natsserver
-from ledger.emitter import Emitter
-from ledger.events import subject_for
-from ledger.sealing import seal
+from runledger.ledger.bus import jetstream as bus, natsserver
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import subject_for
+from runledger.ledger.emit.sealing import seal
 
 STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.1}
 DECISION = {"decision_id": "d1", "agent": "rogue", "rule": "none", "action": "checkpoint_now", "rationale": "test"}
@@ -52,7 +52,7 @@ def test_a_worker_publishes_its_own_run_and_nothing_else(secure, tmp_path, caplo
     for s in range(20):
         em.emit_dict("step", STEP, step=s)
     assert em.flush(30)
-    with caplog.at_level(logging.ERROR, logger="ledger.emitter"):
+    with caplog.at_level(logging.ERROR, logger="runledger.ledger.emit.emitter"):
         em.emit_dict("decision", DECISION, step=19)  # not a worker kind
         assert not em.close(timeout=8)  # never acknowledged ...
     assert "runledger.r1.decision" in em.refused  # ... because refused, and said so

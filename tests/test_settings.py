@@ -1,4 +1,4 @@
-"""Settings are resolved in one place (`ledger.settings`): a flag, else its environment variable, else
+"""Settings are resolved in one place (`runledger.ledger.settings`): a flag, else its environment variable, else
 the default; and the views' columns a query reads from the cache are the contract's, or not read."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from ledger import settings
-from queries import columns
+from runledger.ledger import settings
+from runledger.queries import columns
 
 
 @pytest.fixture

@@ -12,12 +12,11 @@ from datetime import datetime, timezone
 import pytest
 
 from conftest import cli, reader
-from ledger.chains import next_attempt
-from ledger.emitter import Emitter
-from ledger.events import (CheckpointSaved, DecisionMade, EvalCompleted, InvalidEvent, LayerDrops, RunFinished,
-                           StepCompleted, TokensDropped)
-from ledger.sink import EventSink, ListSink, NullSink, ParquetSink, kind_of, payload_of
-from ledger.spool import chain_dir
+from runledger.ledger.emit.chains import next_attempt
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import (CheckpointSaved, DecisionMade, EvalCompleted, InvalidEvent, LayerDrops, RunFinished, StepCompleted, TokensDropped)
+from runledger.ledger.emit.sink import EventSink, ListSink, NullSink, ParquetSink, kind_of, payload_of
+from runledger.ledger.emit.spool import chain_dir
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 

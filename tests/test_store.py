@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import queries
-from ledger import store
-from ledger.sink import ParquetSink
-from ledger.store import SeqIndex, StoredEvent
+from runledger import queries
+from runledger.ledger.storage import store
+from runledger.ledger.emit.sink import ParquetSink
+from runledger.ledger.storage.store import SeqIndex, StoredEvent
 
 T0 = "2026-11-29T10:00:00.000000Z"
 
 
 class Producer:
-    """One chain sealed by a Parquet sink (ledger.sink), each event handed back to the test with the
+    """One chain sealed by a Parquet sink (runledger.ledger.emit.sink), each event handed back to the test with the
     stream seq it is given, to write when and how the test likes."""
 
     def __init__(self, run_id: str = "run-1", producer: str = "worker-0", attempt: int = 0):
@@ -40,7 +40,7 @@ def step_payload(loss: float, tokens: int = 1000) -> dict:
 
 
 def canonical(ev: StoredEvent) -> StoredEvent:
-    from ledger.canonical import canonical_json
+    from runledger.ledger.contract.canonical import canonical_json
 
     ev.payload_text = canonical_json(ev.env["payload"])
     return ev

@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import queries
-from ledger import paths, store
-from ledger.migrate import migrate
-from ledger import tables as tables_module
-from ledger.tables import Tables
-from ledger.verify import verify
+from runledger import queries
+from runledger.ledger.storage import paths, store
+from runledger.ledger.storage.migrate import migrate
+from runledger.ledger.storage import tables as tables_module
+from runledger.ledger.storage.tables import Tables
+from runledger.ledger.check.verify import verify
 from tests.conftest import REPO
 from tests.test_store import Producer, canonical, step_payload
 
@@ -63,7 +63,7 @@ def test_a_reader_keeps_its_snapshot_through_compaction_and_expiry(root):
 
 
 def test_files_no_commit_took_are_read_by_no_one_and_removed_at_recovery(root):
-    from ledger import service
+    from runledger.ledger.ingest import service
 
     write_batches(root, 2)
     ledger = service.Ledger(root)
@@ -88,7 +88,7 @@ def test_a_named_snapshot_reads_as_it_was(root, tmp_path):
     write_batches(root, 2, p, first=3)
     assert queries.query(root, "select count(*) from steps_all", snapshot=n)[1] == [(21,)]
     assert queries.query(root, "select count(*) from steps_all")[1] == [(35,)]
-    out = subprocess.run([sys.executable, "-m", "tools.cli", "sql", "--root", str(root), "--snapshot", str(n), "--format",
+    out = subprocess.run([sys.executable, "-m", "runledger.tools.cli", "sql", "--root", str(root), "--snapshot", str(n), "--format",
                           "csv", "select count(*) from steps_all"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.splitlines()[1] == "21", out.stderr
     store.compact_partition(store.partition_dir(root, "step", "run-1"), min_files=2)
@@ -194,7 +194,7 @@ def test_readers_in_a_loop_never_fail_while_the_ledger_writes_compacts_and_expir
         return counts(queries.connect(root))
 
     def sql():
-        out = subprocess.run([sys.executable, "-m", "tools.cli", "sql", "--root", str(root), "--format", "csv",
+        out = subprocess.run([sys.executable, "-m", "runledger.tools.cli", "sql", "--root", str(root), "--format", "csv",
                               "select count(*), count(distinct event_id) from steps_all"],
                              cwd=REPO, capture_output=True, text=True, timeout=120)
         if out.returncode:

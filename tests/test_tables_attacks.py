@@ -17,11 +17,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-import queries
-from ledger import store
-from ledger.canonical import canonical_json, event_hash
-from ledger.tables import Tables
-from ledger.verify import verify
+from runledger import queries
+from runledger.ledger.storage import store
+from runledger.ledger.contract.canonical import canonical_json, event_hash
+from runledger.ledger.storage.tables import Tables
+from runledger.ledger.check.verify import verify
 from tests.test_tables import BATCH, counts, write_batches
 
 BATCHES = 4  # one file of BATCH events each, committed one by one: run-1:worker-0:0 seq 0..27

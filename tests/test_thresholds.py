@@ -13,10 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from audit_ledger import T0, Ledger  # noqa: E402
 
-import queries  # noqa: E402
-from agents.runner import run_thresholds  # noqa: E402
-from queries.thresholds import DEFAULTS, RULE_BOOK, THRESHOLDS  # noqa: E402
-from training.schedule import make_schedule  # noqa: E402
+from runledger import queries  # noqa: E402
+from runledger.agents.runner import run_thresholds  # noqa: E402
+from runledger.queries.thresholds import DEFAULTS, RULE_BOOK, THRESHOLDS  # noqa: E402
+from runledger.training.schedule import make_schedule  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SQL_READ = re.compile(r"\bname\s*=\s*'([a-z0-9_]+)'")  # ... from run_thresholds where name = 'X'
@@ -110,8 +110,8 @@ def test_a_run_may_set_only_thresholds_of_the_rule_book():
     """`runledger train --threshold` and `runledger.init(thresholds=)` refuse a name the rule book lacks
     (a typo would otherwise be recorded and silently never read), and take the former names too."""
     import runledger
-    from tools.args import UsageError
-    from tools.train import parse_thresholds
+    from runledger.tools.args import UsageError
+    from runledger.tools.train import parse_thresholds
 
     assert parse_thresholds(["grad_norm_max=5", "window_steps=20"]) == {"grad_norm_max": 5.0, "window_steps": 20.0}
     for bad, reason in ((["grad_norm_mx=5"], "no threshold 'grad_norm_mx'"), (["grad_norm_max=high"], "is not a number")):

@@ -3,9 +3,9 @@ held-out split is disjoint from training, and the provenance is a valid `data` p
 
 import numpy as np
 
-from ledger.validation import check_payload
-from training.config import DataConfig
-from training.data import batch_at, heldout_batches, load_corpus, provenance, rows_per_domain
+from runledger.ledger.contract.validation import check_payload
+from runledger.training.config import DataConfig
+from runledger.training.data import batch_at, heldout_batches, load_corpus, provenance, rows_per_domain
 
 
 def test_batches_are_a_pure_function_of_seed_and_step():

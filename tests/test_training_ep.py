@@ -12,8 +12,8 @@ from pathlib import Path
 SCRIPT = r"""
 import dataclasses, json, sys, tempfile
 import jax
-from training.config import PRESETS, MoEConfig
-from training.worker import make_mesh, train
+from runledger.training.config import PRESETS, MoEConfig
+from runledger.training.worker import make_mesh, train
 
 assert jax.device_count() == 4, jax.devices()
 base = PRESETS["tiny"]

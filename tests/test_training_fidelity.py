@@ -15,11 +15,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from audit_ledger import T0, Ledger  # noqa: E402
 
-from ledger.sink import ListSink  # noqa: E402
-from queries import audit  # noqa: E402
-from training.config import PRESETS  # noqa: E402
-from training.flops import flops_per_token  # noqa: E402
-from training.worker import train  # noqa: E402
+from runledger.ledger.emit.sink import ListSink  # noqa: E402
+from runledger.queries import audit  # noqa: E402
+from runledger.training.config import PRESETS  # noqa: E402
+from runledger.training.flops import flops_per_token  # noqa: E402
+from runledger.training.worker import train  # noqa: E402
 
 CFG = dataclasses.replace(PRESETS["tiny"], steps=8, eval_every=100, ckpt_every=100, log_every=100)
 PEAK = 1e11  # a fixed peak keeps the tests from measuring the machine

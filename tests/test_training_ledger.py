@@ -5,9 +5,9 @@ parent and starts after the parent's checkpoint."""
 
 from __future__ import annotations
 
-from ledger.replay import replay_run
+from runledger.ledger.check.replay import replay_run
 from conftest import reader, wait_for_count
-from tools.cli import main as runledger_main
+from runledger.tools.cli import main as runledger_main
 
 
 def _count(root, sql):

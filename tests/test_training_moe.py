@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from training import moe
-from training.config import MoEConfig, TrainConfig
-from training.model import attention, forward, init_params, rms_norm
+from runledger.training import moe
+from runledger.training.config import MoEConfig, TrainConfig
+from runledger.training.model import attention, forward, init_params, rms_norm
 
 
 def ceil_hundredths(cf: float, a: int, parts: int) -> int:

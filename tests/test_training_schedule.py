@@ -3,7 +3,7 @@ horizon decision makes (it keeps the lr in force and still ends at 5% of peak at
 
 import pytest
 
-from training.schedule import lr_at, make_schedule, retime
+from runledger.training.schedule import lr_at, make_schedule, retime
 
 
 def test_warmup_then_linear_decay_to_five_percent_of_peak():
@@ -45,8 +45,8 @@ def test_a_longer_horizon_and_a_decision_during_warmup():
 
 def test_a_horizon_inside_warmup_or_not_ahead_is_refused():
     """Applied, a horizon at step 3 of a 20-step warmup would climb to 0.15x peak, then drop to the floor."""
-    from training.config import PRESETS
-    from training.decisions import apply_decision
+    from runledger.training.config import PRESETS
+    from runledger.training.decisions import apply_decision
 
     s = make_schedule(peak_lr=2e-3, warmup_steps=20, horizon_steps=100)
     with pytest.raises(ValueError, match="inside warmup"):
@@ -63,7 +63,7 @@ def test_a_horizon_inside_warmup_or_not_ahead_is_refused():
 
 def test_the_train_cli_refuses_a_horizon_inside_warmup(tmp_path, caplog):
     """`runledger train --horizon-steps 3` on `tiny` (5 warmup steps): one line and exit 2, no training."""
-    from tools.cli import main as runledger_main
+    from runledger.tools.cli import main as runledger_main
 
     rc = runledger_main(["train", "--preset", "tiny", "--run-id", "warm", "--root", str(tmp_path), "--no-emit",
                          "--no-decisions", "--steps", "1", "--horizon-steps", "3"])

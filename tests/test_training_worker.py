@@ -8,13 +8,13 @@ import jax
 import numpy as np
 import pytest
 
-from ledger.validation import check_payload
-from ledger.sink import ListSink
-from training import checkpoint
-from training.config import PRESETS, config_hash, from_dict
-from training.decisions import apply_decision
-from training.schedule import lr_at, retime
-from training.worker import Start, train
+from runledger.ledger.contract.validation import check_payload
+from runledger.ledger.emit.sink import ListSink
+from runledger.training import checkpoint
+from runledger.training.config import PRESETS, config_hash, from_dict
+from runledger.training.decisions import apply_decision
+from runledger.training.schedule import lr_at, retime
+from runledger.training.worker import Start, train
 
 CFG = dataclasses.replace(PRESETS["tiny"], steps=8, eval_every=4, ckpt_every=4, log_every=4)
 PEAK = 1e11  # a fixed peak keeps the tests from measuring the machine

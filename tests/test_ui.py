@@ -26,8 +26,8 @@ from starlette.testclient import TestClient
 
 from audit_ledger import T0, Ledger
 from conftest import REPO, LedgerProcess, wait_for_count
-from ui.access import configure
-from ui.app import create_app
+from runledger.ui.access import configure
+from runledger.ui.app import create_app
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -160,7 +160,7 @@ def _same_rows(got: dict, reference: list[dict]) -> None:
 def test_the_runs_rows_come_from_each_files_parts_kept_across_restarts_and_equal_runs_sql(tmp_path, monkeypatch):
     from audit_ledger import write_run
 
-    from ui.data import Reader, load
+    from runledger.ui.data import Reader, load
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     led = Ledger(tmp_path / "root")
@@ -224,8 +224,8 @@ class Served:
     """A nats-server, a ledger process, a worker's and an agent's Emitters, and `runledger ui`."""
 
     def __init__(self, tmp: Path):
-        from ledger.emitter import Emitter
-        from ledger.natsserver import NatsServer
+        from runledger.ledger.emit.emitter import Emitter
+        from runledger.ledger.bus.natsserver import NatsServer
 
         self.tmp, self.root = tmp, tmp / "ledger"
         self.root.mkdir()
@@ -237,8 +237,8 @@ class Served:
         self.step = 0
 
     def write_runs(self) -> None:
-        from ledger.emitter import Emitter
-        from ledger.events import DecisionMade, ForecastMade, MetricsLogged, ResumedFrom, RunStarted
+        from runledger.ledger.emit.emitter import Emitter
+        from runledger.ledger.contract.events import (DecisionMade, ForecastMade, MetricsLogged, ResumedFrom, RunStarted)
 
         start = dict(config={"model": {"layers": 4}, "lr": 3e-4}, config_hash="0" * 64, tags=["demo", "ui"],
                      project="tests", token_budget=100 * 1000, tokens_per_step=1000)
@@ -267,7 +267,7 @@ class Served:
 
     def log_step(self, k: int, worker=None) -> None:
         """Step k of alpha: a typed step, its drops (two MoE layers) and a free-form metric."""
-        from ledger.events import LayerDrops, MetricsLogged, StepCompleted, TokensDropped
+        from runledger.ledger.contract.events import LayerDrops, MetricsLogged, StepCompleted, TokensDropped
 
         worker = worker or self.worker
         worker.emit(StepCompleted(loss=4.0 - 0.02 * k + 0.05 * (k > 30), grad_norm=1.0 + 0.01 * k, lr=3e-4 * min(1, k / 10),
@@ -283,7 +283,7 @@ class Served:
         port = free_port()
         self.ui_log = open(self.tmp / "ui.log", "ab")
         self.ui = subprocess.Popen(
-            [sys.executable, "-m", "tools.cli", "ui", "--root", str(self.root), "--nats", self.nats.url,
+            [sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(self.root), "--nats", self.nats.url,
              "--host", "0.0.0.0", "--port", str(port), "--token", TOKEN, "--read-token", READ_TOKEN],
             cwd=REPO, stdout=subprocess.PIPE, stderr=self.ui_log, text=True)
         line = self.ui.stdout.readline()  # the address, once it listens
@@ -409,7 +409,7 @@ def test_a_step_logged_while_the_page_is_open_appears_without_a_reload(served, c
 
 
 def test_approving_a_proposed_decision_stores_a_decision_event_with_the_approver(served, chromium):
-    import queries
+    from runledger import queries
 
     from selenium.common.exceptions import StaleElementReferenceException
 
@@ -436,10 +436,10 @@ def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_no
     """One commit makes its kinds' tables readable one after another: a page's live cursor that moved to
     the greatest seq it read (a step) would skip an earlier event of a kind made readable after it (a
     metric). The cursor is the ledger's position, written once the whole commit is readable."""
-    from ledger import store
+    from runledger.ledger.storage import store
     from test_store import Producer, step_payload
     from test_verify_replay import RUN, Stream, run_started
-    from ui.data import Reader
+    from runledger.ui.data import Reader
 
     root = tmp_path / "ledger"
     s, w = Stream(), Producer(RUN, "worker-0", 0)
@@ -469,11 +469,11 @@ def test_a_partitioned_roots_run_goes_live_at_its_partitions_position(tmp_path, 
     that partition's position."""
     import asyncio
 
-    from ledger import partitions
-    from ledger.emitter import Emitter
+    from runledger.ledger.ingest import partitions
+    from runledger.ledger.emit.emitter import Emitter
     from test_store import step_payload
-    from ui.data import Reader
-    from ui.live import Feed
+    from runledger.ui.data import Reader
+    from runledger.ui.live import Feed
 
     root = tmp_path / "root"
     ledger = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log", "--partitions", "2").start()

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import cli
-import queries
-from ledger import store
-from ledger.canonical import canonical_json, event_hash
+from runledger import queries
+from runledger.ledger.storage import store
+from runledger.ledger.contract.canonical import canonical_json, event_hash
 from test_store import Producer, canonical, step_payload
 
 RUN = "run-1"
@@ -167,7 +167,7 @@ def test_two_swapped_seqs_are_found(ledger_root):
 
 
 def test_a_second_copy_of_a_file_is_read_by_no_one_until_committed_and_then_found(ledger_root):
-    from ledger.tables import Tables
+    from runledger.ledger.storage.tables import Tables
 
     f = steps_file(ledger_root)
     before = queries.connect(ledger_root).execute("select count(*) from steps_all").fetchone()
@@ -218,7 +218,7 @@ def test_replay_rebuilds_resume_decisions_and_schedule(root):
 
 def test_replay_takes_a_run_started_with_only_its_required_fields(root):
     """Every optional field of a payload may be left out (a user's own loop plans no token budget)."""
-    from ledger.events import KINDS
+    from runledger.ledger.contract.events import KINDS
 
     s = Stream()
     w = Producer(RUN, "worker-0", 0)

@@ -20,9 +20,10 @@ import pytest
 from bench.replay import make_events
 from bench.verify import write_sealed_run
 from conftest import cli
-from ledger import chainwalk, replay as rp, rowcheck, store
-from ledger.canonical import event_hash
-from ledger.sink import ParquetSink
+from runledger.ledger.check import chainwalk, replay as rp, rowcheck
+from runledger.ledger.storage import store
+from runledger.ledger.contract.canonical import event_hash
+from runledger.ledger.emit.sink import ParquetSink
 from test_verify_replay import RUN, build_run, ledger_root, set_cell, steps_file  # noqa: F401 (a fixture)
 
 
@@ -296,7 +297,8 @@ def test_verify_reads_the_link_columns_once_and_walks_interleaved_chains_from_th
     """A run of the usual layout is linked from the parts' summaries, without reading its files again;
     a run whose summaries would hold too much, or whose chains are interleaved row by row in a file (too
     many segments), is walked from its files."""
-    from ledger import streams, verify as v
+    from runledger.ledger.storage import streams
+    from runledger.ledger.check import verify as v
 
     walked = []
     real = streams.in_stream_order

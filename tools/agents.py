@@ -11,8 +11,8 @@ import logging
 import signal
 import uuid
 
-from tools import checks
-from tools.args import UsageError, add_nats, add_root, resolve_nats
+from runledger.tools import checks
+from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ def register(sub) -> None:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
-    from agents.runner import run_agents
-    from training.reforecast import revisions  # the ladder's forecast again when a decision changes the plan
+    from runledger.agents.runner import run_agents
+    from runledger.training.reforecast import revisions  # the ladder's forecast again when a decision changes the plan
 
     async def main():
         stop = asyncio.Event()
@@ -57,8 +57,8 @@ def decision_made(args: argparse.Namespace):
     """The person's decision as a typed `DecisionMade`; a malformed one is a UsageError."""
     from pydantic import ValidationError
 
-    from ledger import review
-    from ledger.events import DecisionMade
+    from runledger.ledger.decisions import review
+    from runledger.ledger.contract.events import DecisionMade
 
     person = f"person:{args.by or getpass.getuser()}"
     if args.approve or args.reject:  # the review the dashboard's buttons make too
@@ -89,8 +89,8 @@ def decision_made(args: argparse.Namespace):
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    from ledger import review
-    from ledger.validation import check_name
+    from runledger.ledger.decisions import review
+    from runledger.ledger.contract.validation import check_name
 
     check_name(args.run, "run_id")
     decision = decision_made(args)

@@ -1,5 +1,5 @@
 """What every `runledger` subcommand shares: the `--root` / `--nats` / `--creds` options (their
-defaults from `ledger.settings`, their values checked by `tools.checks`), `UsageError`, which ends a
+defaults from `runledger.ledger.settings`, their values checked by `runledger.tools.checks`), `UsageError`, which ends a
 command with exit 2 and a one-line reason, and the warning for a secret given on the command line.
 """
 
@@ -10,8 +10,8 @@ import os
 import stat
 import sys
 
-from ledger import redact, settings
-from tools import checks
+from runledger.ledger import redact, settings
+from runledger.tools import checks
 
 
 class UsageError(Exception):
@@ -32,7 +32,7 @@ def add_nats(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_nats(args: argparse.Namespace) -> str:
-    """The server this command talks to (see `ledger.settings.nats_url`)."""
+    """The server this command talks to (see `runledger.ledger.settings.nats_url`)."""
     try:
         url = settings.nats_url(getattr(args, "nats", None), getattr(args, "creds", None), getattr(args, "root", None))
     except OSError as err:  # $RUNLEDGER_CREDS names a file that is not there, say

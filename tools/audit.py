@@ -1,5 +1,5 @@
 """`runledger audit {health,provenance,forecast} RUN --root DIR [--format table|json|csv]`: the audit
-suites of `queries.audit` for one run; health exits 1 when any check fails.
+suites of `runledger.queries.audit` for one run; health exits 1 when any check fails.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import duckdb
 
-from queries.audit import SUITES, format_audit, known_runs, run_suite
-from tools import checks
-from tools.args import add_root
+from runledger.queries.audit import SUITES, format_audit, known_runs, run_suite
+from runledger.tools import checks
+from runledger.tools.args import add_root
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Chaos run: repeated faults during long event streams, then an account of every event.
 
-    python -m tools.chaos [--quick] [--events N] [--faults K] [--keep DIR]
+    python -m runledger.tools.chaos [--quick] [--events N] [--faults K] [--keep DIR]
 
-Real processes throughout: a nats-server, `runledger ledger serve`, and producers (`tools.produce`,
+Real processes throughout: a nats-server, `runledger ledger serve`, and producers (`runledger.tools.produce`,
 a real Emitter with its spool). One phase per fault, each on its own run: the fault is injected K
 times while the producer streams N events —
   ledger-sigkill   SIGKILL of the ledger service, restarted at once
@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-import queries
-from ledger import bus, redact, settings
-from ledger.canonical import canonical_json, event_hash
-from ledger.events import make_event_id
-from ledger.natsserver import NatsServer
-from ledger.verify import verify
+from runledger import queries
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger import redact, settings
+from runledger.ledger.contract.canonical import canonical_json, event_hash
+from runledger.ledger.contract.events import make_event_id
+from runledger.ledger.bus.natsserver import NatsServer
+from runledger.ledger.check.verify import verify
 
 log = logging.getLogger("chaos")
 REPO = Path(__file__).resolve().parent.parent
@@ -79,7 +80,7 @@ class Rig:
 
     def start_ledger(self) -> None:
         self.ledger = subprocess.Popen(
-            [sys.executable, "-m", "tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats.url],
+            [sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(self.root), "--nats", self.nats.url],
             cwd=REPO, stdout=self.ledger_log, stderr=subprocess.STDOUT, env=settings.child_env())
 
     def kill_ledger(self) -> None:
@@ -93,7 +94,7 @@ class Rig:
 
     def producer(self, run_id: str, count: int, rate: float) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "tools.produce", "--nats", self.nats.url, "--spool", str(self.base / "spool"),
+            [sys.executable, "-m", "runledger.tools.produce", "--nats", self.nats.url, "--spool", str(self.base / "spool"),
              "--run-id", run_id, "--producer", "worker-0", "--count", str(count), "--rate", str(rate)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(self.base / f"{run_id}.log", "ab"), env=settings.child_env())
 

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ledger import redact
+from runledger.ledger import redact
 
 INT64_MAX = 2**63 - 1  # a stored int (a seq, a step, a snapshot) is an int64
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -77,9 +77,9 @@ def line(text: str) -> str:
 
 def name_of(what: str) -> callable:
     """A check of a run id, producer, ladder or consumer name (`what`, in the reason):
-    ledger.validation.check_name's rule (a subject token and a folder name: no dots, slashes or spaces)."""
+    runledger.ledger.contract.validation.check_name's rule (a subject token and a folder name: no dots, slashes or spaces)."""
     def check(text: str) -> str:
-        from ledger.validation import check_name  # (here: the contract loads pydantic, which most commands never need)
+        from runledger.ledger.contract.validation import check_name  # (here: the contract loads pydantic, which most commands never need)
 
         try:
             return check_name(text, what)

@@ -16,15 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-from ledger import redact, settings
-from ledger.paths import NotALedger, SnapshotGone
-from tools import checks
-from tools.args import UsageError, add_nats, add_root, resolve_nats, warn_secrets
+from runledger.ledger import redact, settings
+from runledger.ledger.storage.paths import NotALedger, SnapshotGone
+from runledger.tools import checks
+from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
 log = logging.getLogger("runledger")
 
 MAX_CLUSTER = 5  # JetStream keeps at most 5 replicas of a stream
-MAX_BATCH = 100_000  # messages a ledger fetches at once (each up to ledger.events.MAX_EVENT_BYTES)
+MAX_BATCH = 100_000  # messages a ledger fetches at once (each up to runledger.ledger.contract.events.MAX_EVENT_BYTES)
 MAX_PARTITIONS = 256  # ledger instances of one root, one lease and one consumer each
 MAX_JOBS = 256  # processes verify starts
 _SYNC_INTERVAL = re.compile(r"^(always|[1-9][0-9]{0,5}(ms|s|m|h))$")
@@ -43,7 +43,7 @@ def sync_interval(text: str) -> str:
 def cmd_nats(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ledger import natsserver
+    from runledger.ledger.bus import natsserver
 
     if args.action == "up":
         try:
@@ -70,7 +70,7 @@ def cmd_nats(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from ledger import local
+    from runledger.ledger import local
 
     stopped = local.down(args.root)
     log.info("the local server and ledger of %s %s", args.root, "stopped" if stopped else "were not running")
@@ -82,7 +82,7 @@ async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) 
     import asyncio
     import time as _time
 
-    from ledger import bus
+    from runledger.ledger.bus import jetstream as bus
 
     deadline = _time.monotonic() + timeout
     while True:
@@ -102,18 +102,20 @@ async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) 
 def cmd_ledger_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ledger import bus, locks, service
+    from runledger.ledger.bus import jetstream as bus
+    from runledger.ledger.storage import locks
+    from runledger.ledger.ingest import service
 
     if args.catalog_file:
         args.catalog = settings.read_creds(args.catalog_file)
     try:
         if args.partitions > 1:
-            from ledger import partitions
+            from runledger.ledger.ingest import partitions
 
             asyncio.run(partitions.serve(args.root, resolve_nats(args), args.partitions, batch=args.batch,
                                          catalog=args.catalog))
         else:
-            from ledger import partitions
+            from runledger.ledger.ingest import partitions
 
             catalog = args.catalog or partitions.catalog_of(args.root)  # (a root's shared catalog stays its own)
             if catalog:
@@ -127,7 +129,7 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ledger.publish import publish_lines
+    from runledger.ledger.emit.publish import publish_lines
 
     bad, published = asyncio.run(publish_lines(sys.stdin, resolve_nats(args)))
     for lineno, reason in bad:
@@ -142,7 +144,7 @@ TABLE_ROWS = 10_000  # rows `runledger sql` draws as a table by default (CSV and
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
-    import queries
+    from runledger import queries
 
     if not 0 <= args.timeout < float("inf"):
         raise UsageError(f"--timeout {args.timeout:g} is not a number of seconds >= 0 (0: no limit)")
@@ -205,8 +207,8 @@ def one_line(err: Exception) -> str:
 def cmd_replay(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from ledger.replay import replay_run, to_json_text
-    from ledger.validation import check_name
+    from runledger.ledger.check.replay import replay_run, to_json_text
+    from runledger.ledger.contract.validation import check_name
 
     check_name(args.run, "run_id")
     started = time.monotonic()
@@ -256,12 +258,13 @@ def _progress_bar(what: str):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ledger import workers
+    from runledger.ledger.check import workers
 
     if not args.since:  # (--since checks only what is new: too little to guess from the root's size)
         workers.start_early(args.root, args.jobs)  # (its imports then run beside this process's next ones)
-    from ledger import locks, verified
-    from ledger.verify import repair, verify
+    from runledger.ledger.storage import locks
+    from runledger.ledger.check import verified
+    from runledger.ledger.check.verify import repair, verify
 
     since = None
     if args.since:
@@ -327,8 +330,8 @@ def check_root(command: str, root: str) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ledger import locks
-    from ledger.migrate import NotMigrated, migrate
+    from runledger.ledger.storage import locks
+    from runledger.ledger.storage.migrate import NotMigrated, migrate
 
     try:
         done = migrate(args.root)
@@ -346,14 +349,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from ledger.events import json_schema
+    from runledger.ledger.contract.events import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tools.demo import run_demo
+    from runledger.tools.demo import run_demo
 
     return run_demo(Path(args.root) if args.root else None, quick=args.quick, ui=args.ui)
 
@@ -418,7 +421,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_nats(s)
     s.set_defaults(func=cmd_publish)
 
-    from queries import MAX_ROWS, MEMORY_LIMIT, TIMEOUT_S
+    from runledger.queries import MAX_ROWS, MEMORY_LIMIT, TIMEOUT_S
 
     s = sub.add_parser("sql", help="read-only SQL over the ledger views")
     add_root(s)
@@ -494,9 +497,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 # the subcommands defined in modules of their own: (module, the commands its register() adds)
-PLUGINS = (("tools.train", ("train",)), ("tools.ladder", ("ladder",)), ("tools.audit", ("audit",)),
-           ("tools.agents", ("agents", "decide")), ("tools.report", ("report",)), ("tools.ui", ("ui",)),
-           ("tools.importing", ("import", "lineage")), ("tools.notify", ("notify",)), ("tools.status", ("status",)))
+PLUGINS = (("runledger.tools.train", ("train",)), ("runledger.tools.ladder", ("ladder",)), ("runledger.tools.audit", ("audit",)),
+           ("runledger.tools.agents", ("agents", "decide")), ("runledger.tools.report", ("report",)), ("runledger.tools.ui", ("ui",)),
+           ("runledger.tools.importing", ("import", "lineage")), ("runledger.tools.notify", ("notify",)), ("runledger.tools.status", ("status",)))
 
 
 def _register_broken(sub, module: str, names: tuple[str, ...], err: Exception) -> None:
@@ -525,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("nats").setLevel(logging.CRITICAL)  # reconnect chatter; our own logs say what matters
     redact.install()  # every log line: a URL with a password is written as user:***@
     warn_secrets(args)
-    from ledger.locks import Busy
+    from runledger.ledger.storage.locks import Busy
 
     try:
         if getattr(args, "root", None) is not None:
@@ -535,8 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"runledger {args.command}: {one_line(err)}", file=sys.stderr)
         return 2
     except ValueError as err:
-        from ledger.events import InvalidEvent  # (imported here: most commands never load the contract)
-        from ledger.paths import NotALedger
+        from runledger.ledger.contract.events import InvalidEvent  # (imported here: most commands never load the contract)
+        from runledger.ledger.storage.paths import NotALedger
 
         if not isinstance(err, (InvalidEvent, NotALedger)):
             raise

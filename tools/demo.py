@@ -28,10 +28,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-import queries
-from ledger import settings
-from ledger.natsserver import NatsServer
-from ledger.verify import verify
+from runledger import queries
+from runledger.ledger import settings
+from runledger.ledger.bus.natsserver import NatsServer
+from runledger.ledger.check.verify import verify
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
@@ -74,7 +74,7 @@ class Demo:
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen:
         logf = open(self.root / "logs" / f"{name}.log", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "tools.cli", *args], cwd=REPO, stdout=logf,
+        p = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", *args], cwd=REPO, stdout=logf,
                              stderr=subprocess.STDOUT, env=settings.child_env(PYTHONUNBUFFERED="1"))
         self.procs.append(p)
         return p
@@ -95,7 +95,7 @@ class Demo:
 
     def train_args(self, resume: bool) -> list[str]:
         p = self.plan
-        from training.config import preset
+        from runledger.training.config import preset
 
         tokens_per_step = preset(p.preset).tokens_per_step
         args = ["train", "--preset", p.preset, "--run-id", RUN, "--root", str(self.root), "--nats", self.nats.url,
@@ -189,7 +189,7 @@ SHOWN = {  # the columns the terminal shows; report.html and `runledger audit` h
 
 
 def print_audit(root: Path, console: Console) -> None:
-    from queries.audit import _cell, run_suite
+    from runledger.queries.audit import _cell, run_suite
 
     health = run_suite(root, "health", RUN)
     t = Table("check", "status", "value", "threshold", "at step", title="Health checklist (queries/health/*.sql)")
@@ -219,7 +219,7 @@ def start_ui(demo: Demo) -> str:
     import secrets
     import socket
 
-    from ledger.natsserver import write_private
+    from runledger.ledger.bus.natsserver import write_private
 
     with socket.socket() as s:  # a free loopback port
         s.bind(("127.0.0.1", 0))
@@ -257,7 +257,7 @@ def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
         demo.stop()
     report = verify(root)
     console.print(f"verify: {report.text().splitlines()[-1]} ({report.events} events)")
-    from tools.report import write_report
+    from runledger.tools.report import write_report
 
     html = write_report(root, RUN, root / "report.html")
     ok = report.ok and all(happened.values())

@@ -7,17 +7,17 @@ import logging
 import os
 import sys
 
-from ledger import settings
-from tools.args import UsageError, add_nats, add_root
+from runledger.ledger import settings
+from runledger.tools.args import UsageError, add_nats, add_root
 
 log = logging.getLogger("runledger")
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from interop.importers import ImportRefused, SourceError, read_source
-    from interop.importers.bring import bring
-    from ledger import locks
-    from ledger.validation import check_name
+    from runledger.interop.importers import ImportRefused, SourceError, read_source
+    from runledger.interop.importers.bring import bring
+    from runledger.ledger.storage import locks
+    from runledger.ledger.contract.validation import check_name
 
     if args.run_id is not None:
         check_name(args.run_id, "run_id")
@@ -38,8 +38,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from interop import lineage
-    from ledger.validation import check_name
+    from runledger.interop import lineage
+    from runledger.ledger.contract.validation import check_name
 
     check_name(args.run, "run_id")
     try:

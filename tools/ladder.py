@@ -7,7 +7,7 @@
 fraction fitted at once (joint, the default) or one law per fraction; `--revise` trains nothing and re-issues
 the forecast for each plan change an applied decision made to the target (the agents process does the
 same on its own). The logic is in
-`training.ladder`; `register(subparsers)` adds the subcommand. Nothing of the ladder (numpy,
+`runledger.training.ladder`; `register(subparsers)` adds the subcommand. Nothing of the ladder (numpy,
 scipy, JAX) is imported until the command runs.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from tools import checks
-from tools.args import UsageError, add_nats, add_root, resolve_nats
-from training.config import PRESETS
+from runledger.tools import checks
+from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
+from runledger.training.config import PRESETS
 
 MAX_SCALE = 1000.0  # a rung's steps times this: far past any ladder's
 MAX_TPP = 100_000.0  # tokens per active parameter: ~5000x Chinchilla's 20
@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--tpp", type=checks.float_in(0.0, MAX_TPP, low_open=True), default=None,
                    help="tokens per active parameter of every rung (default: the target's)")
     p.add_argument("--E", type=_e_arg, default=None,
-                   help="irreducible loss in nats/byte (a number, e.g. training.ladder_fit.DEFAULT_E: fixed, the band "
+                   help="irreducible loss in nats/byte (a number, e.g. runledger.training.ladder_fit.DEFAULT_E: fixed, the band "
                         "leave-one-rung-out), or 'fit' (the default: fitted, the band carries its uncertainty)")
     p.add_argument("--from-ledger", action="store_true", help="fit the rungs already in the ledger, train nothing")
     p.add_argument("--fit", choices=["joint", "per-fraction"], default="joint",
@@ -62,7 +62,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.ladder import run_ladder
+    from runledger.training.ladder import run_ladder
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
@@ -73,7 +73,7 @@ def run(args) -> int:
     if args.horizon_steps is not None and args.horizon_steps < 1:
         raise UsageError("--horizon-steps must be >= 1")
     if args.revise:
-        from training.reforecast import emit_revisions
+        from runledger.training.reforecast import emit_revisions
 
         if not args.emit:
             raise UsageError("--revise emits the revisions: it cannot go with --no-emit")

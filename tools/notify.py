@@ -1,4 +1,4 @@
-"""`runledger notify --routes FILE`: deliver alerts and decisions to webhooks (interop.notify), until SIGTERM/SIGINT."""
+"""`runledger notify --routes FILE`: deliver alerts and decisions to webhooks (runledger.interop.notify), until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import signal
 
-from tools.args import UsageError, add_nats, add_root, resolve_nats
+from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
 
 
 def register(sub) -> None:
@@ -23,10 +23,10 @@ def register(sub) -> None:
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
-    from interop.notify import DURABLE, serve
-    from interop.routes import RoutesError, load_routes
-    from ledger.events import InvalidEvent
-    from ledger.validation import check_name
+    from runledger.interop.notify import DURABLE, serve
+    from runledger.interop.routes import RoutesError, load_routes
+    from runledger.ledger.contract.events import InvalidEvent
+    from runledger.ledger.contract.validation import check_name
 
     try:
         routes = load_routes(args.routes)

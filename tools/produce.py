@@ -1,6 +1,6 @@
 """A synthetic producer for tests, chaos runs and benches: N `step` events through a real Emitter.
 
-    python -m tools.produce --nats URL --spool DIR --run-id R --producer P [--count N] [--rate R]
+    python -m runledger.tools.produce --nats URL --spool DIR --run-id R --producer P [--count N] [--rate R]
 
 Exits 0 once every event is acknowledged by JetStream (or leaves them in the spool if killed).
 """
@@ -11,9 +11,9 @@ import argparse
 import logging
 import time
 
-from ledger import redact
-from ledger.emitter import Emitter
-from ledger.events import StepCompleted
+from runledger.ledger import redact
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import StepCompleted
 
 
 def step_payload(i: int) -> dict:

@@ -14,9 +14,9 @@ import logging
 import math
 from pathlib import Path
 
-import queries
-from tools import checks
-from tools.args import UsageError, add_root
+from runledger import queries
+from runledger.tools import checks
+from runledger.tools.args import UsageError, add_root
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def gather(root: Path, run_id: str) -> dict:
     declared = json.loads(plan[0]["data_mixture"]) if plan and plan[0]["data_mixture"] else {}
     health = provenance = None
     try:
-        from queries.audit import run_suite
+        from runledger.queries.audit import run_suite
 
         health = run_suite(root, "health", run_id)
     except Exception as err:  # the report still shows everything else
@@ -256,8 +256,8 @@ def register(sub) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     import duckdb
 
-    from ledger.paths import event_files
-    from ledger.validation import check_name
+    from runledger.ledger.storage.paths import event_files
+    from runledger.ledger.contract.validation import check_name
 
     check_name(args.run, "run_id")
     if not event_files(Path(args.root), run_id=args.run):

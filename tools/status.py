@@ -7,13 +7,14 @@ import asyncio
 import json
 import time
 
-from tools.args import add_nats, add_root, resolve_nats
+from runledger.tools.args import add_nats, add_root, resolve_nats
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ledger import partitions, paths
+    from runledger.ledger.ingest import partitions
+    from runledger.ledger.storage import paths
 
     paths.check_root(Path(args.root))  # (a folder that is not a ledger: one line, exit 2)
     doc = asyncio.run(partitions.figures(args.root, resolve_nats(args)))

@@ -1,7 +1,7 @@
 """`runledger train`: a training worker (fresh, resumed from the ledger, or forked from a parent).
 
-Where a run starts is decided over the ledger by `training.resume`; while it trains, the worker
-carries out the run's decisions from the ledger at step boundaries (`training.decisions`).
+Where a run starts is decided over the ledger by `runledger.training.resume`; while it trains, the worker
+carries out the run's decisions from the ledger at step boundaries (`runledger.training.decisions`).
 `register(subparsers)` adds the subcommand; `run(args)` returns the exit code.
 """
 
@@ -13,11 +13,11 @@ import json
 import logging
 import signal
 
-from ledger import settings
-from tools import checks
-from tools.args import UsageError, add_nats, add_root, resolve_nats
-from training.config import PRESETS, config_hash, preset
-from training.schedule import make_schedule, retime
+from runledger.ledger import settings
+from runledger.tools import checks
+from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
+from runledger.training.config import PRESETS, config_hash, preset
+from runledger.training.schedule import make_schedule, retime
 
 # jax, orbax and the worker are imported when a command runs: importing orbax configures the root
 # logger, which would silence the CLI's own logging setup if it happened at parser-build time.
@@ -118,7 +118,7 @@ def with_overrides(cfg, overrides: list[str]):
 
 def parse_thresholds(pairs: list[str]) -> dict[str, float]:
     """--threshold NAME=VALUE pairs: names of the rule book (queries/thresholds.py), numeric values."""
-    from queries.thresholds import NAMES
+    from runledger.queries.thresholds import NAMES
 
     out = {}
     for kv in pairs:
@@ -133,9 +133,9 @@ def parse_thresholds(pairs: list[str]) -> dict[str, float]:
 
 
 def run(args) -> int:
-    from training.decisions import ledger_decisions
-    from training.resume import ckpt_dir, fork_point, resume_point
-    from training.worker import Start, make_mesh, train
+    from runledger.training.decisions import ledger_decisions
+    from runledger.training.resume import ckpt_dir, fork_point, resume_point
+    from runledger.training.worker import Start, make_mesh, train
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU here" on every start
@@ -159,25 +159,25 @@ def run(args) -> int:
         return 2
     if args.horizon_steps is not None:
         sched = start.schedule or _default_schedule(cfg)
-        try:  # a horizon inside warmup, or not after the next step, is refused (training.schedule.retime)
+        try:  # a horizon inside warmup, or not after the next step, is refused (runledger.training.schedule.retime)
             start = dataclasses.replace(start, schedule=retime(sched, start.step + 1, args.horizon_steps))
         except ValueError as err:
             log.error("--horizon-steps %d: %s", args.horizon_steps, err)
             return 2
 
-    from ledger.sink import NullSink
+    from runledger.ledger.emit.sink import NullSink
 
     sink = NullSink()
     if args.emit:
-        from ledger.emitter import Emitter
+        from runledger.ledger.emit.emitter import Emitter
 
         sink = Emitter(args.run_id, args.producer, start.attempt, resolve_nats(args), settings.spool_dir(args.root))
     feed = None
     if args.decisions and args.emit:  # live from NATS; decisions applied in earlier attempts stay applied
-        from ledger import decision_state
-        from ledger.decisions import DecisionFeed
-        from ledger.replay import replay_run
-        from training.decisions import feed_decisions
+        from runledger.ledger.contract import decision_state
+        from runledger.ledger.decisions.inbox import DecisionFeed
+        from runledger.ledger.check.replay import replay_run
+        from runledger.training.decisions import feed_decisions
 
         done = decision_state.answered(replay_run(args.root, args.run_id).decisions) if args.resume else set()
         feed = DecisionFeed(args.run_id, resolve_nats(args), applied=done)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ledger import settings
-from tools import checks
-from tools.args import UsageError, add_nats, add_root
+from runledger.ledger import settings
+from runledger.tools import checks
+from runledger.tools.args import UsageError, add_nats, add_root
 
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 8765  # (no registered service: a free-looking port near the usual dashboards')
@@ -55,8 +55,8 @@ def quiet_stop(server_class):
 def cmd_ui(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ui.access import configure
-    from ui.app import create_app
+    from runledger.ui.access import configure
+    from runledger.ui.app import create_app
 
     if args.token or args.read_token:  # (every local user can read a process's command line)
         log.warning("a token given with --token or --read-token is in the process list, readable by every local "

@@ -1,7 +1,7 @@
 """Training configs: small frozen dataclasses, the named presets, and the config hash.
 
-A config only describes a run; `training.model`, `training.moe`, `training.data` and
-`training.worker` build things from it. Presets are plain named configs: `tiny` (tests, seconds),
+A config only describes a run; `runledger.training.model`, `runledger.training.moe`, `runledger.training.data` and
+`runledger.training.worker` build things from it. Presets are plain named configs: `tiny` (tests, seconds),
 `small` (the demo's main run, a few minutes on 2 CPU cores) and the ladder rungs `rung0..rung3`
 (about 3-4x more compute per rung).
 """
@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
-from ledger.canonical import canonical_json
+from runledger.ledger.contract.canonical import canonical_json
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class MoEConfig:
     waves: int = 3  # W, Marin's pooled-wave transport
     cf_send: float = 1.10  # Marin defaults
     cf_recv: float = 1.15
-    wave_order: str = "in_order"  # "in_order" (Marin's: rank // pool) | "round_robin" (rank % W); see training.moe
+    wave_order: str = "in_order"  # "in_order" (Marin's: rank // pool) | "round_robin" (rank % W); see runledger.training.moe
     lb_coef: float | None = 0.01  # load-balancing loss E * sum f_e * p_e
     router_z_coef: float | None = 1e-3  # mean(logsumexp(router logits)^2)
 
@@ -141,7 +141,7 @@ PRESETS: dict[str, TrainConfig] = {
         batch_size=8, steps=300, eval_every=50, eval_batches=2, ckpt_every=100, log_every=25,
         optim=OptimConfig(peak_lr=3e-3, warmup_steps=20),
     ),
-    # the ladder: compute grows ~3-4x per rung (flops_per_token x tokens; see training.flops)
+    # the ladder: compute grows ~3-4x per rung (flops_per_token x tokens; see runledger.training.flops)
     "rung0": _rung(d_model=32, n_layers=2, steps=60, d_ff=32),
     "rung1": _rung(d_model=48, n_layers=2, steps=120, d_ff=48),
     "rung2": _rung(d_model=64, n_layers=3, steps=200, d_ff=64),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from training.config import DataConfig
+from runledger.training.config import DataConfig
 
 MATH_SEED = 12345  # the arithmetic domain is the same on every machine
 MATH_LINES = 40_000

@@ -5,7 +5,7 @@ from `step` on, the `decision_applied` payload (before/after in the shape replay
 schedule for a horizon, the dispatch fields for dispatch and capacity changes) and whether a
 checkpoint was asked for. `ledger_decisions(root, run_id)` is a source of pending decisions for
 the loop: it replays the run from the ledger every few seconds and yields each decision that is
-ready (`ledger.decision_state`: decided or approved, not answered) once.
+ready (`runledger.ledger.contract.decision_state`: decided or approved, not answered) once.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ledger import decision_state
-from training.config import TrainConfig
-from training.schedule import horizon_steps_for_tokens, retime
+from runledger.ledger.contract import decision_state
+from runledger.training.config import TrainConfig
+from runledger.training.schedule import horizon_steps_for_tokens, retime
 
 WORKER_ACTIONS = ("set_token_horizon", "set_capacity_factor", "set_dispatch", "set_z_loss_weight", "checkpoint_now",
                   "rollback")  # rollback is carried out by the loop itself (it moves the step)
@@ -78,7 +78,7 @@ def apply_decision(decision: dict, step: int, cfg: TrainConfig, schedule: dict) 
 
 def ledger_decisions(root: str | Path, run_id: str, every_s: float = 5.0) -> Callable[[int], list[dict]]:
     """Pending decisions for `run_id` from the ledger, polled at most every `every_s` seconds."""
-    from ledger.replay import replay_run
+    from runledger.ledger.check.replay import replay_run
 
     seen: set[str] = set()
     last = [0.0]
@@ -100,7 +100,7 @@ def ledger_decisions(root: str | Path, run_id: str, every_s: float = 5.0) -> Cal
 
 
 def feed_decisions(feed) -> Callable[[int], list[dict]]:
-    """Pending decisions from a `ledger.decisions.DecisionFeed` (live from NATS), each handed out once."""
+    """Pending decisions from a `runledger.ledger.decisions.inbox.DecisionFeed` (live from NATS), each handed out once."""
 
     def take(_step: int) -> list[dict]:
         ready = feed.ready()

@@ -14,7 +14,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from training.config import TrainConfig
+from runledger.training.config import TrainConfig
 
 
 def active_params(cfg: TrainConfig) -> int:

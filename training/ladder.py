@@ -8,11 +8,11 @@ optimizer, data), each trained for the tokens that keep the tokens per active pa
 the ladder (the target's ratio by default: the target is the ladder's next rung, as in Marin's
 ladders), so compute grows with the square of the active parameters. Each rung's
 loss curve is recorded as its worker emits it (a rung that dies keeps what it reached); the fit
-itself is `training.ladder_joint` (every fraction at once: one E, an exponent smooth in the
-fraction; the default) or `training.ladder_fit` (a law per fraction); E fitted by default, a fixed E
+itself is `runledger.training.ladder_joint` (every fraction at once: one E, an exponent smooth in the
+fraction; the default) or `runledger.training.ladder_fit` (a law per fraction); E fitted by default, a fixed E
 the option. Forecasts are emitted by producer `ladder` on the target run's subjects, one per fraction;
 a re-run forecasts as the next attempt, and the audits read the latest. When a decision changes the
-plan, `training.reforecast` issues a revision of them for the new plan.
+plan, `runledger.training.reforecast` issues a revision of them for the new plan.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ledger.chains import next_attempt
-from ledger.events import ForecastMade, Payload, RunFinished, RunStarted, StepCompleted
-from ledger.sink import EventSink, NullSink, payload_of
-from training.config import TrainConfig, preset
-from training.ladder_fit import FRACTIONS, Curve, Forecast, forecast, self_check
-from training.ladder_joint import fit_joint
+from runledger.ledger.emit.chains import next_attempt
+from runledger.ledger.contract.events import ForecastMade, Payload, RunFinished, RunStarted, StepCompleted
+from runledger.ledger.emit.sink import EventSink, NullSink, payload_of
+from runledger.training.config import TrainConfig, preset
+from runledger.training.ladder_fit import FRACTIONS, Curve, Forecast, forecast, self_check
+from runledger.training.ladder_joint import fit_joint
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class LadderResult:
 
 
 def tokens_per_param(cfg: TrainConfig) -> float:
-    from training.flops import active_params  # (JAX: not for what only fits or re-forecasts)
+    from runledger.training.flops import active_params  # (JAX: not for what only fits or re-forecasts)
 
     return cfg.token_budget / active_params(cfg)
 
@@ -73,7 +73,7 @@ def rung_configs(n_rungs: int, tpp: float, steps_scale: float = 1.0,
     target's `recipe` (sequence length, batch, optimizer, data, router settings; the presets' own when
     None), each trained for `tpp` tokens per active parameter (times `steps_scale`, a knob for quick
     ladders), with warmup the same fraction of training as the recipe's and cadences scaled alike."""
-    from training.flops import active_params
+    from runledger.training.flops import active_params
 
     out = []
     for i in range(n_rungs):
@@ -139,10 +139,10 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
     """Train each rung as its own run (producer worker-0) and return the loss curves they reached.
 
     `stop_after` {rung index: step} ends those rungs early (a drill: a rung that died partway)."""
-    from ledger.emitter import Emitter
-    from training.resume import ckpt_dir
-    from training.flops import active_params, measure_peak_flops
-    from training.worker import train
+    from runledger.ledger.emit.emitter import Emitter
+    from runledger.training.resume import ckpt_dir
+    from runledger.training.flops import active_params, measure_peak_flops
+    from runledger.training.worker import train
 
     spool = Path(root) / "spool"
     peak = peak_flops if peak_flops is not None else measure_peak_flops()
@@ -168,7 +168,7 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
 
 def curves_from_ledger(root: str | Path, run_ids: list[str]) -> list[Curve]:
     """The rungs' loss curves read back from the ledger (`steps` and `runs` views)."""
-    import queries
+    from runledger import queries
 
     con = queries.connect(root)
     curves = []
@@ -196,8 +196,8 @@ def fit_ladder(curves: list[Curve], target_flops: float, E: float | None = None,
                refusals: dict[float, str] | None = None, method: str = "joint") -> tuple[list[Forecast], float | None, dict]:
     """A forecast per fraction, and the self-check (worst error, error per rung).
 
-    `method` "joint" (the default): every fraction fitted at once (`training.ladder_joint`);
-    "per_fraction": one law per fraction (`training.ladder_fit.forecast`). A fraction the rungs cannot
+    `method` "joint" (the default): every fraction fitted at once (`runledger.training.ladder_joint`);
+    "per_fraction": one law per fraction (`runledger.training.ladder_fit.forecast`). A fraction the rungs cannot
     forecast is logged (one line, naming the rung) and, when `refusals` is given, recorded there as
     {fraction: reason}; it is never emitted as a forecast."""
     if method not in METHODS:
@@ -246,7 +246,7 @@ def forecast_made(f: Forecast, target_run: str, target_tokens: int, self_check_e
 
 def emit_forecasts(result: LadderResult, *, root: str | Path, nats_url: str) -> int:
     """Emit one `forecast` per fraction on the target's subjects (producer `ladder`, the next attempt)."""
-    from ledger.emitter import Emitter
+    from runledger.ledger.emit.emitter import Emitter
 
     spool = Path(root) / "spool"
     attempt = next_attempt(result.target_run, "ladder", spool, nats_url=nats_url, wait_s=LEDGER_WAIT_S)
@@ -267,7 +267,7 @@ def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, targe
     """Train the ladder for `target_run` (or read its rungs back from the ledger), fit it at every 5% of
     training, and emit the forecasts when `nats_url` is given. `horizon_steps`: the target's planned
     horizon when it is not its preset's (the run's `--horizon-steps`)."""
-    from training.flops import flops_per_token
+    from runledger.training.flops import flops_per_token
 
     target = preset(target_preset)
     if horizon_steps is not None:

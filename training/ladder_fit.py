@@ -37,7 +37,7 @@ from scipy import stats
 # Default irreducible loss for our byte-level models, in nats per byte. Marin fixes E = 1.5 nats per
 # *token* of a ~128k-token vocabulary; a byte carries far less. Shannon (1951) puts printed English at
 # about 1 bit per character (0.69 nats); Python source and the generated arithmetic lines of
-# `training.data` are more predictable than prose, so the floor of the mixture sits a little below.
+# `runledger.training.data` are more predictable than prose, so the floor of the mixture sits a little below.
 DEFAULT_E = 0.6  # the fixed-E option's value (the default is to fit E)
 
 FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 21))  # every 5% of training (Marin's checklist)

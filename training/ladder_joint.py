@@ -3,7 +3,7 @@ L_g(C) = E + A_g * C^(-alpha(g)), alpha(g) = a0 + a1 ln g: one E for all fractio
 exponent that moves smoothly with g, and a scale A_g per fraction.
 
     fit = fit_joint(curves, E=None)                    # rungs read at every 5%, one (E, a0, a1)
-    f = fit.forecast(target_flops, g=0.5)              # a training.ladder_fit.Forecast
+    f = fit.forecast(target_flops, g=0.5)              # a runledger.training.ladder_fit.Forecast
     f = fit.forecast(target_flops, g=0.5, read_at=0.4) # rungs read elsewhere in their schedule
 
 Why: E is the irreducible loss, no property of the schedule; and at a fixed number of tokens per
@@ -16,7 +16,7 @@ closed form: the target's excess loss at g is a positive blend of the rungs' exc
 weights that move smoothly with g, so its projection falls with compute as the rungs' losses do and
 rises only where theirs do (warmup, a schedule that ends). That is a property of the fit, not a
 proof: the bench counts the projections that rise from one fraction to the next. One law per fraction
-(`training.ladder_fit.forecast`) refits E and the exponent at each fraction on its own noise.
+(`runledger.training.ladder_fit.forecast`) refits E and the exponent at each fraction on its own noise.
 
 The fit: (E, a0, a1) on a grid (E over [e_min, min loss), a0 log-spaced over ALPHA_RANGE, a1 over
 A1_GRID), every A_g profiled out, then Nelder-Mead from the grid's best point in each of STARTS bands of E. The band: the
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize
 
-from training.ladder_fit import BAND_SE, FRACTIONS, Curve, Forecast, Law, check_curve, check_points, loss_at
+from runledger.training.ladder_fit import BAND_SE, FRACTIONS, Curve, Forecast, Law, check_curve, check_points, loss_at
 
 ALPHA_RANGE = (1e-3, 3.0)  # the exponent's search range (Chinchilla's in C: 0.15; toy ladders: up to ~1)
 GRID = 81  # points per axis of E and a0 on the grid the refinement starts from

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from training.config import TrainConfig
-from training.moe import init_moe, moe_layer
+from runledger.training.config import TrainConfig
+from runledger.training.moe import init_moe, moe_layer
 
 
 def init_params(seed: int, cfg: TrainConfig) -> dict:

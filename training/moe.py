@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from training.config import MoEConfig
+from runledger.training.config import MoEConfig
 
 AXIS = "ep"  # the expert-parallel mesh axis
 

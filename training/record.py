@@ -13,9 +13,9 @@ from pathlib import Path
 
 import jax
 
-from ledger.events import LayerDrops, StepCompleted, TokensDropped
-from ledger.settings import child_env
-from training.config import TrainConfig
+from runledger.ledger.contract.events import LayerDrops, StepCompleted, TokensDropped
+from runledger.ledger.settings import child_env
+from runledger.training.config import TrainConfig
 
 
 def code_commit() -> str | None:

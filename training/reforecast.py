@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ledger.events import ForecastMade
-from training.ladder import curves_from_ledger, fit_ladder, forecast_made
-from training.ladder_fit import FRACTIONS, Curve, forecast, self_check
-from training.ladder_joint import fit_joint
-from training.schedule import lr_at
+from runledger.ledger.contract.events import ForecastMade
+from runledger.training.ladder import curves_from_ledger, fit_ladder, forecast_made
+from runledger.training.ladder_fit import FRACTIONS, Curve, forecast, self_check
+from runledger.training.ladder_joint import fit_joint
+from runledger.training.schedule import lr_at
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def revisions(root: str | Path, run_id: str, done: set[str] = frozenset()) -> li
     """For each applied plan change of `run_id` with no revision in the ledger (nor in `done`), the
     revised forecast's events, in the order the changes were applied. Nothing when the run has no
     registered forecast (no ladder speaks for it)."""
-    import queries
+    from runledger import queries
 
     pending_sql = PENDING_SQL.format(actions=", ".join(f"'{a}'" for a in PLAN_ACTIONS))
     con = queries.connect(root, uses="\n;\n".join([pending_sql, REVISED_SQL, REGISTERED_SQL, SHAPE_SQL]))
@@ -236,9 +236,9 @@ def revisions(root: str | Path, run_id: str, done: set[str] = frozenset()) -> li
 
 def emit_revisions(root: str | Path, run_id: str, nats_url: str) -> int:
     """Re-forecast every plan change not yet revised and emit it (producer `ladder`, its next attempt)."""
-    from ledger.chains import next_attempt
-    from ledger.emitter import Emitter
-    from training.ladder import LEDGER_WAIT_S
+    from runledger.ledger.emit.chains import next_attempt
+    from runledger.ledger.emit.emitter import Emitter
+    from runledger.training.ladder import LEDGER_WAIT_S
 
     pending = revisions(root, run_id)
     if not pending:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ledger.replay import replay_run, run_events
-from training import checkpoint
-from training.worker import Start
+from runledger.ledger.check.replay import replay_run, run_events
+from runledger.training import checkpoint
+from runledger.training.worker import Start
 
 
 def ckpt_dir(root: str | Path, run_id: str) -> Path:

@@ -1,7 +1,7 @@
 """The training worker: a pure jitted `train_step(state, batch) -> (state, metrics)` and a thin
 loop around it that times each step, checkpoints, evaluates and emits the run's events.
 
-Typed events go into an `EventSink` (ledger.sink: the NATS Emitter, a list in tests, a NullSink
+Typed events go into an `EventSink` (runledger.ledger.emit.sink: the NATS Emitter, a list in tests, a NullSink
 when nothing is recorded): `run_started` and `data` once per attempt, `step` and `drops` every step,
 `eval` every `eval_every` steps, `checkpoint` every `ckpt_every` steps and at the end, `run_finished`.
 Steps are 1-based: step k is the k-th update; it trains on `batch_at(seed, k)`, so a run resumed
@@ -27,17 +27,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ledger.emitter import origin
-from ledger.events import CheckpointSaved, DataRecorded, DecisionApplied, EvalCompleted, RunFinished, RunStarted
-from ledger.sink import EventSink, NullSink
-from training import checkpoint, data
-from training.config import TrainConfig, config_hash
-from training.decisions import apply_decision, dispatch_fields, with_dispatch
-from training.flops import flops_per_token, measure_peak_flops
-from training.model import loss_fn, token_losses
-from training.moe import AXIS
-from training.record import code_commit, hardware, step_completed, tokens_dropped
-from training.schedule import lr_at, make_schedule
+from runledger.ledger.emit.emitter import origin
+from runledger.ledger.contract.events import (CheckpointSaved, DataRecorded, DecisionApplied, EvalCompleted, RunFinished, RunStarted)
+from runledger.ledger.emit.sink import EventSink, NullSink
+from runledger.training import checkpoint, data
+from runledger.training.config import TrainConfig, config_hash
+from runledger.training.decisions import apply_decision, dispatch_fields, with_dispatch
+from runledger.training.flops import flops_per_token, measure_peak_flops
+from runledger.training.model import loss_fn, token_losses
+from runledger.training.moe import AXIS
+from runledger.training.record import code_commit, hardware, step_completed, tokens_dropped
+from runledger.training.schedule import lr_at, make_schedule
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 
 
 def init_state(cfg: TrainConfig) -> dict:
-    from training.model import init_params
+    from runledger.training.model import init_params
 
     params = init_params(cfg.seed, cfg)
     return {"params": params, "opt_state": make_optimizer(cfg).init(params), "step": jnp.zeros((), jnp.int32)}
@@ -184,7 +184,7 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
     """Run (or resume, or fork) a run up to step `steps` (default: the schedule's horizon in force).
 
     `decisions(step)` (optional) returns the decisions to carry out before the next update; see
-    `training.decisions`. Each is answered with a `decision_applied` event. `planned_tokens_per_s`
+    `runledger.training.decisions`. Each is answered with a `decision_applied` event. `planned_tokens_per_s`
     overrides the plan derived from `planned_mfu`; `thresholds` (agents' and audits' overrides) go
     into `run_started`; `slow=(until_step, seconds)` is fault injection: each update up to that step
     takes that much longer (a slow node), inside the timed step. `extend=(at_step, seq_len)` schedules

@@ -1,9 +1,9 @@
-"""The dashboard's ASGI app (`runledger ui`): the page and its JSON API over `ui.data.Reader`, the live
-event stream (server-sent events fed by `ui.live.Feed`), and the review buttons, behind `ui.access`.
+"""The dashboard's ASGI app (`runledger ui`): the page and its JSON API over `runledger.ui.data.Reader`, the live
+event stream (server-sent events fed by `runledger.ui.live.Feed`), and the review buttons, behind `runledger.ui.access`.
 
 Routes: `/` the page (runs, run, compare, ladder and SQL views, routed in the browser); `/static/*` its
 script, style and the vendored uPlot; `/api/*` JSON (`/api/health?runs=A,B`: the health counts of the
-runs the list shows, in one pass); `/api/live?run=R&since=SEQ` the event stream (ui.streams: capped,
+runs the list shows, in one pass); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
 one read per wake per run); `POST /api/decide` approve or reject a proposed decision.
 
 Every route checks its input before anything is read: a bad run id, number, source, key or body is a
@@ -25,13 +25,13 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-import queries
-from ledger import review
-from ledger.validation import check_name
-from ui.access import MAX_BODY, Access, AccessMiddleware
-from ui.data import Reader, config_diff
-from ui.live import Feed
-from ui.streams import Full, Streams
+from runledger import queries
+from runledger.ledger.decisions import review
+from runledger.ledger.contract.validation import check_name
+from runledger.ui.access import MAX_BODY, Access, AccessMiddleware
+from runledger.ui.data import Reader, config_diff
+from runledger.ui.live import Feed
+from runledger.ui.streams import Full, Streams
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"

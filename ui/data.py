@@ -7,10 +7,10 @@ over the files of the current ledger snapshot for just the runs it is about (`sc
 binds every file of the views it reads, and a ledger of thousands of runs has thousands of files per
 kind, so a run's page reads its own files only. A read lists its snapshot when it starts, so it never
 fails while the ledger writes or compacts (files a newer snapshot dropped are kept for readers a while:
-ledger.tables).
+runledger.ledger.storage.tables).
 
 What does not change is kept, by the files it was read from (a file never changes once written;
-compaction writes new ones), in memory and in the user's cache folder (`ledger.settings.cache_dir`), so
+compaction writes new ones), in memory and in the user's cache folder (`runledger.ledger.settings.cache_dir`), so
 that a restart, or a new file, costs only the new files: the runs page's parts of each file (one
 grouped query per kind over the files not seen yet, projected to the few columns the list shows; the
 rows of ui/runs.sql are put together from them), and the answers of `series` (a big run's min/max pass).
@@ -35,11 +35,13 @@ from pathlib import Path
 
 import duckdb
 
-import queries
-from ledger import partitions, paths, settings
-from ledger.metricnames import metric_name
-from ledger.roles import is_person
-from queries.columns import envelope_columns, kind_columns, kind_views, kinds
+from runledger import queries
+from runledger.ledger.ingest import partitions
+from runledger.ledger.storage import paths
+from runledger.ledger import settings
+from runledger.ledger.contract.metricnames import metric_name
+from runledger.ledger.contract.roles import is_person
+from runledger.queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -350,7 +352,7 @@ class Reader:
         every run asked: the runs not counted yet (or whose files, or the forecasts, changed since) in
         one pass of the health suite over all of them at once (queries/health/*.sql over the files of
         those runs and of what their checks compare with: `health_scope`), not one audit per run."""
-        from queries.audit import STATUSES, _shadow, query_names
+        from runledger.queries.audit import STATUSES, _shadow, query_names
 
         files = self.run_files()
         forecasts = frozenset(f for r in files.values() for f in r.get("forecast", []))
@@ -385,10 +387,10 @@ class Reader:
             return {r: self._health[r][1] for r in keys if r in self._health}
 
     def health_scope(self, run_ids: list[str], files: dict[str, dict[str, list[Path]]]) -> dict[str, list[Path]]:
-        """kind -> the files the health checks of `run_ids` read (queries.audit.scope_files for many runs at
+        """kind -> the files the health checks of `run_ids` read (runledger.queries.audit.scope_files for many runs at
         once): the runs' own, their ladder peers' run_started and drops, their fork parents' run_started and
         checkpoints, and every forecast (the peers found from the runs page's rows and the forecasts' rungs)."""
-        from queries.audit import _PARENT_KINDS, _PEER_KINDS
+        from runledger.queries.audit import _PARENT_KINDS, _PEER_KINDS
 
         rows = self.summaries()
         ladders = {rows[r]["ladder"] for r in run_ids if r in rows and rows[r]["ladder"] is not None}
@@ -636,7 +638,7 @@ class Reader:
     def audit(self, run_id: str, suite: str) -> list[dict]:
         """The run's health checklist (or provenance / forecast tables): computed again only when the
         run's files or the forecasts changed, and one audit at a time (a page of runs asks for several)."""
-        from queries.audit import run_suite
+        from runledger.queries.audit import run_suite
 
         files = self.run_files()
         key = frozenset(f for kind, fs in files.get(run_id, {}).items() for f in fs) | frozenset(

@@ -12,13 +12,14 @@ import asyncio
 import logging
 import time
 
-from ledger import bus, partitions
-from ledger.events import STREAM, SUBJECT_PREFIX
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.ingest import partitions
+from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
 
 log = logging.getLogger(__name__)
 
 POSITION_POLL_S = 0.01  # while waiting for the ledger to store what woke us: how often its position is read
-STORED_WAIT_S = 5.0  # (as agents.runner.until_stored) ... for this long; then, the ledger being slow or down,
+STORED_WAIT_S = 5.0  # (as runledger.agents.runner.until_stored) ... for this long; then, the ledger being slow or down,
 SLOW_POLL_S = 0.5  # ... this often, until it has stored it
 RECONNECT_S = 5.0  # with NATS unreachable: how long before the next try
 CONNECT_TIMEOUT_S = 2.0

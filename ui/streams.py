@@ -1,7 +1,7 @@
 """The dashboard's open live streams (`/api/live`): at most MAX_STREAMS at a time, and one read per wake per
 run, shared by every stream that watches the run.
 
-When the feed (ui.live.Feed) says something new was stored, one task reads each watched run's new
+When the feed (runledger.ui.live.Feed) says something new was stored, one task reads each watched run's new
 points once (`Reader.new_points` from where that run's last read stopped) and hands them to the streams
 watching it, then tells every stream the new status. A stream opened with `since` (the seq its page was
 drawn up to) first gets what was stored between that and where the shared reads are, read once for it.

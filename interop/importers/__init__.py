@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from interop.importers.bring import ImportRefused
-from interop.importers.source import SourceError, SourceRun
+from runledger.interop.importers.bring import ImportRefused
+from runledger.interop.importers.source import SourceError, SourceRun
 
 __all__ = ["ImportRefused", "SourceError", "SourceRun", "read_source"]
 
@@ -39,17 +39,17 @@ def read_source(kind: str, where: str, source_run: str | None = None) -> SourceR
 
 def _read(kind: str, where: str, source_run: str | None) -> SourceRun:
     if kind == "tensorboard":
-        from interop.importers import tensorboard
+        from runledger.interop.importers import tensorboard
 
         if source_run is not None:
             raise SourceError("--source-run is for mlflow and wandb: a TensorBoard run is its folder")
         return tensorboard.read(where)
     if kind == "mlflow":
-        from interop.importers import mlflow
+        from runledger.interop.importers import mlflow
 
         return mlflow.read(where, source_run)
     if kind == "wandb":
-        from interop.importers import wandb
+        from runledger.interop.importers import wandb
 
         return wandb.read(where, source_run)
     raise SourceError(f"unknown source {kind!r}: tensorboard, mlflow or wandb")

@@ -2,7 +2,7 @@
 
 An import is one chain, (run_id, `import-tb`|`import-mlflow`|`import-wandb`, attempt 0), so its event
 ids are the source's identity: the run id comes from the source's run id and seq k is the k-th event
-of the source read in its fixed order (`interop.importers.source`). Before emitting, the chain the
+of the source read in its fixed order (`runledger.interop.importers.source`). Before emitting, the chain the
 ledger holds (its Parquet files, and this machine's spool of events not yet acknowledged) is compared
 with the source, event by event (kind, step, time and canonical payload):
 
@@ -33,17 +33,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import bus, local, locks, settings, store
-from ledger.canonical import canonical_json, envelope_text
-from ledger.chains import ask_ledger
-from ledger.emitter import Emitter
-from ledger.events import MAX_EVENT_BYTES, InvalidEvent
-from ledger.redact import redact
-from ledger.sink import ChainSink
-from ledger.spool import chain_dir
-from ledger.store import fsync_dir
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger import local, settings
+from runledger.ledger.storage import locks, store
+from runledger.ledger.contract.canonical import canonical_json, envelope_text
+from runledger.ledger.emit.chains import ask_ledger
+from runledger.ledger.emit.emitter import Emitter
+from runledger.ledger.contract.events import MAX_EVENT_BYTES, InvalidEvent
+from runledger.ledger.redact import redact
+from runledger.ledger.emit.sink import ChainSink
+from runledger.ledger.emit.spool import chain_dir
+from runledger.ledger.storage.store import fsync_dir
 
-from interop.importers.source import IMPORT_KEY, SourceEvent, SourceRun
+from runledger.interop.importers.source import IMPORT_KEY, SourceEvent, SourceRun
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +177,7 @@ def plan(held: list[Held], events: list[SourceEvent], run_id: str) -> list[Sourc
 
 def seed_spool(spool_dir: Path, head: Held, run_id: str, producer: str) -> None:
     """Start this machine's spool of the chain at the head the ledger holds (imported from another machine,
-    or a spool cleared): one segment holding that event, acknowledged, as `ledger.spool` lays a chain out
+    or a spool cleared): one segment holding that event, acknowledged, as `runledger.ledger.emit.spool` lays a chain out
     (seg-{seq}.jsonl, `acked`), so the Emitter goes on from the next seq, chained to its hash."""
     d = chain_dir(spool_dir, run_id, producer, ATTEMPT)
     d.mkdir(parents=True, exist_ok=True)

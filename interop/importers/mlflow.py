@@ -23,9 +23,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from interop.importers.source import (
-    SourceError, SourceRun, check_metric_name, check_step, grouped, millis_text, run_finished, run_id_of, run_started,
-)
+from runledger.interop.importers.source import (SourceError, SourceRun, check_metric_name, check_step, grouped, millis_text, run_finished, run_id_of, run_started)
 
 SYSTEM_PREFIX = "system/"  # mlflow.enable_system_metrics_logging() logs under it
 SCHEMES = ("file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")  # MLflow's tracking stores

@@ -6,7 +6,7 @@ then every point the source holds as `metrics` (and `system`, `config`) events i
 ever grows at the end while the source is appended to, and a closing `run_finished` when the source
 says the run ended (TensorBoard says nothing: its import closes at the last event's time). Each event
 carries the source's time, so reading the same source twice gives the same events, byte for byte:
-that is what makes a re-import a no-op (`interop.importers.bring`).
+that is what makes a re-import a no-op (`runledger.interop.importers.bring`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ledger.canonical import canonical_json
-from ledger.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.contract.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
 
 IMPORT_KEY = "_import"  # the config key holding an imported run's provenance (as W&B keeps `_wandb`)
 

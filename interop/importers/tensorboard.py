@@ -2,7 +2,7 @@
 
 The run is a folder: every `*tfevents*` file under it, in the order they were made (their names say
 it: a restarted writer's new file comes after the old ones), each streamed record by record
-(`interop.importers.tfrecord`: the records TensorBoard's own record reader returns, CRC-checked, at a
+(`runledger.interop.importers.tfrecord`: the records TensorBoard's own record reader returns, CRC-checked, at a
 fraction of its time, in bounded memory; no sampling, unlike TensorBoard's `EventAccumulator`), each
 parsed as TensorBoard's `Event` proto. A scalar is
 either a `simple_value` (PyTorch's and tensorboardX's `add_scalar`) or a rank-0 tensor of the
@@ -26,11 +26,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from interop.importers import tfrecord
-from interop.importers.source import (
-    SourceError, SourceEvent, SourceRun, check_metric_name, check_step, grouped, run_finished, run_id_of, run_started,
-    seconds_text,
-)
+from runledger.interop.importers import tfrecord
+from runledger.interop.importers.source import (SourceError, SourceEvent, SourceRun, check_metric_name, check_step, grouped, run_finished, run_id_of, run_started, seconds_text)
 
 SCALARS_PLUGIN = "scalars"
 HPARAMS_PLUGIN = "hparams"

@@ -23,10 +23,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from interop.importers.source import (
-    SourceError, SourceEvent, SourceRun, check_metric_name, check_step, metric_value, nanos_text, run_finished,
-    run_id_of, run_started, seconds_text,
-)
+from runledger.interop.importers.source import (SourceError, SourceEvent, SourceRun, check_metric_name, check_step, metric_value, nanos_text, run_finished, run_id_of, run_started, seconds_text)
 
 BLOCK = 32 * 1024  # the log's block size
 HEADER = struct.Struct("<IHB")  # chunk: crc32, length, type

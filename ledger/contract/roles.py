@@ -1,0 +1,23 @@
+"""Whose names producers take: agents' (`agent-*`) and persons' (`cli`, `ui`), which other roles may not use.
+
+NATS cannot tell the ledger who published a message (JetStream strips the server's Nats-Request-Info
+header before it stores one), so the ledger checks what an event claims against these names
+(`runledger.ledger.contract.validation.speaker_problem`), and readers key an alert by its producer (`runledger.ledger.check.replay`,
+the `open_alerts` view). Only the standard library: `queries` reads these without loading pydantic.
+"""
+
+from __future__ import annotations
+
+AGENT_PREFIX = "agent-"  # the agents' producer names (agents/*.py NAME)
+PERSON_PRODUCERS = ("cli", "ui")  # a person's: `runledger decide` and the dashboard (runledger.ledger.decisions.review)
+PERSON_PREFIX = "person:"  # a person named in a payload's `agent` (runledger.ledger.decisions.review)
+
+
+def is_person(producer: str) -> bool:
+    """Whether `producer` is a person's: a person may resolve any alert."""
+    return producer in PERSON_PRODUCERS
+
+
+def is_agent_or_person(producer: str) -> bool:
+    """Whether `producer` is a name only an agent or a person may use."""
+    return producer.startswith(AGENT_PREFIX) or is_person(producer)

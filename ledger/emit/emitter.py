@@ -1,0 +1,184 @@
+"""The NATS sink: `Emitter.emit()` seals an event, appends it to the chain's spool and returns at once.
+
+A thin facade over two parts: the spool (`runledger.ledger.emit.spool`, the durable outbox on local disk) and the
+publisher (`runledger.ledger.emit.publisher`, a background thread sending the spool to JetStream and recording what
+was acknowledged). An event `emit` accepted is never dropped: if NATS is slow or down, or this process
+dies, it is published again later, and the ledger stores it once. Past `max_spool_bytes` of
+unacknowledged events `emit` raises `SpoolFull`.
+
+One process per chain: the spool holds its folder's lock, and a second Emitter on the same chain
+fails at construction, naming the holder. Across machines the lock cannot reach, two producers on one
+chain hand out the same seqs with different content; the ledger keeps the first and quarantines the
+other as a conflict, and `close()` asks the ledger so that both producers are told: it returns False
+and `conflicts` names the seqs. Without a producer name the Emitter makes a unique one (host, pid,
+random suffix); without an attempt it asks the ledger for the next one (`runledger.ledger.emit.chains.next_attempt`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import socket
+import time
+from pathlib import Path
+
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.storage import locks
+from runledger.ledger.emit.chains import next_attempt
+from runledger.ledger.emit.publisher import Publisher
+from runledger.ledger.emit.sink import ChainSink
+from runledger.ledger.emit.spool import Spool, SpoolFull, chain_dir
+
+__all__ = ["Emitter", "SpoolFull", "origin", "send_leftovers", "unique_producer"]
+
+log = logging.getLogger(__name__)
+
+
+def unique_producer() -> str:
+    """A producer name no other process will make: host, pid and a random suffix (a valid name)."""
+    host = re.sub(r"[^a-z0-9_-]+", "-", socket.gethostname().lower()).strip("-_")[:40] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def origin(producer: str) -> dict:
+    """Who a producer is, for `run_started.hardware`: host and pid beside the name."""
+    return {"producer": producer, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+class Emitter(ChainSink):
+    """Emit events for one (run_id, producer, attempt) chain through NATS; see the module docstring."""
+
+    def __init__(
+        self, run_id: str, producer: str | None = None, attempt: int | None = 0, nats_url: str = bus.DEFAULT_URL,
+        spool_dir: str | Path = "./runledger-data/spool", max_spool_bytes: int = 512 << 20,
+        batch: bool = True, confirm: bool = True,
+    ) -> None:
+        if producer is None:  # a fresh unique name has no chain anywhere yet: attempt 0
+            producer, attempt = unique_producer(), 0
+        elif attempt is None:
+            attempt = next_attempt(run_id, producer, spool_dir, nats_url=nats_url)
+        self.nats_url = nats_url
+        self.confirm = confirm  # close() waits for the ledger's verdict on this chain (when a ledger answers)
+        self.dir = chain_dir(spool_dir, run_id, producer, attempt)
+        self.spool = Spool(self.dir, max_spool_bytes, f"; is NATS at {nats_url} reachable?")
+        super().__init__(run_id, producer, attempt, self.spool.seq, self.spool.prev_hash)
+        self._lock = self.spool.lock  # one lock for the chain: sealing and spooling are one step
+        self.publisher = Publisher(self.spool, run_id, producer, attempt, nats_url, batch).start()
+
+    @property
+    def conflicts(self) -> set[int]:
+        """Seqs of this chain where the ledger found a different event (known after close())."""
+        return self.publisher.conflicts
+
+    @property
+    def confirmed(self) -> bool:
+        """The ledger had processed everything published before close()."""
+        return self.publisher.confirmed
+
+    @property
+    def refused(self) -> set[str]:
+        """Subjects the server refused this producer (their events stay in the spool)."""
+        return self.publisher.refused
+
+    @property
+    def published(self) -> int:
+        """Messages acknowledged by JetStream (for progress and benches)."""
+        return self.publisher.published
+
+    def _keep(self, kind: str, ids: list[str], hashes: list[str], texts: list[bytes]) -> None:
+        self.spool.append(kind, ids, hashes, texts)
+
+    def pending(self) -> int:
+        """Events emitted but not yet acknowledged by JetStream."""
+        return self.spool.unacknowledged()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event emitted so far is acknowledged; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.spool.acked_upto < self._seq:
+            if self.publisher.stopped.is_set() or (deadline is not None and time.monotonic() > deadline):
+                return False
+            time.sleep(0.005)
+        return True
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Flush (up to `timeout`), ask the ledger for its verdict on this chain (within the same
+        `timeout`, if a ledger answers), then stop and free the chain. True only if JetStream has every
+        event and the ledger has reported no conflict; unacknowledged events stay in the spool."""
+        deadline = time.monotonic() + timeout
+        ok = self.flush(timeout)
+        self.publisher.stop(deadline if ok and self.confirm else None, max(10.0, deadline - time.monotonic() + 5))
+        self.spool.close()
+        if not ok:
+            log.warning("emitter %s/%s closed with %d events unacknowledged (kept in %s)",
+                        self.run_id, self.producer, self._seq - self.spool.acked_upto, self.dir)
+        if self.conflicts:
+            log.error("chain %s:%s:%d: the ledger found conflicting events at seq %s: another producer wrote this "
+                      "chain too; see `runledger verify`", self.run_id, self.producer, self.attempt,
+                      _ranges(sorted(self.conflicts)))
+        return ok and not self.conflicts
+
+    def __enter__(self) -> "Emitter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _ranges(seqs: list[int]) -> str:
+    """[1, 2, 3, 7] -> "1-3, 7"."""
+    out, start = [], None
+    for i, s in enumerate(seqs):
+        if start is None:
+            start = s
+        if i + 1 == len(seqs) or seqs[i + 1] != s + 1:
+            out.append(str(start) if start == s else f"{start}-{s}")
+            start = None
+    return ", ".join(out)
+
+
+def leftover_chains(spool_dir: str | Path, run_id: str | None = None) -> list[tuple[str, str, int]]:
+    """Chains in a spool (of one run, or all) that may hold events no one is sending: no process holds
+    the chain, and its last segment was written after it recorded what was acknowledged (as when a
+    producer was killed). A chain closed cleanly records its acknowledged bound last, so it is left out."""
+    found = []
+    for d in sorted(Path(spool_dir).glob(f"{run_id or '*'}/*/*")):
+        segments = sorted(d.glob("seg-*.jsonl"))
+        if not d.name.isdigit() or not segments:
+            continue
+        acked = d / "acked"
+        if acked.exists() and acked.stat().st_mtime_ns >= segments[-1].stat().st_mtime_ns:
+            continue
+        if not locks.is_held(d / "lock"):
+            found.append((d.parent.parent.name, d.parent.name, int(d.name)))
+    return found
+
+
+def send_leftovers(spool_dir: str | Path, nats_url: str, run_id: str | None = None, timeout: float = 30.0,
+                   unopenable: set | None = None) -> int:
+    """Publish what dead producers left unacknowledged in a spool (of one run, or all): each such chain
+    is opened as its producer would reopen it, flushed and closed. Returns the events sent. With a set
+    `unopenable`, a folder that cannot be opened as a chain (not a chain's name, unreadable) is logged
+    once, added to it and skipped from then on, rather than raised."""
+    sent = 0
+    for run, producer, attempt in leftover_chains(spool_dir, run_id):
+        if unopenable is not None and (run, producer, attempt) in unopenable:
+            continue
+        try:
+            em = Emitter(run, producer, attempt, nats_url, spool_dir, confirm=False)
+        except locks.Busy:  # its producer came back meanwhile
+            continue
+        except (OSError, ValueError) as err:
+            if unopenable is None:
+                raise
+            unopenable.add((run, producer, attempt))
+            log.warning("spool chain %s/%s/%d cannot be opened, left as it is: %s", run, producer, attempt, err)
+            continue
+        pending = em.pending()
+        if em.close(timeout):
+            sent += pending
+            if pending:
+                log.info("sent %d events that %s:%s:%d had left in its spool", pending, run, producer, attempt)
+    return sent

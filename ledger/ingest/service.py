@@ -1,0 +1,941 @@
+"""The ledger service: JetStream → validated, deduplicated, durable Parquet, exactly once.
+
+One loop (`runledger ledger serve`): fetch a batch from the durable pull consumer `ledger`, validate
+every event (`runledger.ledger.contract.validation.check_envelope`), drop the ones already stored (by event_id: the stored
+set is rebuilt from the tables' current snapshot at start, so a crash between write and ack stores
+nothing twice), write the rest and the rejected input (to quarantine, with raw bytes, subject and
+reason) atomically, commit the files to the tables, and only then ack. A batch that drains the
+stream is committed at once; while full batches keep coming, a commit takes those that came within
+COMMIT_EVERY_S of the first, so that an ack waits well under a second either way. A
+write or commit that fails (a full disk) is retried without acking; the service keeps running and
+says so. SIGTERM/SIGINT: finish and commit the batch in hand, drain, exit 0.
+
+One ledger per root: `serve` holds the root's lock ({root}/ledger.lock, released by the OS when the
+process dies), and its durable consumer carries the root's id, so neither a second ledger on the same
+root nor a second root on the same consumer can take messages the other has written but not acked.
+With `ledger serve --partitions K` (runledger.ledger.ingest.partitions) several instances share a root instead, each
+partition written by one `Ledger` at a time (its lease in JetStream KV), with its own position and
+recovery; this loop is the same for both.
+
+While it serves, the ledger looks at its consumer and its stream every WATCH_EVERY_S (`Watch`): a
+consumer deleted, or made anew by someone else (delivering only new messages, or starting past what
+is stored), is said loudly and made again from the root's stored position, so that nothing is
+skipped and nothing stored twice; a stream purged, deleted or made anew stops the ledger with one
+line (`StreamLost`, exit 2 from the CLI), recorded in the root (HALTED) so that no ledger serves it
+again until a person decides (a silent skip, or a supervisor's restart loop, is what this prevents).
+
+Producers ask the ledger about their chains ({LEDGER_API}.chains.{run_id}.{producer}): how far it has
+acked the stream, how far each attempt's chain is stored, and the seqs at which a different event came
+under a stored event_id (a conflict: two producers on one chain), so that neither is told "delivered".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections import deque
+from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nats.js.errors import NotFoundError
+
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.storage import heads, locks, store
+from runledger.ledger.storage.paths import HALTED_FILE, QUARANTINE
+from runledger.ledger.ingest.batch import check_batch
+from runledger.ledger.contract.canonical import envelope_text, orjson
+from runledger.ledger.contract.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
+from runledger.ledger.bus.natsserver import LEDGER_API
+from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
+from runledger.ledger.storage.store import CONFLICT, Quarantined, StoredEvent
+from runledger.ledger.contract.validation import check_envelope, payloads_valid
+
+log = logging.getLogger(__name__)
+
+DURABLE = "ledger"
+FETCH_BATCH = 2_000
+FETCH_TIMEOUT_S = 0.5
+COMPACT_BUSY_FILES = 64  # while busy, a partition is compacted once this many new files are in it
+IO_RETRIES = 5  # a batch that fails this often on I/O not of the disk is taken a message at a time
+MAX_BATCH_ENTRIES = 10_000  # envelopes in one batch message (an Emitter sends at most 1,000); past it: one quarantine row
+COMMIT_EVERY_S = 0.2  # while full batches keep coming, what they wrote is committed (and acked) this often
+EXPIRE_EVERY_S = 60.0  # when idle, this often: snapshots past tables.KEEP_SNAPSHOTS expire, files past RETENTION_S go
+WATCH_EVERY_S = 2.0  # while serving, this often: is the consumer still this root's, the stream still the one it fed?
+HALTED = HALTED_FILE  # in the root: the one line saying why its ledger stopped for good (see StreamLost)
+
+
+@dataclass
+class Counters:
+    messages: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    write_retries: int = 0
+    compactions: int = 0
+    commits: int = 0
+    # the last commits' waits: seconds from the arrival of a commit's first batch to its ack
+    ack_waits: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
+    # the last commits' own time: the files into the tables, the heads, the position (Ledger.commit)
+    commit_s: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
+
+    def line(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.__dict__.items() if not isinstance(v, deque))
+
+
+@dataclass
+class Decoded:
+    """What one batch of messages turned into, and how much of it is written already (a write that
+    failed halfway, on a full disk say, is retried from where it stopped: nothing is written twice)."""
+
+    events: list[StoredEvent] = field(default_factory=list)
+    # plain batches, taken whole (see plain_batch): (envelopes, payload texts, stream seq)
+    batches: list[tuple[list[dict], list[str], int]] = field(default_factory=list)
+    rejected: list[Quarantined] = field(default_factory=list)
+    written_groups: set[tuple[str, str]] = field(default_factory=set)
+    quarantine_written: bool = False
+    unwritable: set[str] = field(default_factory=set)  # event_ids its columns could not hold: quarantined
+
+
+def _entry_bytes(entry, data: bytes) -> bytes:
+    """One batch entry written back alone, for the quarantine (an entry refused by the parse: its own
+    bytes); the whole message if it cannot be (an entry nested deeper than Python writes, say: writing
+    it back once raised and crash-looped the ledger)."""
+    if isinstance(entry, RefusedEntry):
+        return entry.raw if entry.raw is not None else data
+    try:
+        return json.dumps(entry, ensure_ascii=False, allow_nan=True).encode()
+    except (RecursionError, ValueError, TypeError):
+        return data
+
+
+def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tuple[dict, str]], list[Quarantined]]:
+    """Validate one NATS message: ([(envelope, payload_text)], [rejected input with reasons])."""
+
+    def reject(reason: str, raw: bytes = data, entry: str | None = None) -> Quarantined:
+        return Quarantined(stream_seq, subject, reason, raw, entry)
+
+    parts = subject.split(".")
+    if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
+        return [], [reject(f"subject {subject!r} is not runledger.<run_id>.<kind>")]
+    _, run_id, subject_kind = parts
+    is_batch = data[:1] == b"["  # a JSON array of envelopes of the subject's kind
+    if not is_batch and len(data) > MAX_EVENT_BYTES:
+        return [], [reject(f"event of {len(data):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")]
+    try:
+        obj = parse_json(data)
+    except InvalidEvent as err:
+        if not is_batch:
+            return [], [reject(str(err))]
+        try:  # one entry may be at fault (not UTF-8, cut short, ...): refuse it alone, and take its siblings
+            obj = parse_batch_entries(data)
+        except InvalidEvent:
+            return [], [reject(str(err))]
+    if is_batch and not obj:
+        return [], [reject("an empty batch: a JSON array with no envelopes")]
+    if is_batch and isinstance(obj, list) and len(obj) > MAX_BATCH_ENTRIES:
+        return [], [reject(f"a batch of {len(obj):,} entries exceeds the {MAX_BATCH_ENTRIES:,}-entry limit")]
+    good, bad = [], []
+    # a batch's payloads are validated in one call; if any is invalid, each is checked alone for its reason
+    checked = (is_batch and isinstance(obj, list)
+               and all(type(e) is dict and e.get("kind") == subject_kind and "payload" in e for e in obj)
+               and payloads_valid(subject_kind, [e["payload"] for e in obj]))
+    for i, env in enumerate(obj if is_batch else [obj]):
+        try:
+            if isinstance(env, InvalidEvent):  # (refused by the parse, see parse_batch_entries)
+                raise env
+            payload_text = check_envelope(env, parsed=True, payload_checked=checked)
+            if is_batch and len(payload_text) > MAX_EVENT_BYTES:
+                raise InvalidEvent(f"event payload of {len(payload_text):,} bytes exceeds the {MAX_EVENT_BYTES:,}-byte limit")
+            if env["run_id"] != run_id:
+                raise InvalidEvent(f"subject says run {run_id!r} but the event is for run {env['run_id']!r}")
+            if env["kind"] != subject_kind:
+                raise InvalidEvent(f"subject says kind {subject_kind!r} but the event is a {env['kind']!r}")
+            good.append((env, payload_text))
+        except Exception as err:  # (a bug on one entry costs that entry, not its siblings)
+            if not isinstance(err, InvalidEvent):
+                if not is_batch:
+                    raise
+                log.exception("the ledger failed on entry %d of message %d (%s); quarantining it", i, stream_seq, subject)
+                err = f"the ledger failed on this entry: {_error_line(err)}"
+            eid = env.get("event_id") if isinstance(env, dict) and isinstance(env.get("event_id"), str) else None
+            if not is_batch:
+                bad.append(reject(str(err), data, eid))
+            else:  # keep this entry alone, as JSON text (the batch's bytes are in the stream)
+                bad.append(reject(f"batch entry {i}: {err}", _entry_bytes(env, data), eid or str(i)))
+    return good, bad
+
+
+def plain_batch(subject: str, data: bytes) -> tuple[list[dict], list[str]] | None:
+    """A batch message in the plain form that `check_batch` checks at once, all valid: (envelopes,
+    payload texts); None for anything else (which `decode_message` then takes an event at a time)."""
+    if data[:1] != b"[" or orjson is None:
+        return None
+    parts = subject.split(".")
+    if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
+        return None
+    try:
+        envs = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(envs, list) or len(envs) > MAX_BATCH_ENTRIES:
+        return None
+    try:
+        texts = check_batch(data, envs, parts[1], parts[2])
+    except Exception:  # a bug here must not stop the ledger: the path an event at a time decides
+        log.exception("check_batch failed on a message of %s; taking it an event at a time", subject)
+        return None
+    if texts is None or max(map(len, texts)) > MAX_EVENT_BYTES:
+        return None
+    return envs, texts
+
+
+def stream_seq(msg) -> int:
+    """A JetStream message's stream sequence, from its ack subject: $JS.ACK.<stream>.<consumer>.
+    <delivered>.<stream seq>... (9 tokens), or with <domain>.<account hash> after ACK (12 or more).
+    nats-py's `msg.metadata` parses every field, a tenth of the ledger's time at one event per message."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    if len(tokens) == 9 and tokens[5].isdigit():
+        return int(tokens[5])
+    if len(tokens) >= 12 and tokens[7].isdigit():
+        return int(tokens[7])
+    return msg.metadata.sequence.stream
+
+
+class Fenced(RuntimeError):
+    """A partition's writer whose lease may have lapsed: it must not commit (see runledger.ledger.ingest.partitions)."""
+
+
+class Ledger:
+    """The service's state: the root, what is stored, and the counters. With `part` (a partition of a
+    partitioned root, see runledger.ledger.ingest.partitions), recovery and the position are that partition's, and
+    `fence()` must be true for a commit to go ahead."""
+
+    def __init__(self, root: str | Path, part=None, fence=None) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.part, self.fence = part, fence
+        recovered = store.recover(self.root) if part is None else part.recover(self.root)
+        if any(recovered.values()):
+            log.info("recovered root %s: %s", self.root, recovered)
+        self.index = store.SeqIndex.load(self.root)
+        self.quarantined = store.stored_quarantine_seqs(self.root)
+        self.conflicts = store.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
+        # the last stream seq this root (or partition) has taken
+        self.taken_upto = store.taken_upto(self.root) if part is None else part.read_position(self.root)
+        self.heads = self._load_heads()
+        self.counters = Counters()
+        self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
+        self.tables = store.tables_of(self.root)  # None: a root in the plain layout
+        self._pending: dict[str, list[Path]] = {}  # table -> files written and not yet committed
+        self._heads_moved: set[str] = set()  # runs whose chain heads moved since the last commit
+        self._taken = self.taken_upto  # the last stream seq written, recorded at the next commit
+        self._expired_at = time.monotonic()
+        self._uncertain = False  # a commit failed: some of `_pending` may be in the tables already
+        self.last_commit: tuple[str, int] | None = None  # (when, ledger snapshot number) of the last commit
+        self.backlog: int | None = None  # messages still pending on the consumer as of the last fetch
+        log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
+
+    def _load_heads(self) -> dict[str, dict[heads.Chain, heads.Head]]:
+        """The recorded chain heads (see runledger.ledger.storage.heads), each checked against what is stored: a head the
+        root no longer reaches is kept (verify names it) and said loudly here."""
+        if store.start_heads(self.root):
+            log.warning("root %s recorded no chain heads: recording them from what is stored (a chain cut short "
+                        "before now cannot be found)", self.root)
+        recorded, unreadable = heads.read_all(self.root)
+        if unreadable:
+            stored = store.stored_heads(self.root)
+            for line in unreadable:
+                log.error("%s; recording that run's heads anew from what is stored", line)
+            for run_id in stored.keys() - recorded.keys():
+                recorded[run_id] = stored[run_id]
+        for run_id, chains in recorded.items():
+            for (producer, attempt), (seq, _) in chains.items():
+                if (run_id, producer, attempt, seq) not in self.index:
+                    log.error("chain %s:%s:%d: the ledger stored it up to seq %d, but the root no longer holds that "
+                              "event (cut short while the ledger was down?); `runledger verify` names it",
+                              run_id, producer, attempt, seq)
+        return recorded
+
+    def decode(self, messages: list[tuple[str, bytes, int]]) -> Decoded:
+        """Validate and deduplicate a batch of (subject, data, stream_seq)."""
+        out = Decoded()
+        batch_hashes: dict[str, str] = {}
+        maybe_dup: list[tuple[dict, str, int, str]] = []
+        for subject, data, sseq in messages:
+            plain = plain_batch(subject, data)
+            if plain is not None and self._take_plain(out, batch_hashes, *plain, sseq):
+                continue
+            try:
+                good, bad = decode_message(subject, data, sseq)
+            except Exception as err:  # a bug on some input must not stop the ledger: keep the message, go on
+                log.exception("the ledger failed on message %d (%s); quarantining it", sseq, subject)
+                good, bad = [], [Quarantined(sseq, subject, f"the ledger failed on this message: {_error_line(err)}", data)]
+            if sseq not in self.quarantined:
+                out.rejected.extend(bad)
+            for env, payload_text in good:
+                key = (env["run_id"], env["producer"], env["attempt"], env["seq"])
+                eid = env["event_id"]
+                if eid in batch_hashes:
+                    self._duplicate(out, batch_hashes[eid], env, subject, data, sseq)
+                elif key in self.index:
+                    maybe_dup.append((env, subject, sseq, data))
+                else:
+                    batch_hashes[eid] = env["hash"]
+                    out.events.append(StoredEvent(env, payload_text, sseq))
+        if maybe_dup:  # redelivered after a crash, or resent by a producer: same hash = same event
+            self.commit()  # (the stored hashes are read from the tables: what this ledger wrote too)
+            by_part: dict[tuple[str, str], set[str]] = {}
+            for env, *_ in maybe_dup:
+                by_part.setdefault((env["kind"], env["run_id"]), set()).add(env["event_id"])
+            stored = {}
+            for (kind, run_id), ids in by_part.items():
+                stored.update(store.stored_hashes(self.root, kind, run_id, ids))
+            for env, subject, sseq, data in maybe_dup:
+                self._duplicate(out, stored.get(env["event_id"]), env, subject, data, sseq)
+        return out
+
+    def _take_plain(self, out: Decoded, batch_hashes: dict[str, str], envs: list[dict], texts: list[str], sseq: int) -> bool:
+        """Take a checked plain batch (one chain, consecutive seqs) whole if none of it is stored or
+        earlier in this fetch; False if some is (then its events are taken one at a time)."""
+        first = envs[0]
+        ids = [e["event_id"] for e in envs]
+        if not batch_hashes.keys().isdisjoint(ids) or self.index.any_stored(
+                (first["run_id"], first["producer"], first["attempt"]), first["seq"], len(envs)):
+            return False
+        batch_hashes.update(zip(ids, [e["hash"] for e in envs]))
+        out.batches.append((envs, texts, sseq))
+        return True
+
+    def _duplicate(self, out: Decoded, stored_hash: str | None, env: dict, subject: str, data: bytes, sseq: int) -> None:
+        if stored_hash == env["hash"]:
+            self.counters.duplicates += 1
+            return
+        self.conflicts.setdefault((env["run_id"], env["producer"], env["attempt"]), set()).add(env["seq"])
+        if sseq not in self.quarantined:
+            out.rejected.append(Quarantined(
+                sseq, subject, f"event_id {env['event_id']} is already stored with a different hash ({CONFLICT})",
+                json.dumps(env).encode(), env["event_id"]))
+
+    def chain_status(self, run_id: str, producer: str) -> dict:
+        """What a producer asks: per attempt of (run_id, producer), the seqs stored gaplessly from 0
+        (`stored_upto`) and the seqs where a conflicting event came."""
+        chains = {}
+        for (run, prod, attempt), (upto, _) in self.index.chains.items():
+            if run == run_id and prod == producer:
+                chains[str(attempt)] = {"stored_upto": upto, "conflicts": []}
+        for (run, prod, attempt), seqs in self.conflicts.items():
+            if run == run_id and prod == producer:
+                chains.setdefault(str(attempt), {"stored_upto": 0})["conflicts"] = sorted(seqs)
+        return {"chains": chains}
+
+    def write(self, decoded: Decoded) -> None:
+        """Durably write a decoded batch, remembering each file as it lands. Raises OSError on failure;
+        calling it again with the same `decoded` writes only what is missing."""
+        now = datetime.now(timezone.utc)
+        parts = []
+        groups = {key: store.Rows.of(group) for key, group in store.group_events(decoded.events).items()}
+        for envs, texts, sseq in decoded.batches:
+            rows = groups.setdefault((envs[0]["kind"], envs[0]["run_id"]), store.Rows())
+            rows.envs.extend(envs)
+            rows.payload_texts.extend(texts)
+            rows.stream_seqs.extend([sseq] * len(envs))
+        for (kind, run_id), rows in groups.items():
+            if (kind, run_id) in decoded.written_groups:
+                continue
+            if decoded.unwritable:
+                rows = _without(rows, decoded.unwritable)
+            try:
+                path = store.write_group(self.root, kind, run_id, rows, now, self.tables)
+            except OSError:
+                raise
+            except Exception as err:  # a value its column cannot hold: quarantine that event, write the rest
+                if type(err).__name__ == "CommitFailedException":  # another writer changed the table first
+                    self.tables._tables.pop(kind, None)  # (its cached handle is stale: loaded again on the retry)
+                    raise CatalogUnavailable(errno.EIO, f"table {kind} changed meanwhile: {_error_line(err)}") from err
+                _raise_if_unavailable(err)
+                rows = self._set_aside_unwritable(decoded, kind, rows, now, err)
+                path = store.write_group(self.root, kind, run_id, rows, now, self.tables) if rows.envs else None
+            if path is not None:
+                parts.append(path.parent)
+                self._pending.setdefault(kind, []).append(path)
+            decoded.written_groups.add((kind, run_id))
+            self.counters.stored += len(rows.envs)
+            self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in rows.envs])
+            self._heads_moved |= heads.advance(self.heads, rows.envs)
+        if decoded.rejected and not decoded.quarantine_written:
+            path = store.write_quarantine(self.root, decoded.rejected, now, self.tables)
+            self._pending.setdefault(QUARANTINE, []).append(path)
+            decoded.quarantine_written = True
+            self.quarantined.update(q.stream_seq for q in decoded.rejected)
+            self.counters.quarantined += len(decoded.rejected)
+            for reason in {q.reason for q in decoded.rejected[:5]}:
+                log.warning("quarantined: %s", reason)
+        for part in parts:  # compaction waits for a quiet moment, unless files pile up meanwhile
+            self._unmerged[part] = self._unmerged.get(part, 0) + 1
+            if self._unmerged[part] >= COMPACT_BUSY_FILES:
+                self._compact(part)
+
+    def note_taken(self, stream_seq: int) -> None:
+        """Messages up to `stream_seq` are written (stored or quarantined): the next commit records it."""
+        self._taken = max(self._taken, stream_seq)
+
+    def commit(self) -> None:
+        """Make what was written readable and record how far it goes: what must happen before an ack.
+        The files go into the tables' snapshots in one commit; then the chain heads (every acked event
+        is at or below a recorded head) and the position (see store.write_position) are written.
+        Raises on failure (OSError: the disk; anything else: the catalog); calling it again is safe: a
+        catalog that failed mid-commit (its server killed) may have taken some files, and those are not
+        committed twice. A partition's writer commits only while its lease holds (raises Fenced)."""
+        if self.fence is not None and (self._pending or self._heads_moved or self._taken > self.taken_upto) \
+                and not self.fence():
+            raise Fenced(f"partition {self.part.p}: lease not held; not committing")
+        started = time.perf_counter()
+        if self._pending:
+            if self.tables is not None:
+                if self._uncertain:
+                    self._pending = self._not_committed(self._pending)
+                self._uncertain = True
+                if self.part is None:
+                    self.tables.commit(self._pending)
+                else:  # several writers conflict: a table whose commit went through is not taken again
+                    number = None
+                    for name in list(self._pending):
+                        if number is not None:
+                            self.tables.commit_no = number - 1  # (one number for the tables of one commit)
+                        number = self.tables.commit({name: self._pending[name]})
+                        del self._pending[name]
+                self._uncertain = False
+                self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
+            self._pending = {}
+        if self._heads_moved:
+            heads.write(self.root, self.heads, self._heads_moved)
+            self._heads_moved = set()
+        if self._taken > self.taken_upto:
+            if self.part is None:
+                store.write_position(self.root, self._taken)
+            else:
+                self.part.write_position(self.root, self._taken)
+            self.taken_upto = self._taken
+        self.counters.commit_s.append(time.perf_counter() - started)
+
+    def _not_committed(self, pending: dict[str, list[Path]]) -> dict[str, list[Path]]:
+        """The files of `pending` that no table's current snapshot holds (after a commit that failed)."""
+        out = {}
+        for name, files in pending.items():
+            t = self.tables.table(name)
+            t.refresh()
+            snap = t.current_snapshot()
+            held = self.tables._live(t, snap) if snap is not None else set()
+            left = [f for f in files if f"file://{f}" not in held and str(f) not in held]
+            if len(left) < len(files):
+                log.warning("table %s: %d files of a commit that failed are in it already; not committing them again",
+                            name, len(files) - len(left))
+            if left:
+                out[name] = left
+        return out
+
+    def write_safely(self, decoded: Decoded, messages: list[tuple[str, bytes, int]]) -> None:
+        """`write`, and if it fails for any reason but the disk's (a bug on some message), the messages
+        one at a time, quarantining the one at fault: no message can stop the ledger. Raises OSError."""
+        try:
+            self.write(decoded)
+        except OSError:
+            raise
+        except Exception as err:
+            _raise_if_unavailable(err)
+            log.exception("the ledger failed writing %d messages; taking them one at a time", len(messages))
+            self.write_each(messages)
+
+    def write_each(self, messages: list[tuple[str, bytes, int]], isolate_io: bool = False) -> None:
+        """Decode and write each message alone; one whose handling fails is quarantined whole with the
+        reason (what a batch's failure comes down to). An OSError of the disk (full, read-only, failing)
+        still raises: no valid event is ever set aside for the disk's sake. With `isolate_io`, any other
+        OSError (one message's own, after the batch failed IO_RETRIES times) quarantines that message."""
+        for subject, data, sseq in messages:
+            try:
+                self.write(self.decode([(subject, data, sseq)]))
+            except OSError as err:
+                if not isolate_io or _of_the_disk(err):
+                    raise
+                log.error("message %d (%s) cannot be written (%s); quarantining it", sseq, subject, err)
+                if sseq not in self.quarantined:
+                    reason = f"the ledger cannot write this message: {_error_line(err)}"
+                    self.write(Decoded(rejected=[Quarantined(sseq, subject, reason, data)]))
+            except Exception as err:
+                _raise_if_unavailable(err)
+                log.exception("the ledger failed on message %d (%s); quarantining it", sseq, subject)
+                if sseq not in self.quarantined:
+                    reason = f"the ledger failed on this message: {_error_line(err)}"
+                    self.write(Decoded(rejected=[Quarantined(sseq, subject, reason, data)]))
+
+    def _set_aside_unwritable(self, decoded: Decoded, kind: str, rows: store.Rows, now: datetime,
+                              err: Exception) -> store.Rows:
+        """The rows that can be written, one by one; the others go to quarantine with the reason."""
+        log.warning("a %s group could not be written (%s); finding the events at fault", kind, _error_line(err))
+        ok = store.Rows()
+        for env, text, sseq in zip(rows.envs, rows.payload_texts, rows.stream_seqs):
+            one = store.Rows([env], [text], [sseq])
+            try:
+                store.events_table(kind, one, now)
+            except OSError:
+                raise
+            except Exception as why:
+                decoded.unwritable.add(env["event_id"])
+                decoded.rejected.append(Quarantined(sseq, subject_for(env["run_id"], kind),
+                                                    f"cannot be stored: {_error_line(why)}",
+                                                    envelope_text(env, text, with_hash=True).encode(), env["event_id"]))
+                continue
+            ok.envs.append(env)
+            ok.payload_texts.append(text)
+            ok.stream_seqs.append(sseq)
+        return ok
+
+    def compact_idle(self) -> None:
+        """Compact the partitions written since their last compaction, and now and then expire old
+        snapshots (call when there is no work, and nothing uncommitted)."""
+        if self.fence is not None and not self.fence():  # (a partition's writer whose lease lapsed)
+            return
+        for part in list(self._unmerged):
+            self._compact(part)
+        if self.tables is not None and time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
+            self._expired_at = time.monotonic()
+            try:
+                expired, removed = self.tables.expire(), self.tables.sweep()
+                if expired or removed:
+                    log.info("expired %d snapshots; removed %d files no reader can need any more", expired, removed)
+            except Exception as err:  # the events are safe; expiry can wait
+                log.warning("snapshot expiry postponed: %s", _error_line(err))
+
+    def _compact(self, part: Path) -> None:
+        try:
+            if store.compact_partition(part) is not None:
+                self.counters.compactions += 1
+            self._unmerged.pop(part, None)
+        except OSError as err:  # the events are durable already; compaction can wait
+            log.warning("compaction of %s postponed: %s", part, err)
+        except Exception as err:  # a stored file was changed, say: never a reason to stop; verify reports it
+            log.error("compaction of %s skipped: %s", part, err)
+            self._unmerged.pop(part, None)
+
+
+async def _commit_and_ack(ledger: Ledger, unacked: list, stop: asyncio.Event | None, since: float) -> bool:
+    """Commit what `unacked` wrote, then ack it (and empty the list). A commit that fails is retried
+    every second without acking; False if `stop` came first (the messages are redelivered later)."""
+    while True:
+        try:
+            ledger.commit()
+            break
+        except Exception as err:  # the disk or the catalog: keep the messages, ack nothing, try again
+            ledger.counters.write_retries += 1
+            log.error("cannot commit to %s (%s); not acking %d messages, retrying", ledger.root, _error_line(err),
+                      len(unacked))
+            if stop is None:
+                return False
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+                return False
+            except asyncio.TimeoutError:
+                continue
+    for m in unacked:
+        await m.ack()
+    ledger.counters.messages += len(unacked)
+    ledger.counters.commits += 1
+    ledger.counters.ack_waits.append(time.monotonic() - since)
+    unacked.clear()
+    return True
+
+
+def consumer_seq(msg) -> int | None:
+    """A JetStream message's consumer sequence (its delivery count on the consumer, which a consumer
+    made anew starts again at 1), from its ack subject (see `stream_seq`); None if it has none."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    if len(tokens) == 9 and tokens[6].isdigit():
+        return int(tokens[6])
+    if len(tokens) >= 12 and tokens[8].isdigit():
+        return int(tokens[8])
+    return None
+
+
+def _pending_after(msg) -> int | None:
+    """Messages still pending on the consumer when `msg` was delivered (its ack subject's last token)."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    return int(tokens[-1]) if tokens and tokens[-1].isdigit() else None
+
+
+class CatalogUnavailable(OSError):
+    """The tables' catalog cannot be reached (a shared catalog's server is down, a sqlite catalog is
+    locked), or a partition's writer is fenced: like a failing disk, a reason to wait, never to blame
+    a message (an OSError with errno EIO, so `_of_the_disk` says so)."""
+
+
+def _raise_if_unavailable(err: BaseException) -> None:
+    """Raise CatalogUnavailable if `err` (or what caused it) is the catalog's connection, or Fenced."""
+    seen = err
+    while seen is not None:
+        kind = type(seen)
+        if isinstance(seen, Fenced) or (kind.__name__ in ("OperationalError", "InterfaceError")
+                                        and kind.__module__.split(".")[0] in ("sqlalchemy", "psycopg2", "sqlite3")):
+            raise CatalogUnavailable(errno.EIO, f"the catalog is unavailable: {_error_line(err)}") from err
+        seen = seen.__cause__ or seen.__context__
+
+
+def _of_the_disk(err: OSError) -> bool:
+    """An OSError of the disk as a whole (full, over quota, read-only, failing): wait for it, never blame a message."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ENOMEM)
+
+
+def _error_line(err: BaseException) -> str:
+    """An exception as one short line, for a quarantine reason."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}"
+
+
+def _without(rows: store.Rows, event_ids: set[str]) -> store.Rows:
+    keep = [i for i, e in enumerate(rows.envs) if e["event_id"] not in event_ids]
+    return store.Rows([rows.envs[i] for i in keep], [rows.payload_texts[i] for i in keep], [rows.stream_seqs[i] for i in keep])
+
+
+def consumer_owner(root: Path) -> dict[str, str]:
+    """The consumer metadata that ties a durable consumer to this root."""
+    return {bus.OWNER_KEY: store.root_id(root), "runledger_root": str(Path(root).resolve()),
+            "runledger_host": socket.gethostname()}
+
+
+async def _answer_chains(ledger: Ledger, js, durable: str, msg) -> None:
+    """Reply to {LEDGER_API}.chains.{run_id}.{producer}: the consumer's ack floor and the chains' status."""
+    parts = msg.subject.split(".")
+    if len(parts) != 4 or not msg.reply:
+        return
+    try:
+        floor = (await js.consumer_info(STREAM, durable)).ack_floor.stream_seq
+    except Exception as err:  # no answer is better than a wrong one: the producer waits or gives up
+        log.debug("chain status: no consumer info (%s)", err)
+        return
+    await msg.respond(json.dumps({"ack_floor": floor, **ledger.chain_status(parts[2], parts[3])}).encode())
+
+
+class StreamLost(RuntimeError):
+    """The stream this root takes its events from was purged, deleted or created anew while the root
+    had not taken everything in it, or its seqs are no longer the ones the root recorded: events may
+    be gone, and taking on would skip them or store another stream's under the root's positions. The
+    ledger stops, says why in one line, and records it ({root}/HALTED) so that no ledger serves the
+    root again until a person decides (adopting a new stream deliberately is not done here)."""
+
+
+def halted(root: Path) -> str | None:
+    """Why the root's ledger stopped for good (see StreamLost), or None."""
+    try:
+        return (Path(root) / HALTED).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def halt(root: Path, reason: str) -> StreamLost:
+    """Record `reason` as why the root's ledger stopped for good, log it, and return the StreamLost to raise."""
+    tmp = Path(root) / f".{HALTED}.tmp"
+    tmp.write_text(reason + "\n")
+    os.replace(tmp, Path(root) / HALTED)
+    log.error("%s", reason)
+    return StreamLost(reason)
+
+
+async def stream_problem(js, root: Path, taken_upto: int | None, first_seen: int | None = None,
+                         created=None, stream: str = STREAM) -> str | None:
+    """Why `stream` is not the one the root took messages from up to stream seq `taken_upto` (purged,
+    deleted, created anew), or None. `first_seen`, `created`: its first seq and creation time when the
+    ledger bound to it (a purge that removed only what the root had taken shows only in those).
+    `taken_upto` None: the seqs are not compared (a partition's position is not the stream's end)."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        info = await js.stream_info(stream)
+    except NotFoundError:
+        return f"stream {stream} was deleted while root {root} took messages from it"
+    state = info.state
+    if created is not None and info.created is not None and info.created != created:
+        return f"stream {stream} was deleted and created anew ({info.created.isoformat()}) under the ledger of {root}"
+    if taken_upto is None:
+        pass
+    elif state.last_seq < taken_upto:
+        return (f"stream {stream} ends at seq {state.last_seq}, but root {root} took messages up to seq {taken_upto}: "
+                f"it was purged or created anew, and its seqs are not the root's")
+    elif state.first_seq > taken_upto + 1 and state.last_seq > taken_upto:
+        return (f"stream {stream} was purged: it begins at seq {state.first_seq}, but root {root} took messages only "
+                f"up to seq {taken_upto}, so seqs {taken_upto + 1}..{state.first_seq - 1} are gone")
+    if first_seen is not None and state.first_seq > max(first_seen, 1):  # (a stream with no message yet: 0)
+        return f"stream {stream} was purged while the ledger of {root} served it (its first seq went from {first_seen} to {state.first_seq})"
+    return None
+
+
+class Watch:
+    """What a serving ledger checks every WATCH_EVERY_S and whenever a pull fails: that its streams are
+    the ones it found at its first look (else StreamLost), and that its consumer is still there and
+    still as it was made (else a reason to make it again from the stored position: `problem` returns
+    one line). Make a new Watch after each subscribe: its first look is taken at its first check."""
+
+    def __init__(self, js, ledger: Ledger, durable: str, consumer_stream: str = STREAM,
+                 consumer_problem=None, streams: tuple[str, ...] = ()) -> None:
+        self.js, self.ledger, self.durable, self.consumer_stream = js, ledger, durable, consumer_stream
+        self.consumer_problem = consumer_problem or (lambda info: bus.position_problem(info, ledger.taken_upto))
+        self.streams = streams  # derived streams, checked for being deleted or made anew
+        self.first_seen: int | None = None
+        self.created: dict[str, object] = {}
+        self.consumer_created = None
+
+    async def _first_look(self, name: str) -> None:
+        from nats.js.errors import NotFoundError
+
+        try:
+            info = await self.js.stream_info(name)
+        except NotFoundError:
+            return
+        self.created[name] = info.created
+        if name == STREAM:
+            self.first_seen = info.state.first_seq
+
+    async def problem(self) -> str | None:
+        """Raise StreamLost if a stream is not the one first seen; a consumer's problem in one line, or None."""
+        root = self.ledger.root
+        for name in (STREAM, *self.streams):
+            if name not in self.created:
+                await self._first_look(name)
+        lost = await stream_problem(self.js, root, self.ledger.taken_upto if self.ledger.part is None else None,
+                                    self.first_seen, self.created.get(STREAM))
+        for name in self.streams:
+            lost = lost or await stream_problem(self.js, root, None, None, self.created.get(name), stream=name)
+        if lost:
+            raise halt(root, lost)
+        try:
+            info = await self.js.consumer_info(self.consumer_stream, self.durable)
+        except NotFoundError:
+            return f"consumer {self.durable!r} was deleted while the ledger of {root} served it"
+        if self.consumer_created is None:
+            self.consumer_created = info.created
+        elif info.created != self.consumer_created:
+            return f"consumer {self.durable!r} was deleted and created anew while the ledger of {root} served it"
+        why = self.consumer_problem(info)
+        return f"consumer {self.durable!r} {why}" if why else None
+
+
+async def make_consumer_from_position(js, durable: str, ledger: Ledger, replace: bool = False) -> None:
+    """The root's durable consumer made from what the root stored: delivering from the stream seq after
+    its position (everything, for a root that took nothing). With `replace`, one there is deleted first."""
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    from nats.js.errors import NotFoundError
+
+    if replace:
+        try:
+            await js.delete_consumer(STREAM, durable)
+        except NotFoundError:
+            pass
+    start = ledger.taken_upto + 1
+    await js.add_consumer(STREAM, ConsumerConfig(
+        durable_name=durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=bus.ACK_WAIT_S, max_deliver=-1,
+        max_ack_pending=bus.MAX_ACK_PENDING, filter_subject=f"{SUBJECT_PREFIX}.>", metadata=consumer_owner(ledger.root),
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start > 1 else DeliverPolicy.ALL,
+        opt_start_seq=start if start > 1 else None))
+
+
+async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event, ledger: Ledger):
+    """Connect, make sure of the stream and the consumer, bind to it — waiting for the server if it
+    is not up yet or not ready (a cluster electing a leader). (nc, sub), or (None, None) if stopped.
+    Raises bus.ConsumerTaken if the consumer belongs to another root."""
+    tries = 0
+    while not stop.is_set():
+        nc = None
+        try:
+            nc = await bus.connect(nats_url, name="ledger")
+            js = nc.jetstream()
+            await bus.ensure_stream(js)
+            lost = await stream_problem(js, ledger.root, ledger.taken_upto)
+            if lost:
+                raise halt(ledger.root, lost)
+            try:
+                await js.consumer_info(STREAM, durable)
+            except NotFoundError:
+                if ledger.taken_upto:
+                    log.error("consumer %r is missing, though root %s took messages up to stream seq %d: making it "
+                              "again from there", durable, ledger.root, ledger.taken_upto)
+                await make_consumer_from_position(js, durable, ledger)
+            await bus.ensure_consumer(js, durable, rewind=True, owner=consumer_owner(ledger.root),
+                                      seen_upto=ledger.taken_upto)
+
+            async def answer(msg) -> None:
+                await _answer_chains(ledger, js, durable, msg)
+
+            await nc.subscribe(f"{LEDGER_API}.chains.*.*", cb=answer)
+            return nc, await bus.Puller(nc, STREAM, durable).start()
+        except (bus.ConsumerTaken, StreamLost):
+            if nc is not None:
+                await nc.close()
+            raise
+        except Exception as err:
+            if tries % 20 == 0:
+                log.warning("waiting for NATS at %s (%s)", nats_url, str(err) or type(err).__name__)
+            if nc is not None:
+                await nc.close()
+            tries += 1
+            await asyncio.sleep(0.5)
+    return None, None
+
+
+async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
+                batch: int = FETCH_BATCH, durable: str = DURABLE, until_stored: int | None = None,
+                exclusive: bool = True) -> Counters:
+    """Run the ledger until `stop` is set (or SIGTERM/SIGINT when `stop` is None), or until it has
+    stored `until_stored` events in this run (for benches). Raises locks.Busy if another ledger serves
+    `root`, bus.ConsumerTaken if `durable` is another root's, and StreamLost if the stream was purged or
+    made anew (then, and ever after, one line saying so: see HALTED). (`exclusive=False` skips the root
+    lock: only for tests that show what the lock prevents.)"""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    lock = locks.hold(Path(root) / "ledger.lock", f"ledger root {root}") if exclusive else None
+    try:
+        if halted(root):
+            raise StreamLost(f"{halted(root)} (recorded in {Path(root) / HALTED}; this root is not served again)")
+        return await _serve(Ledger(root), nats_url, stop, batch, durable, until_stored)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batch: int, durable: str,
+                 until_stored: int | None, subscribe=None, unpack=None, watch=None, remake=None) -> Counters:
+    """The loop. A partition's writer (runledger.ledger.ingest.partitions) passes its own `subscribe` (the partitioned
+    stream's consumer), `unpack` (a message's RUNLEDGER subject, data and stream seq), `watch(js)` (its
+    Watch) and `remake(js)` (its consumer made again). Raises StreamLost (see Watch)."""
+    root = ledger.root
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    subscribe = subscribe or _subscribe_until_ready
+    watch = watch or (lambda js: Watch(js, ledger, durable))
+    remake = remake or (lambda js: make_consumer_from_position(js, durable, ledger, replace=True))
+    nc, sub = await subscribe(nats_url, durable, stop, ledger)
+    if nc is None:
+        return ledger.counters
+    watching = watch(nc.jetstream())
+    next_watch = 0.0  # (its first look now)
+    log.info("ledger serving %s from %s (consumer %s)", root, nats_url, durable)
+    last_report = time.monotonic()
+    unacked: list = []  # messages written, waiting for their commit
+    since = 0.0  # when the first of them arrived
+    every = COMMIT_EVERY_S if ledger.tables is not None else 0.0  # (a plain root's files are read once written)
+    delivered = None  # the consumer's delivery count at the last message fetched from this subscription
+
+    async def look() -> str | None:
+        """The watch's look now: a reason to make the consumer again, or None (also when the server does
+        not answer: looked at again later). StreamLost goes up, after committing what was written."""
+        try:
+            return await watching.problem()
+        except StreamLost:
+            if unacked:  # (what was written is valid: committed, never acked to a stream that is gone)
+                ledger.commit()
+            await nc.close()
+            raise
+        except Exception as err:  # the server unreachable for now: looked at again later
+            log.debug("watch: %s", err)
+            return None
+
+    why = None
+    while not stop.is_set():
+        if why is None and time.monotonic() >= next_watch:
+            why = await look()
+            next_watch = time.monotonic() + WATCH_EVERY_S
+        if why:
+            if unacked and not await _commit_and_ack(ledger, unacked, stop, since):
+                break
+            log.error("%s: making it again from what root %s stored (stream seq %d on); nothing is stored twice",
+                      why, root, ledger.taken_upto + 1)
+            why = None
+            try:
+                await remake(nc.jetstream())
+            except Exception as err:
+                log.error("cannot make consumer %r again (%s); trying again", durable, _error_line(err))
+                next_watch = time.monotonic() + 0.5
+                continue
+            await nc.close()
+            nc, sub = await subscribe(nats_url, durable, stop, ledger)
+            if nc is None:
+                return ledger.counters
+            watching, delivered = watch(nc.jetstream()), None
+            continue
+        wait = FETCH_TIMEOUT_S if not unacked else max(0.005, since + every - time.monotonic())
+        try:
+            msgs = await sub.fetch(batch, timeout=wait)  # [] when nothing came in time
+        except Exception as err:  # disconnected (nats-py reconnects), or the consumer is gone (looked at now)
+            log.debug("fetch failed: %s", err)
+            next_watch = 0.0
+            await asyncio.sleep(0.2)
+            continue
+        if not msgs:
+            if not unacked:
+                ledger.compact_idle()
+            elif not await _commit_and_ack(ledger, unacked, stop, since):
+                break
+            continue
+        arrived = time.monotonic()
+        first, delivered_before, delivered = consumer_seq(msgs[0]), delivered, consumer_seq(msgs[-1])
+        if first is None or delivered_before is None or first != delivered_before + 1:
+            # The consumer's count did not go on from this subscription's last message: a first batch, a
+            # pull given up on, or a consumer someone deleted and made anew (delivering from elsewhere:
+            # its messages must not move the position past the ones it skipped). Looked at before any
+            # is written; what is not written now comes again (redelivered, or from the remade consumer).
+            why = await look()
+            next_watch = time.monotonic() + WATCH_EVERY_S
+            if why:
+                continue
+        ledger.backlog = _pending_after(msgs[-1])
+        batch_in = [unpack(m) for m in msgs] if unpack else [(m.subject, m.data, stream_seq(m)) for m in msgs]
+        try:
+            decoded = ledger.decode(batch_in)
+        except Exception:  # a stored file it had to read is broken, say: the messages one at a time
+            log.exception("the ledger failed reading a batch of %d messages; taking them one at a time", len(msgs))
+            decoded = None
+        failures = 0
+        while True:
+            try:
+                if decoded is None or failures >= IO_RETRIES:  # (then a message's own OSError is its alone)
+                    ledger.write_each(batch_in, isolate_io=failures >= IO_RETRIES)
+                else:
+                    ledger.write_safely(decoded, batch_in)
+                ledger.note_taken(max(s for _, _, s in batch_in))  # (a full disk can refuse this file too)
+                break
+            except OSError as err:  # e.g. the disk is full: keep the batch, ack nothing, try again
+                failures += 1
+                ledger.counters.write_retries += 1
+                log.error("cannot write to %s (%s); not acking %d messages, retrying", root, err, len(msgs))
+                try:
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    continue
+                log.warning("stopping with %d messages unwritten; JetStream will redeliver them", len(msgs) + len(unacked))
+                await nc.close()
+                return ledger.counters
+        if not unacked:
+            since = arrived
+        unacked += msgs
+        # commit once the stream is drained (a batch short of full), else every COMMIT_EVERY_S meanwhile
+        if (len(msgs) < batch or time.monotonic() - since >= every or stop.is_set()
+                or (until_stored is not None and ledger.counters.stored >= until_stored)):
+            if not await _commit_and_ack(ledger, unacked, stop, since):
+                break
+        if until_stored is not None and ledger.counters.stored >= until_stored and not unacked:
+            stop.set()
+        if time.monotonic() - last_report > 10:
+            log.info("ledger: %s", ledger.counters.line())
+            last_report = time.monotonic()
+    if unacked:
+        await _commit_and_ack(ledger, unacked, None, since)
+    await nc.flush()  # the acks are out; nothing else is in hand
+    await nc.close()
+    log.info("ledger stopped: %s", ledger.counters.line())
+    return ledger.counters
