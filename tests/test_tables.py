@@ -245,3 +245,20 @@ def test_verify_and_replay_name_a_snapshot_and_verify_names_a_deleted_file(root)
     report = verify(root)
     assert f"{victim}: in the tables' snapshot, but not on disk (deleted?)" in report.problems
     assert counts(queries.connect(root)) == (28, 28)  # the views read what is there; verify names what is not
+
+
+def test_a_table_is_partitioned_by_run_in_the_commit_that_makes_it(root):
+    # Partitions' writers share the tables: one that loads a table another has just made must never see it
+    # unpartitioned (its appends would name no run in the manifests). So the metadata that made the table
+    # already holds the run_id spec, and no later commit changes the spec.
+    write_batches(root, 1)
+    t = Tables(root).table("step")
+    assert [f.name for f in t.spec().fields] == ["run_id"]
+    from pyiceberg.serializers import FromInputFile
+
+    first = t.metadata.metadata_log[0].metadata_file if t.metadata.metadata_log else t.metadata_location
+    made = FromInputFile.table_metadata(t.io.new_input(first))
+    assert [s.spec_id for s in made.partition_specs] == [made.default_spec_id] == [t.spec().spec_id]
+    assert [f.name for f in made.spec().fields] == ["run_id"]
+    assert {e.data_file.partition[0] for m in t.current_snapshot().manifests(t.io)
+            for e in m.fetch_manifest_entry(t.io)} == {"run-1"}

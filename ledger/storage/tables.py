@@ -49,6 +49,24 @@ PROPERTIES = {
 }
 
 
+def _made_partitioned(schema: pa.Schema):
+    """(iceberg schema, partition spec) for a new table of `schema`: partitioned by identity(run_id) when it
+    has that column. Both go into the commit that makes the table. A spec added by a second commit left a
+    window in which another writer (another partition's) loaded the table unpartitioned and appended
+    files whose manifest entries name no run (seen as `verify`'s "manifest puts it in run None")."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.schema import assign_fresh_schema_ids
+    from pyiceberg.transforms import IdentityTransform
+
+    fresh = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema.remove_metadata()))
+    if "run_id" not in schema.names:
+        return fresh, UNPARTITIONED_PARTITION_SPEC
+    run_id = fresh.find_field("run_id", case_sensitive=True).field_id
+    return fresh, PartitionSpec(PartitionField(source_id=run_id, field_id=1000, transform=IdentityTransform(),
+                                               name="run_id"))
+
+
 def default_uri(root: Path) -> str:
     return f"sqlite:///{Path(root).resolve() / CATALOG_FILE}"
 
@@ -127,12 +145,10 @@ class Tables:
         except NoSuchTableError:
             if schema is None:
                 raise
-            try:
-                t = self.catalog.create_table(ident, schema=schema.remove_metadata(), location=str(self.location(name)),
-                                              properties=PROPERTIES)
-                if "run_id" in schema.names:
-                    with t.update_spec() as spec:
-                        spec.add_identity("run_id")
+            try:  # (schema and partition spec in the one commit that makes it: see _made_partitioned)
+                fresh, spec = _made_partitioned(schema)
+                t = self.catalog.create_table(ident, schema=fresh, location=str(self.location(name)),
+                                              partition_spec=spec, properties=PROPERTIES)
             except TableAlreadyExistsError:  # made meanwhile by another writer
                 t = self.catalog.load_table(ident)
         self._tables[name] = t
