@@ -308,7 +308,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-READS_LEDGER = ("sql", "replay", "verify", "audit", "report", "migrate")  # commands that read a ledger that must exist
+READS_LEDGER = ("sql", "replay", "verify", "audit", "report")  # commands that read a ledger that must exist
 OBSERVES_ROOT = ("status", "down")  # commands that look at a root's processes: a root that is not there is a mistake
 
 
@@ -327,25 +327,6 @@ def check_root(command: str, root: str) -> None:
         raise UsageError(f"no ledger at {root}: no such folder")
     if not exists and command in OBSERVES_ROOT:
         raise UsageError(f"no root at {root}: no such folder")
-
-
-def cmd_migrate(args: argparse.Namespace) -> int:
-    from runledger.ledger.storage import locks
-    from runledger.ledger.storage.migrate import NotMigrated, migrate
-
-    try:
-        done = migrate(args.root)
-    except locks.Busy as err:
-        raise UsageError(f"{err}; stop it before migrating") from None
-    except NotMigrated as err:
-        print(f"runledger: not migrated: {err}", file=sys.stderr)
-        return 1
-    if not done["migrated"]:
-        print(f"{args.root}: nothing to do ({done['reason']})")
-    else:
-        print(f"{args.root}: migrated to Iceberg tables: {done['files']} files, {done['events']} events in "
-              f"{done['chains']} chains, verified before and after (ledger snapshot {done['commit']})")
-    return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -467,10 +448,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
                    help="check ledger snapshot N (see `sql --snapshot`), not the current one (its heads are not checked)")
     s.set_defaults(func=cmd_verify)
-
-    s = sub.add_parser("migrate", help="move a root of the plain Parquet layout to Iceberg tables, verified before and after")
-    add_root(s)
-    s.set_defaults(func=cmd_migrate)
 
     s = sub.add_parser("schema", help="JSON Schema of every event kind")
     s.set_defaults(func=cmd_schema)
