@@ -54,7 +54,7 @@ class QueryTimeout(RuntimeError):
     """A query ran past its time limit and was interrupted."""
 
 
-def _sql_str(s: str) -> str:
+def sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
@@ -65,16 +65,16 @@ def _scan(pattern: Path, has_files: bool, columns: Columns) -> str:
     kind that had files at connect(): a kind with none is an empty relation until the next connect().
     """
     if has_files:
-        return f"read_parquet({_sql_str(str(pattern))}, union_by_name=true, hive_partitioning=false)"
+        return f"read_parquet({sql_str(str(pattern))}, union_by_name=true, hive_partitioning=false)"
     cols = ", ".join(f"NULL::{duck_type} AS {name}" for name, duck_type in columns)
     return f"(select {cols} where false)"
 
 
-def _scan_files(files: list[Path], columns: Columns) -> str:
+def scan_files(files: list[Path], columns: Columns) -> str:
     """A scan of exactly these Parquet files, or an empty relation of the same columns."""
     if not files:
         return _scan(Path("none"), False, columns)
-    listing = ", ".join(_sql_str(str(Path(f).resolve())) for f in files)
+    listing = ", ".join(sql_str(str(Path(f).resolve())) for f in files)
     return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
 
 
@@ -89,9 +89,9 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: pat
     if files is None and paths.is_tables(root):
         at = at or paths.cut(root)
         files = {k: event_files(root, k, at=at) for k in kinds()}
-        quarantine = _scan_files(quarantine_files(root, at=at), quarantine_columns())
+        quarantine = scan_files(quarantine_files(root, at=at), quarantine_columns())
     if files is not None:
-        kinds_sql = {k: _scan_files(files.get(k, []), kind_columns(k)) for k in kinds()}
+        kinds_sql = {k: scan_files(files.get(k, []), kind_columns(k)) for k in kinds()}
     else:
         kinds_sql = {
             k: _scan(event_glob(root, k), bool(event_files(root, k)), kind_columns(k))
@@ -101,12 +101,12 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: pat
     sql = sql.replace("{{all_kinds}}", all_kinds)
     if at is not None:
         runs = sorted({f.run_id for table, listed in at.files.items() for f in listed if f.run_id is not None})
-        sql = sql.replace("{{audit_runs}}", f"select unnest([{', '.join(map(_sql_str, runs))}]::varchar[]) as run_id")
+        sql = sql.replace("{{audit_runs}}", f"select unnest([{', '.join(map(sql_str, runs))}]::varchar[]) as run_id")
     else:
         sql = sql.replace("{{audit_runs}}", "select distinct regexp_extract(file, '/run_id=([^/]+)/[^/]*$', 1) as run_id "
-                                            f"from glob({_sql_str(str(event_glob(root)))})")
+                                            f"from glob({sql_str(str(event_glob(root)))})")
     sql = sql.replace("{{threshold_defaults}}", thresholds.values_sql())
-    sql = sql.replace("{{person_producers}}", ", ".join(map(_sql_str, PERSON_PRODUCERS)))
+    sql = sql.replace("{{person_producers}}", ", ".join(map(sql_str, PERSON_PRODUCERS)))
     sql = sql.replace("{{quarantine}}", quarantine or _scan(quarantine_glob(root), bool(quarantine_files(root)),
                                                             quarantine_columns()))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
@@ -184,11 +184,11 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
             time.sleep(0.05 * (attempt + 1))
     if memory_limit:
         try:
-            con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
+            con.execute(f"SET memory_limit = {sql_str(memory_limit)}")
         except duckdb.Error as err:
             raise ValueError(f"memory limit {memory_limit!r} is not a size like 2GB or 500MB") from err
     if read_only:
-        folders = ", ".join(_sql_str(f"{root / name}/") for name in DATA_FOLDERS)
+        folders = ", ".join(sql_str(f"{root / name}/") for name in DATA_FOLDERS)
         con.execute(f"SET allowed_directories = [{folders}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
