@@ -18,17 +18,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from runledger.core import AlertLevel, Config, LogError, Run, Summary, init
-
 __all__ = ["AlertLevel", "Config", "LogError", "Run", "Summary", "alert", "define_metric", "finish", "init", "log"]
+# Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
+# (tests/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
+_FROM_CORE = {"AlertLevel", "Config", "LogError", "Run", "Summary"}
 
 
-def _current() -> Run:
-    from runledger.core import _Current
+def init(*args: Any, **kwargs: Any):
+    """Start a run (see `runledger.core.init`)."""
+    from runledger.core import init as start
 
-    if _Current.run is None:
+    return start(*args, **kwargs)
+
+
+def _current():
+    from runledger.core import Current, LogError
+
+    if Current.run is None:
         raise LogError("no run: call runledger.init() first")
-    return _Current.run
+    return Current.run
 
 
 def log(data: dict, step: int | None = None, commit: bool | None = None) -> None:
@@ -38,12 +46,12 @@ def log(data: dict, step: int | None = None, commit: bool | None = None) -> None
 
 def finish(exit_code: int | None = None, quiet: bool | None = None, status: str | None = None) -> bool:
     """`Run.finish` of the current run (nothing if none)."""
-    from runledger.core import _Current
+    from runledger.core import Current
 
-    return True if _Current.run is None else _Current.run.finish(status, exit_code)
+    return True if Current.run is None else Current.run.finish(status, exit_code)
 
 
-def alert(title: str, text: str, level: str = AlertLevel.INFO, wait_duration: Any = None) -> None:
+def alert(title: str, text: str, level: str = "INFO", wait_duration: Any = None) -> None:
     """`Run.alert` of the current run."""
     _current().alert(title, text, level, wait_duration)
 
@@ -53,11 +61,16 @@ def define_metric(name: str, step_metric: str | None = None, **kw: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`runledger.run`, `.config`, `.summary`: the current run's (None, or empty, before `init`)."""
-    from runledger.core import _Current
+    """The classes of `runledger.core`; `runledger.run`, `.config`, `.summary`: the current run's (None, or
+    empty, before `init`)."""
+    if name in _FROM_CORE:
+        import runledger.core
 
-    if name == "run":
-        return _Current.run
-    if name in ("config", "summary"):
-        return getattr(_Current.run, name) if _Current.run is not None else (Config({}) if name == "config" else Summary())
+        return getattr(runledger.core, name)
+    if name in ("run", "config", "summary"):
+        from runledger.core import Config, Current, Summary
+
+        if name == "run":
+            return Current.run
+        return getattr(Current.run, name) if Current.run is not None else (Config({}) if name == "config" else Summary())
     raise AttributeError(f"module 'runledger' has no attribute {name!r}")

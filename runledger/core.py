@@ -334,7 +334,7 @@ class Run:
         ok = self._sink.close(timeout) if isinstance(self._sink, Emitter) else self._sink.close()
         if self._attachment is not None:
             self._attachment.release()
-        _Current.finished(self)
+        Current.finished(self)
         if not ok:
             log.warning("run %s: the ledger has not confirmed every event yet; they stay in the spool and are sent later",
                         self.run_id)
@@ -405,7 +405,7 @@ class _Deferred:
         _Deferred.installed.clear()
 
 
-class _Current:
+class Current:
     """The process's current run (`runledger.run`), and the hooks that finish it if the script ends first."""
 
     run: Run | None = None
@@ -484,7 +484,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     if mode == "disabled":
         run = Run(run_id, project=project, name=name, root=root, sink=NullSink(), attempt=0, config=config,
                   tags=list(tags or []), first_step=0, attachment=None)
-        _Current.started(run)
+        Current.started(run)
         return run
     remote = nats or os.environ.get(settings.NATS_ENV) or os.environ.get(settings.CREDS_ENV)
     attachment = None if remote else local.attach(root)
@@ -527,5 +527,5 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     sink.emit_dict("run_started", started, first_step if first_step else None)
     if interval:
         run._sampler = SystemSampler(sink, interval, root).start()
-    _Current.started(run)
+    Current.started(run)
     return run

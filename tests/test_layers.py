@@ -165,3 +165,66 @@ def test_no_import_cycles():
 ])
 def test_a_cycle_is_found(graph, expected):
     assert cycles(graph) == expected
+
+
+def private_uses(module: str) -> list[tuple[int, str]]:
+    """Where `module` uses another project module's private name (`_name`): `from M import _name`, or
+    `alias._name` where alias is an imported project module (`from runledger import queries` ...
+    `queries._scan_files`)."""
+    tree = ast.parse(MODULES[module].read_text())
+    aliases: dict[str, str] = {}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and resolve(node.module):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append((node.lineno, f"{node.module}.{a.name}"))
+                if f"{node.module}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in MODULES:
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            value, chain = node.value, []
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in aliases:
+                owner = ".".join([aliases[value.id], *reversed(chain)])
+                if owner in MODULES and owner != module:
+                    found.append((node.lineno, f"{owner}.{node.attr}"))
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    wrong = [f"{MODULES[m].relative_to(REPO)}:{line} uses {name}" for m in MODULES for line, name in private_uses(m)]
+    assert not wrong, "private names used across modules (make them public where they are defined):\n" + "\n".join(wrong)
+
+
+def test_a_private_use_is_found(tmp_path, monkeypatch):
+    """The reader above sees both forms (else the test passes on nothing)."""
+    fake = tmp_path / "m.py"
+    fake.write_text("from runledger import queries\nfrom runledger.queries.audit import _x\nqueries._y\n")
+    monkeypatch.setitem(MODULES, "fake.m", fake)
+    assert private_uses("fake.m") == [(2, "runledger.queries.audit._x"), (3, "runledger.queries._y")]
+
+
+def test_import_runledger_loads_no_duckdb_pyarrow_or_jax():
+    """The logging API's import is light: what `python -X importtime -c "import runledger"` lists, in a clean
+    process outside the repository (a user's script), holds none of the heavy libraries; `init` loads them."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    with tempfile.TemporaryDirectory() as where:
+        out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import runledger"], cwd=where, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "runledger" in loaded
+    heavy = sorted(m for m in loaded if m.split(".")[0] in {"duckdb", "pyarrow", "jax", "jaxlib", "numpy", "pyiceberg"})
+    assert not heavy, f"`import runledger` loads {heavy}"
