@@ -184,7 +184,7 @@ def measure(root: Path, threads: int, repeat: int) -> dict:
     # one run as `runledger audit health RUN` does it: its own connection over the run's files
     out["one"] = best_of(repeat, lambda: audit.run_suite(root, "health", big, threads=threads))
     out["one_count"] = best_of(repeat, lambda: con.execute(
-        f"select count(*) from {queries._scan_files(event_files(root, 'step', big), kind_columns('step'))}").fetchall())
+        f"select count(*) from {queries.scan_files(event_files(root, 'step', big), kind_columns('step'))}").fetchall())
     out["rows"] = all_runs["a"].rows()
     out["statuses"] = {s: sum(1 for r in out["rows"] if r["status"] == s) for s in audit.STATUSES}
     out["slowest"] = sorted(all_runs["a"].results, key=lambda r: -r.seconds)[:3]

@@ -82,7 +82,7 @@ def make_events(n: int) -> list[dict]:
 
 def fold_dispatch_only(events: list[dict]) -> int:
     """The floor: a Python loop that looks at each event's kind and payload, and nothing more."""
-    handlers = {k: None for k in rp._FOLD}
+    handlers = {k: None for k in rp.FOLD}
     n = 0
     for e in events:
         if handlers.get(e["kind"], 0) is None:

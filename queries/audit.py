@@ -80,8 +80,8 @@ def known_runs(root: Path) -> list[str]:
 # the kinds a one-run audit also reads for related runs: ladder peers (drops_vs_ladder) and a fork's
 # parent (checkpoint_lineage); forecasts are read whole (they belong to the ladder's run, and name
 # their target); every other kind only for the run itself
-_PEER_KINDS = ("run_started", "drops")
-_PARENT_KINDS = ("run_started", "checkpoint")
+PEER_KINDS = ("run_started", "drops")
+PARENT_KINDS = ("run_started", "checkpoint")
 
 
 def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, list[Path]]:
@@ -97,15 +97,15 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
     if own_starts:
         ladder, parents = look.execute(
             "select max(ladder ->> 'name'), list(distinct parent ->> 'run_id') "
-            f"from {queries._scan_files(own_starts, kind_columns('run_started'))}").fetchone()
+            f"from {queries.scan_files(own_starts, kind_columns('run_started'))}").fetchone()
     if ladder is not None:  # only then read every run's run_started, for the same ladder name
         peers |= {r[0] for r in look.execute(
-            f"select distinct run_id from {queries._scan_files(event_files(root, 'run_started', at=at), kind_columns('run_started'))} "
+            f"select distinct run_id from {queries.scan_files(event_files(root, 'run_started', at=at), kind_columns('run_started'))} "
             "where ladder ->> 'name' = ?", [ladder]).fetchall()}
     forecasts = event_files(root, "forecast", at=at)
     if forecasts:
         peers |= {r[0] for r in look.execute(
-            f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries._scan_files(forecasts, kind_columns('forecast'))} "
+            f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries.scan_files(forecasts, kind_columns('forecast'))} "
             "where target_run = ?", [run_id]).fetchall()}
     if con is None:
         look.close()
@@ -116,7 +116,7 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
         if kind == "forecast":
             files[kind] = forecasts
             continue
-        runs = [run_id, *sorted(peers if kind in _PEER_KINDS else []), *sorted(parents if kind in _PARENT_KINDS else [])]
+        runs = [run_id, *sorted(peers if kind in PEER_KINDS else []), *sorted(parents if kind in PARENT_KINDS else [])]
         files[kind] = [f for r in dict.fromkeys(runs) for f in event_files(root, kind, r, at=at)]
     log.debug("scope of %s: ladder peers %s, parents %s", run_id, sorted(peers), sorted(parents))
     return files
@@ -128,19 +128,19 @@ def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> Non
     files = scope_files(root, run_id, con)
     cols = ", ".join(envelope_columns())
     for kind, view in kind_views().items():
-        con.execute(f"create or replace temp view {view} as select * from {queries._scan_files(files[kind], kind_columns(kind))}")
-    union = " union all ".join(f"select {cols} from {queries._scan_files(f, kind_columns(k))}" for k, f in files.items() if f)
-    empty = queries._scan_files([], kind_columns("step"))
+        con.execute(f"create or replace temp view {view} as select * from {queries.scan_files(files[kind], kind_columns(kind))}")
+    union = " union all ".join(f"select {cols} from {queries.scan_files(f, kind_columns(k))}" for k, f in files.items() if f)
+    empty = queries.scan_files([], kind_columns("step"))
     con.execute(f"create or replace temp view events as {union or f'select {cols} from {empty}'}")
 
 
-def _shadow(con: duckdb.DuckDBPyConnection, name: str, runs: list[str]) -> None:
+def shadow(con: duckdb.DuckDBPyConnection, name: str, runs: list[str]) -> None:
     """Materialise audit helper `name` as a temp table that shadows its view: audit_runs holds `runs`,
     the others their view's rows (over the temp tables before them). Anything else is left alone."""
     if name == "audit_runs":
         con.execute("create temp table audit_runs (run_id varchar)")
         if runs:
-            con.execute("insert into audit_runs values " + ", ".join(f"({queries._sql_str(r)})" for r in runs))
+            con.execute("insert into audit_runs values " + ", ".join(f"({queries.sql_str(r)})" for r in runs))
     elif name in _HELPERS:
         t0 = time.perf_counter()
         # `main.x` would find a temp x first
@@ -161,7 +161,7 @@ def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scop
         scope_to_run(con, root, run_id)
     runs = [run_id] if run_id else known_runs(root)
     for name in ("audit_runs", *_HELPERS):
-        _shadow(con, name, runs)
+        shadow(con, name, runs)
 
 
 def run_suite(root: str | Path, suite: str, run_id: str | None = None,
@@ -179,7 +179,7 @@ def run_suite(root: str | Path, suite: str, run_id: str | None = None,
         runs = [run_id] if run_id else known_runs(root)
         own = queries.open_connection(threads)
         con = queries.connect(root, files=scope_files(root, run_id, own) if run_id else None,
-                              on_view=lambda c, name: _shadow(c, name, runs), con=own)
+                              on_view=lambda c, name: shadow(c, name, runs), con=own)
     else:
         prepare(con, root, run_id)
     log.info("audit %s %s: helpers ready in %.3fs", suite, run_id or "(all runs)", time.perf_counter() - t0)
@@ -211,7 +211,7 @@ def _check_shape(name: str, columns: list[str], rows: list[tuple]) -> None:
 
 
 # ------------------------------------------------------------------------------------- output
-def _cell(v) -> str:
+def cell(v) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
@@ -239,7 +239,7 @@ def format_audit(audit: Audit, fmt: str) -> str:
             w.writerows([[("" if v is None else v) for v in row] for row in r.rows])
         return out.getvalue()
     for r in results:
-        cells = [[_cell(v) for v in row] for row in r.rows]
+        cells = [[cell(v) for v in row] for row in r.rows]
         widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(r.columns)]
         widths = [min(w, 120) for w in widths]
         if audit.suite != "health":

@@ -189,7 +189,7 @@ SHOWN = {  # the columns the terminal shows; report.html and `runledger audit` h
 
 
 def print_audit(root: Path, console: Console) -> None:
-    from runledger.queries.audit import _cell, run_suite
+    from runledger.queries.audit import cell as _cell, run_suite
 
     health = run_suite(root, "health", RUN)
     t = Table("check", "status", "value", "threshold", "at step", title="Health checklist (queries/health/*.sql)")

@@ -173,7 +173,7 @@ class Reader:
             for kind in kinds():
                 chosen = [f for r in (files if kind in whole or run_ids is None else run_ids)
                           for f in files.get(r, {}).get(kind, [])]
-                scans[kind] = queries._scan_files(chosen, kind_columns(kind))
+                scans[kind] = queries.scan_files(chosen, kind_columns(kind))
                 cur.execute(f"create or replace temp view {views[kind]} as select * from {scans[kind]}")
             cols = ", ".join(envelope_columns())
             cur.execute("create or replace temp view events as " +
@@ -254,7 +254,7 @@ class Reader:
                         idents[p] = ident
         for kind, paths_ in todo.items():
             t0 = time.perf_counter()
-            scan = ", ".join(queries._sql_str(p) for p in paths_)
+            scan = ", ".join(queries.sql_str(p) for p in paths_)
             with self.cursor() as cur:
                 # the columns by their names across files of one schema (the common case: each footer read
                 # once), else unified over files whose columns differ (metrics: each footer read twice)
@@ -352,7 +352,7 @@ class Reader:
         every run asked: the runs not counted yet (or whose files, or the forecasts, changed since) in
         one pass of the health suite over all of them at once (queries/health/*.sql over the files of
         those runs and of what their checks compare with: `health_scope`), not one audit per run."""
-        from runledger.queries.audit import STATUSES, _shadow, query_names
+        from runledger.queries.audit import STATUSES, shadow, query_names
 
         files = self.run_files()
         forecasts = frozenset(f for r in files.values() for f in r.get("forecast", []))
@@ -373,7 +373,7 @@ class Reader:
                 own = queries.open_connection(self.threads)
                 try:
                     con = queries.connect(self.root, files=self.health_scope(todo, files), con=own,
-                                          on_view=lambda c, name: _shadow(c, name, todo))
+                                          on_view=lambda c, name: shadow(c, name, todo))
                     for name in query_names("health"):
                         for run, status in con.execute(f"select run_id, status from ({queries.load_query(name)})").fetchall():
                             if run in counts and status in counts[run]:
@@ -390,7 +390,7 @@ class Reader:
         """kind -> the files the health checks of `run_ids` read (runledger.queries.audit.scope_files for many runs at
         once): the runs' own, their ladder peers' run_started and drops, their fork parents' run_started and
         checkpoints, and every forecast (the peers found from the runs page's rows and the forecasts' rungs)."""
-        from runledger.queries.audit import _PARENT_KINDS, _PEER_KINDS
+        from runledger.queries.audit import PARENT_KINDS, PEER_KINDS
 
         rows = self.summaries()
         ladders = {rows[r]["ladder"] for r in run_ids if r in rows and rows[r]["ladder"] is not None}
@@ -401,14 +401,14 @@ class Reader:
             with self.cursor() as cur:
                 peers |= {r[0] for r in cur.execute(
                     f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from "
-                    f"{queries._scan_files(forecasts, kind_columns('forecast'))} where list_contains($runs, target_run)",
+                    f"{queries.scan_files(forecasts, kind_columns('forecast'))} where list_contains($runs, target_run)",
                     {"runs": list(run_ids)}).fetchall()}
         out = {}
         for kind in kinds():
             if kind == "forecast":
                 out[kind] = forecasts
                 continue
-            runs = [*run_ids, *sorted(peers if kind in _PEER_KINDS else []), *sorted(parents if kind in _PARENT_KINDS else [])]
+            runs = [*run_ids, *sorted(peers if kind in PEER_KINDS else []), *sorted(parents if kind in PARENT_KINDS else [])]
             out[kind] = [f for r in dict.fromkeys(runs) for f in files.get(r, {}).get(kind, [])]
         return out
 

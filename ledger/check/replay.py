@@ -175,7 +175,8 @@ def _run_finished(s: RunState, e: dict, p: dict) -> None:
     s.status = p["status"]
 
 
-_FOLD = {
+# kind -> how an event of that kind moves the run's state (a kind not named leaves it)
+FOLD = {
     "run_started": _run_started, "step": _step, "drops": _drops, "eval": _eval, "checkpoint": _checkpoint,
     "alert": _alert, "decision": _decision, "decision_applied": _decision_applied, "run_finished": _run_finished,
 }
@@ -185,7 +186,7 @@ def apply(state: RunState, event: dict) -> RunState:
     """One step of the fold: `event` is an envelope dict whose `payload` is a parsed dict."""
     state.events += 1
     state.last_stream_seq = event.get("stream_seq") or state.last_stream_seq
-    fold = _FOLD.get(event["kind"])
+    fold = FOLD.get(event["kind"])
     if fold is not None:
         fold(state, event, event["payload"])
     return state
