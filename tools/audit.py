@@ -9,9 +9,6 @@ import logging
 import sys
 from pathlib import Path
 
-import duckdb
-
-from runledger.queries.audit import SUITES, format_audit, known_runs, run_suite
 from runledger.tools import checks
 from runledger.tools.args import add_root
 
@@ -19,6 +16,13 @@ log = logging.getLogger(__name__)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    import duckdb  # (here: the other commands never load DuckDB)
+
+    from runledger.queries.audit import SUITES, format_audit, known_runs, run_suite
+
+    if args.suite not in SUITES:
+        print(f"runledger audit: no suite {checks.shown(args.suite)}: one of {', '.join(SUITES)}", file=sys.stderr)
+        return 2
     root = Path(args.root)
     if args.run not in known_runs(root):
         print(f"runledger audit: no events for run {args.run!r} under {root}", file=sys.stderr)
@@ -39,7 +43,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     """Add `audit {health,provenance,forecast} RUN --root DIR [--format ...]` to the runledger CLI."""
     p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
-    p.add_argument("suite", choices=SUITES)
+    p.add_argument("suite", metavar="SUITE", help="health, provenance or forecast (runledger.queries.audit.SUITES)")
     p.add_argument("run", type=checks.run_id, help="run_id")
     add_root(p)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")

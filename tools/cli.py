@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
-from runledger.tools import checks
+from runledger.tools import agents, audit, checks, importing, ladder, notify, report, status, train, ui
 from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
 log = logging.getLogger("runledger")
@@ -353,9 +352,9 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {visible(redact.redact(message))} (see `{self.prog} --help`)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole parser; given the `command` about to run, and it is one defined here rather than by
-    a plugin, the plugins are not imported: `runledger sql` starts without JAX, numpy or nats-py."""
+def build_parser() -> argparse.ArgumentParser:
+    """The whole parser. Every module it reads is light (no JAX, numpy or nats-py): a command imports
+    what it needs when it runs, so `runledger sql` starts in the time DuckDB takes to load."""
     p = Parser(prog="runledger", description="An open, auditable ledger for model-training runs.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
@@ -456,47 +455,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_root(s)
     s.set_defaults(func=cmd_down)
 
-    if command in sub.choices:  # one of the commands above: the plugins are not needed
-        return p
-    for module, names in PLUGINS:
-        try:
-            mod = importlib.import_module(module)
-        except ImportError as err:
-            if err.name and module.startswith(err.name):
-                continue  # that part is not built yet
-            _register_broken(sub, module, names, err)
-            continue
-        except Exception as err:  # a broken part must not take `ledger serve` or `verify` down with it
-            _register_broken(sub, module, names, err)
-            continue
-        mod.register(sub)
+    for family in (train, ladder, audit, agents, report, ui, importing, notify, status):  # (their modules, light:
+        family.register(sub)  # each imports what its commands need when one runs)
     return p
 
 
-# the subcommands defined in modules of their own: (module, the commands its register() adds)
-PLUGINS = (("runledger.tools.train", ("train",)), ("runledger.tools.ladder", ("ladder",)), ("runledger.tools.audit", ("audit",)),
-           ("runledger.tools.agents", ("agents", "decide")), ("runledger.tools.report", ("report",)), ("runledger.tools.ui", ("ui",)),
-           ("runledger.tools.importing", ("import", "lineage")), ("runledger.tools.notify", ("notify",)), ("runledger.tools.status", ("status",)))
+# a module a command needs that the base install leaves out -> the extra that brings it
+EXTRAS = {"jax": "train", "jaxlib": "train", "optax": "train", "orbax": "train", "scipy": "train",
+          "openlineage": "lineage", "mlflow": "import", "tensorboard": "import", "wandb": "import",
+          "psycopg2": "postgres", "polars": "readers", "daft": "readers"}
 
 
-def _register_broken(sub, module: str, names: tuple[str, ...], err: Exception) -> None:
-    for name in names:
-        def fail(args: argparse.Namespace, name: str = name) -> int:
-            raise UsageError(f"`{name}` is unavailable: {module} failed to import ({type(err).__name__}: {err})")
-
-        s = sub.add_parser(name, help=f"(unavailable: {module} failed to import)")
-        s.add_argument("rest", nargs=argparse.REMAINDER)
-        s.set_defaults(func=fail)
-
-
-def _command(argv: list[str]) -> str | None:
-    """The subcommand named in `argv` (the first word that is not an option), if any."""
-    return next((a for a in argv if not a.startswith("-")), None)
+def missing_extra(err: ModuleNotFoundError) -> str | None:
+    """The one-line reason for a command whose extra is not installed (None: not an extra's module)."""
+    extra = EXTRAS.get((err.name or "").split(".")[0])
+    if extra is None:
+        return None
+    return (f"needs the [{extra}] extra ({err.name} is not installed): pip install '.[{extra}]' in a clone of "
+            f"runledger, or 'runledger[{extra}] @ git+URL'")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(_command(argv))
+    parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -521,6 +502,11 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(err, (InvalidEvent, NotALedger)):
             raise
         print(f"runledger {args.command}: {one_line(err)}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        if (why := missing_extra(err)) is None:
+            raise
+        print(f"runledger {args.command}: {why}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -14,7 +14,6 @@ import logging
 import math
 from pathlib import Path
 
-from runledger import queries
 from runledger.tools import checks
 from runledger.tools.args import UsageError, add_root
 
@@ -131,6 +130,8 @@ def _rows(con, sql: str, **params) -> list[dict]:
 
 def gather(root: Path, run_id: str) -> dict:
     """Everything the report shows, from the ledger's views."""
+    from runledger import queries
+
     con = queries.connect(root)
     steps = _rows(con, "select step, loss, grad_norm, lr, mfu, tokens from steps where run_id = $r order by step", r=run_id)
     plan = _rows(con, "select tokens_per_step, data_mixture from runs where run_id = $r order by stream_seq desc limit 1", r=run_id)
