@@ -29,7 +29,8 @@ from runledger import queries
 from runledger.ledger.decisions import review
 from runledger.ledger.contract.validation import check_name
 from runledger.ui.access import MAX_BODY, Access, AccessMiddleware
-from runledger.ui.data import Reader, config_diff
+from runledger.ui.compare import config_diff
+from runledger.ui.data import Reader
 from runledger.ui.live import Feed
 from runledger.ui.streams import Full, Streams
 

@@ -1,0 +1,70 @@
+"""A run's chart keys: the sources of a chart's points (`SOURCES`), and the numbers of each source a run has."""
+
+from __future__ import annotations
+
+import re
+
+from runledger.ledger.contract.metricnames import metric_name
+from runledger.queries.columns import envelope_columns, kind_columns
+from runledger.ui.snapshot import Snapshot, quote
+
+# the typed numbers a kind's events carry, charted like any metric (envelope columns excluded)
+_NUMERIC = ("DOUBLE", "BIGINT")
+# the sources of a chart's points: the view, the x it is drawn against, the smallest bucket width (a
+# step is a whole number: a bucket narrower than one step holds at most one point, so the points are
+# exact; a system sample is timed in seconds, to the microsecond)
+SOURCE_KINDS = {"step": "step", "metrics": "metrics", "eval": "eval", "system": "system"}  # the kind each is stored as
+SOURCES = {
+    "step": ("step_events", "step", 1.0),
+    "metrics": ("metric_events", "step", 1.0),
+    "eval": ("eval_events", "step", 1.0),
+    "system": ("system_events", "epoch(ts)", 1e-6),
+}
+_METRIC_COLUMN = re.compile(r"^metrics/.{1,200}$")
+
+
+def keys(snapshot: Snapshot, run_id: str, cur=None) -> dict[str, list[str]]:
+    """source -> the keys (columns) this run has at least one number in (read on `cur`, a cursor scoped
+    to the run, or on one opened here)."""
+    if cur is None:
+        with snapshot.scoped([run_id]) as cur:
+            return keys(snapshot, run_id, cur)
+    out = {}
+    for source, (view, x, _) in SOURCES.items():
+        cols = numeric_columns(source, cur)
+        if source in ("metrics", "system"):  # a name's column is in the run's files only if it logged it
+            if cols:
+                out[source] = [key_name(source, c) for c in cols]
+            continue
+        if not cols:
+            continue
+        counts = ", ".join(f"count({quote(c)})" for c in cols)
+        row = cur.execute(f"select {counts} from {view} where run_id = ?", [run_id]).fetchone()
+        found = [key_name(source, c) for c, n in zip(cols, row) if n]
+        if found:
+            out[source] = found
+    return out
+
+
+def numeric_columns(source: str, cur) -> list[str]:
+    view = SOURCES[source][0]
+    if source in ("metrics", "system"):
+        return [r[0] for r in cur.execute(f"describe {view}").fetchall() if _METRIC_COLUMN.match(r[0])]
+    kind = {"step_events": "step", "eval_events": "eval"}[view]
+    envelope = set(envelope_columns())
+    return [c for c, t in kind_columns(kind) if t in _NUMERIC and c not in envelope]
+
+
+def key_name(source: str, column: str) -> str:
+    return metric_name(column) if source in ("metrics", "system") else column
+
+
+def columns_of(source: str, keys: list[str], cur) -> list[str]:
+    """The stored columns of chart keys (refuses one the view does not have: nothing else reaches the SQL)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
+    known = {key_name(source, c): c for c in numeric_columns(source, cur)}  # (a name's column: escaped)
+    for key in keys:
+        if key not in known:
+            raise KeyError(f"no {source} key {key!r}")
+    return [known[key] for key in keys]

@@ -1,0 +1,117 @@
+"""A run's chart points, downsampled in SQL by min/max per pixel bucket (every spike stays), and the answers
+kept by the files they were read from (in memory and in the user's cache folder: runledger.ui.cache), so
+that a finished run's page, opened again or after a restart, does not read its millions of rows again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from runledger.ui import cache
+from runledger.ui.keys import SOURCE_KINDS, SOURCES, columns_of
+from runledger.ui.runs import PARTS_VERSION
+from runledger.ui.snapshot import Snapshot, jsonable, load, quote
+
+log = logging.getLogger(__name__)
+SERIES_KEPT = 64  # answers of `series` kept (each at most a few pixels' worth of points per key)
+
+
+class Series:
+    """The answers of `series` over one ledger root, kept by their files."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot
+        self._series: dict[tuple, dict] = {}  # answers of `series`, by their files (oldest first)
+
+    def series(self, run_id: str, source: str, keys: list[str], px: int = 600,
+               x0: float | None = None, x1: float | None = None) -> dict:
+        """The points of `keys` of one source, per attempt, downsampled in SQL: per pixel bucket of x and
+        attempt, the smallest and the largest value, each at its own x (so every spike stays, up or
+        down); a bucket holding one point gives that point, so a zoomed range with fewer points than
+        pixels is exact. Never sampled.
+        Returns {"keys": {key: {attempt: [[x...], [y...]]}}, "x": [lo, hi], "rows": n, "seq": max stream_seq}."""
+        if source not in SOURCES:
+            raise ValueError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
+        view, x, min_width = SOURCES[source]
+        files = self.snapshot.run_files()
+        key = (run_id, source, tuple(keys), int(px), x0, x1, frozenset(files.get(run_id, {}).get(SOURCE_KINDS[source], [])))
+        if key in self._series:  # the same points of the same files: a finished run's page opened again
+            return self._series[key]
+        # ... or by an earlier start of the dashboard: the answer is kept in the cache folder by its files' paths
+        # (a file never changes once written), so a restart does not read a big run's millions of rows again
+        kept = self.cache_dir() / (hashlib.sha256(json.dumps(
+            [*key[:6], sorted(map(cache.identity, key[6])), PARTS_VERSION]).encode()).hexdigest()[:32] + ".json")
+        try:
+            out = json.loads(kept.read_text())
+        except (OSError, ValueError):
+            out = None
+        if not (isinstance(out, dict) and isinstance(out.get("keys"), dict) and set(out["keys"]) == set(keys)):
+            with self.snapshot.scoped([run_id], files=files) as cur:
+                cols = columns_of(source, keys, cur)
+                out = minmax(cur, f"select attempt as grp, {x} as x, stream_seq, {', '.join(quote(c) for c in cols)} "
+                             f"from {view} where run_id = $run and {x} is not null",
+                             {"run": run_id}, cols, keys, px, x0, x1, min_width)
+            self._keep(kept, out)
+        while len(self._series) >= SERIES_KEPT:
+            self._series.pop(next(iter(self._series)))
+        self._series[key] = out
+        return out
+
+    def cache_dir(self) -> Path:
+        """Where the answers are kept between starts (one file each)."""
+        return cache.path(self.snapshot.root, "series", PARTS_VERSION, suffix="")
+
+    @staticmethod
+    def _keep(path: Path, out: dict) -> None:
+        """Keep one answer of `series` in the cache folder (the SERIES_KEPT newest; written whole or not at all)."""
+        if not cache.write(path, out, default=jsonable):
+            return
+        try:
+            kept = sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+            for old in kept[:-SERIES_KEPT]:
+                old.unlink(missing_ok=True)
+        except OSError as err:
+            log.debug("a series answer is not kept (%s)", err)
+
+
+def layer_drops(snapshot: Snapshot, run_id: str, px: int = 600, x0: float | None = None, x1: float | None = None) -> dict:
+    """Drop fraction per layer and attempt (group "ATTEMPT:LAYER"; layer -1: the run's total where no layers were sent)."""
+    with snapshot.scoped([run_id]) as cur:
+        return minmax(cur, f"select attempt || ':' || layer as grp, step as x, stream_seq, drop_fraction "
+                      f"from ({load('layer_drops')})",
+                      {"run": run_id}, ["drop_fraction"], ["drop_fraction"], px, x0, x1, 1.0)
+
+
+def minmax(cur, relation: str, params: dict, cols: list[str], keys: list[str], px: int,
+           x0: float | None, x1: float | None, min_width: float) -> dict:
+    """The points of `cols` (named `keys`) of `relation` (grp, x, stream_seq, cols...), per group: per pixel
+    bucket of x, the lowest and the highest value, each at its x (see `Series.series`)."""
+    px = max(8, min(int(px), 4000))
+    lo, hi, seq, n = cur.execute(f"select min(x), max(x), max(stream_seq), count(*) from ({relation})",
+                                 params).fetchone()
+    lo, hi = (lo if x0 is None else x0), (hi if x1 is None else x1)
+    out: dict[str, dict] = {k: {} for k in keys}
+    if lo is None or hi is None:
+        return {"keys": out, "x": [lo, hi], "seq": seq or 0, "rows": n or 0}
+    width = max((hi - lo) / px, min_width)
+    aggs = []
+    for c in map(quote, cols):  # per bucket: the lowest and the highest value, each at its x
+        aggs += [f"arg_min(x, {c})", f"min({c})", f"arg_max(x, {c})", f"max({c})"]
+    res = cur.execute(f"select grp, floor((x - $lo) / $w)::bigint as bucket, {', '.join(aggs)} from ({relation}) "
+                      "where x between $lo and $hi group by all order by grp, bucket",
+                      {**params, "lo": lo, "hi": hi, "w": width}).fetchall()
+    for row in res:
+        grp, vals = str(row[0]), row[2:]
+        for i, k in enumerate(keys):
+            v = vals[4 * i:4 * i + 4]
+            pts = sorted({(x, y) for x, y in zip(v[0::2], v[1::2]) if y is not None})
+            if not pts:
+                continue
+            xs, ys = out[k].setdefault(grp, ([], []))
+            for x, y in pts:  # (two values at one x, e.g. a step logged twice: both extremes kept)
+                xs.append(x)
+                ys.append(y)
+    return {"keys": out, "x": [lo, hi], "seq": seq or 0, "rows": n or 0}
