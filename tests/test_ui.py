@@ -160,7 +160,9 @@ def _same_rows(got: dict, reference: list[dict]) -> None:
 def test_the_runs_rows_come_from_each_files_parts_kept_across_restarts_and_equal_runs_sql(tmp_path, monkeypatch):
     from audit_ledger import write_run
 
-    from runledger.ui.data import Reader, load
+    from runledger.ui.data import Reader
+    from runledger.ui.runs import FILE_PARTS
+    from runledger.ui.snapshot import load
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     led = Ledger(tmp_path / "root")
@@ -186,12 +188,12 @@ def test_the_runs_rows_come_from_each_files_parts_kept_across_restarts_and_equal
     led.write()
     again = Reader(root, threads=1)
     try:
-        kept, files = set(again._parts), again.run_files()  # (the kinds the runs page reads)
-        listed = {str(f) for r in files.values() for kind, fs in r.items() if kind in Reader._FILE_PARTS for f in fs}
-        new = {str(f) for kind, fs in files["later"].items() if kind in Reader._FILE_PARTS for f in fs}
+        kept, files = set(again.index.parts), again.run_files()  # (the kinds the runs page reads)
+        listed = {str(f) for r in files.values() for kind, fs in r.items() if kind in FILE_PARTS for f in fs}
+        new = {str(f) for kind, fs in files["later"].items() if kind in FILE_PARTS for f in fs}
         assert listed - new <= kept and not new & kept  # only the new run's files are still to be read
         rows = again.summaries()
-        assert new <= set(again._parts)
+        assert new <= set(again.index.parts)
         _same_rows(rows, again.rows(load("runs")))
         assert rows["later"]["finished"] is None and rows["later"]["last_step"] == 20
     finally:
