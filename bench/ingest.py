@@ -38,7 +38,8 @@ from pathlib import Path
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.ingest import service
-from runledger.ledger.storage import store
+from runledger.ledger.storage import compaction, store
+from runledger.ledger.storage.rows import StoredEvent
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.contract.events import STREAM, StepCompleted, subject_for
@@ -83,7 +84,7 @@ def _e2e_ledger(url: str, root: str, n: int, q) -> None:
     cpu0 = _cpu_s()
     counters = asyncio.run(service.serve(root, url, stop=asyncio.Event(), until_stored=n))
     t_end, cpu = time.time(), _cpu_s() - cpu0
-    store.compact(Path(root))  # what the ledger does next, when idle (counted apart)
+    compaction.compact(Path(root))  # what the ledger does next, when idle (counted apart)
     q.put(("ledger", t_end, counters.stored, counters.messages, cpu, time.time() - t_end, list(counters.ack_waits)))
 
 
@@ -413,7 +414,7 @@ def run_raw(url: str, n: int, per_msg: int) -> dict:
 
 
 def run_pyarrow(tmp: Path, n: int, per_file: int) -> dict:
-    rows = [store.StoredEvent(env, canonical_json(env["payload"]), i + 1) for i, (env, _) in enumerate(make_events(n, "pa"))]
+    rows = [StoredEvent(env, canonical_json(env["payload"]), i + 1) for i, (env, _) in enumerate(make_events(n, "pa"))]
     t0 = time.time()
     for i in range(0, n, per_file):
         store.write_events(tmp / "pa-root", rows[i:i + per_file])

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from runledger.interop.notify import post, request_body, serve
 from runledger.interop.routes import Route
-from runledger.ledger.storage import store
+from runledger.ledger.storage import positions
 from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.bus.natsserver import NatsServer, free_port
 from runledger.ledger.emit.sealing import seal
@@ -140,7 +140,7 @@ def ledger_seconds(steps: int, with_notify: bool) -> tuple[float, dict[str, floa
                     agent.emit_dict("alert", alert(k), step=k)
             assert worker.close(timeout=120) and agent.close(timeout=120)
             last = _stream_last(server.url)  # every event is in the stream (acknowledged): the ledger's goal
-            while store.read_position(root) < last:
+            while positions.read_position(root) < last:
                 time.sleep(0.02)
             return time.perf_counter() - t, {k: round(cpu_s(pid) - cpu0[k], 2) for k, pid in pids.items()}
         finally:

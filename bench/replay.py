@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from runledger.ledger.check import replay as rp
-from runledger.ledger.storage import store
+from runledger.ledger.storage import compaction, paths, store
+from runledger.ledger.storage.rows import StoredEvent
 
 log = logging.getLogger("bench.replay")
 
@@ -98,15 +99,15 @@ def timed(fn, *args):
 
 
 def write_ledger(root: Path, events: list[dict]) -> None:
-    """The run as the ledger stores it: store.write_events in batches, then store.compact."""
+    """The run as the ledger stores it: store.write_events in batches, then compaction.compact."""
     dumps = json.dumps
     for i in range(0, len(events), WRITE_EVENTS):
         rows = []
         for e in events[i:i + WRITE_EVENTS]:
             env = {**e, "schema_version": 1, "prev_hash": "", "hash": "0" * 64}
-            rows.append(store.StoredEvent(env, dumps(e["payload"], sort_keys=True, separators=(",", ":")), e["stream_seq"]))
+            rows.append(StoredEvent(env, dumps(e["payload"], sort_keys=True, separators=(",", ":")), e["stream_seq"]))
         store.write_events(root, rows)
-    store.compact(root)
+    compaction.compact(root)
 
 
 def main() -> int:
@@ -140,7 +141,7 @@ def main() -> int:
             assert from_disk.to_json() == state.to_json(), "replay from Parquet differs from replay in memory"
             rows += [("parquet read (run_events)", t_read, n / t_read, t_floor / t_read),
                      ("replay_run (read + fold)", t_run, n / t_run, t_floor / t_run)]
-            log.info("store.write_events + compact: %.0f events/s, %d files", n / t_write, len(store.event_files(tmp)))
+            log.info("store.write_events + compact: %.0f events/s, %d files", n / t_write, len(paths.event_files(tmp)))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     print()

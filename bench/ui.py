@@ -49,7 +49,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runledger.ledger.storage import store
+from runledger.ledger.storage import digest, positions, store
+from runledger.ledger.storage.files import partition_dir, write_atomic
+from runledger.ledger.storage.rows import StoredEvent, arrow_schema
 from runledger.ledger.emit.sink import ParquetSink
 
 log = logging.getLogger("bench.ui")
@@ -77,7 +79,7 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------ the ledger
 def write_small_runs(root: Path, n: int, seqs) -> None:
-    rows: list[store.StoredEvent] = []
+    rows: list[StoredEvent] = []
     for i in range(n):
         sink = ParquetSink(root, f"run-{i:04d}", stream_seqs=seqs, rows=rows, flush_every=None)
         at = T0 + timedelta(minutes=i)
@@ -99,7 +101,7 @@ def metric_names(n: int) -> list[str]:
 def write_big_run(root: Path, run_id: str, steps: int, names: list[str], seq0: int) -> int:
     """The big run's metrics events as Arrow tables in the writer's schema; returns the next stream seq."""
     tables = store.tables_of(root)
-    schema = store.arrow_schema("metrics")
+    schema = arrow_schema("metrics")
     rng = np.random.default_rng(0)
     seq, prev = seq0, ""
     start = ParquetSink(root, run_id, "bench-meta", stream_seqs=itertools.count(seq), flush_every=None)
@@ -138,8 +140,8 @@ def write_big_run(root: Path, run_id: str, steps: int, names: list[str], seq0: i
         data.update({f"metrics/{n}": values[n] for n in names})
         table = pa.table([data[f.name] if isinstance(data[f.name], pa.Array) else pa.array(data[f.name], f.type)
                           for f in fields], schema=pa.schema(fields))
-        path = store.partition_dir(root, "metrics", run_id) / f"part-{seq:012d}-{seq + m - 1:012d}-bench.parquet"
-        store.write_atomic(tables.with_field_ids("metrics", store.with_digest(table)), path, fast=True)
+        path = partition_dir(root, "metrics", run_id) / f"part-{seq:012d}-{seq + m - 1:012d}-bench.parquet"
+        write_atomic(tables.with_field_ids("metrics", digest.with_digest(table)), path, fast=True)
         written.append(path)
         seq, prev = seq + m, hashes[-1]
         log.info("big run: %d/%d steps", first + m, steps)
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t0 = time.perf_counter()
         if args.keep and (root / "catalog.db").exists():  # a ledger kept by an earlier run of this bench
-            last = store.read_position(root) or store.taken_upto(root)
+            last = positions.read_position(root) or positions.taken_upto(root)
             results["write_s"] = "reused"
         else:
             seqs = itertools.count(1)
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             await nc.close()
 
         asyncio.run(fast_forward())
-        store.write_position(root, last)
+        positions.write_position(root, last)
         logs = open(work / "procs.log", "ab")
         logged = (work / "procs.log").stat().st_size
         procs.append(subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(root),

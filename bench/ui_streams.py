@@ -21,7 +21,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from runledger.ledger.storage import store
+from runledger.ledger.storage import positions, store
 from runledger.ledger.emit.sink import ParquetSink
 from runledger.ui.data import Reader
 from runledger.ui.live import Feed
@@ -59,7 +59,7 @@ async def one_size(reader: Reader, root: Path, seqs, n: int, wakes: int, first: 
             since = reader.position_of(RUN)
             log_steps(root, seqs, first, 1)
             first += 1
-            store.write_position(root, since + 1)
+            positions.write_position(root, since + 1)
             del reads[:]
             t0 = time.perf_counter()
             await feed.moved()
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp) / "root"
         seqs = itertools.count(1)
         log_steps(root, seqs, 0, args.steps)
-        store.write_position(root, args.steps)
+        positions.write_position(root, args.steps)
         reader = Reader(root, threads=2)
         try:
             first, out = args.steps, []

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from runledger.ledger.storage import heads, store
+from runledger.ledger.storage import compaction, heads, paths
 from runledger.ledger.emit.sink import ParquetSink
 
 log = logging.getLogger("bench.verify")
@@ -68,7 +68,7 @@ def write_sealed_run(root: Path, events: int, run_id: str = RUN_ID, flush_events
             written += 2
     sink.close()
     if compact:
-        store.compact(root)
+        compaction.compact(root)
     return written
 
 
@@ -82,7 +82,7 @@ def floor(root: Path) -> int:
     n = 0
     columns = ["attempt", "event_id", "kind", "payload", "prev_hash", "producer", "run_id", "schema_version", "seq",
                "step", "time", "hash"]
-    for f in store.event_files(root):
+    for f in paths.event_files(root):
         for batch in pq.ParquetFile(f).iter_batches(columns=columns):
             for row in batch.to_pylist():
                 n += event_hash(row, row["payload"]) == row["hash"]

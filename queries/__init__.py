@@ -3,7 +3,7 @@
 The views scan the Parquet files of one snapshot of the ledger's tables (`runledger.ledger.storage.paths.cut`): a
 file compacted away meanwhile is still there for them, a file not yet committed is not read, and no
 row is counted twice. `refresh(con, root)` moves a long-lived connection to the current snapshot.
-(A root in the plain layout of before the tables is scanned by its glob.) The views' columns come
+The views' columns come
 from `runledger.ledger.contract.events` (through `runledger.queries.columns`), so a kind with no files yet still has a view with
 the right columns. Audits live as `.sql` files beside this one. Neither pydantic nor pyarrow is
 imported on the way: a query starts in the time DuckDB takes to load.
@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 
 from runledger.ledger.storage import paths
-from runledger.ledger.storage.paths import event_files, event_glob, quarantine_files, quarantine_glob
+from runledger.ledger.storage.paths import event_files, quarantine_files
 from runledger.ledger.contract.roles import PERSON_PRODUCERS
 from runledger.queries import thresholds
 from runledger.queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
@@ -58,22 +58,11 @@ def sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _scan(pattern: Path, has_files: bool, columns: Columns) -> str:
-    """A scan of the Parquet files matching `pattern`, or an empty relation of the same columns.
-
-    The glob is resolved at query time, so files written after connect() are seen too, but only for a
-    kind that had files at connect(): a kind with none is an empty relation until the next connect().
-    """
-    if has_files:
-        return f"read_parquet({sql_str(str(pattern))}, union_by_name=true, hive_partitioning=false)"
-    cols = ", ".join(f"NULL::{duck_type} AS {name}" for name, duck_type in columns)
-    return f"(select {cols} where false)"
-
-
 def scan_files(files: list[Path], columns: Columns) -> str:
     """A scan of exactly these Parquet files, or an empty relation of the same columns."""
     if not files:
-        return _scan(Path("none"), False, columns)
+        cols = ", ".join(f"NULL::{duck_type} AS {name}" for name, duck_type in columns)
+        return f"(select {cols} where false)"
     listing = ", ".join(sql_str(str(Path(f).resolve())) for f in files)
     return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
 
@@ -85,30 +74,17 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: pat
     root = Path(root).resolve()
     sql = (HERE / "views.sql").read_text()
     env_cols = ", ".join(envelope_columns())
-    quarantine = None
-    if files is None and paths.is_tables(root):
-        at = at or paths.cut(root)
+    at = at or paths.cut(root)  # (given `files`: the quarantine and the runs of the current snapshot)
+    if files is None:
         files = {k: event_files(root, k, at=at) for k in kinds()}
-        quarantine = scan_files(quarantine_files(root, at=at), quarantine_columns())
-    if files is not None:
-        kinds_sql = {k: scan_files(files.get(k, []), kind_columns(k)) for k in kinds()}
-    else:
-        kinds_sql = {
-            k: _scan(event_glob(root, k), bool(event_files(root, k)), kind_columns(k))
-            for k in kinds()
-        }
+    kinds_sql = {k: scan_files(files.get(k, []), kind_columns(k)) for k in kinds()}
     all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
     sql = sql.replace("{{all_kinds}}", all_kinds)
-    if at is not None:
-        runs = sorted({f.run_id for table, listed in at.files.items() for f in listed if f.run_id is not None})
-        sql = sql.replace("{{audit_runs}}", f"select unnest([{', '.join(map(sql_str, runs))}]::varchar[]) as run_id")
-    else:
-        sql = sql.replace("{{audit_runs}}", "select distinct regexp_extract(file, '/run_id=([^/]+)/[^/]*$', 1) as run_id "
-                                            f"from glob({sql_str(str(event_glob(root)))})")
+    runs = sorted({f.run_id for table, listed in at.files.items() for f in listed if f.run_id is not None})
+    sql = sql.replace("{{audit_runs}}", f"select unnest([{', '.join(map(sql_str, runs))}]::varchar[]) as run_id")
     sql = sql.replace("{{threshold_defaults}}", thresholds.values_sql())
     sql = sql.replace("{{person_producers}}", ", ".join(map(sql_str, PERSON_PRODUCERS)))
-    sql = sql.replace("{{quarantine}}", quarantine or _scan(quarantine_glob(root), bool(quarantine_files(root)),
-                                                            quarantine_columns()))
+    sql = sql.replace("{{quarantine}}", scan_files(quarantine_files(root, at=at), quarantine_columns()))
     sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
     return sql
 
@@ -157,9 +133,9 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
     given = con
     for attempt in range(COMPACTION_RACE_TRIES):
-        at = paths.cut(root, snapshot) if paths.is_tables(root) and (snapshot is not None or files is None) else None
-        if snapshot is not None and at is None:
-            raise ValueError(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
+        if snapshot is not None and not paths.is_tables(root):
+            raise ValueError(f"{root} keeps no snapshots: nothing is stored there yet")
+        at = paths.cut(root, snapshot) if snapshot is not None or files is None else None
         if at is not None and (why := at.refusal()):
             raise paths.NotALedger(f"{root}: {why}")
         con = given if given is not None else open_connection(threads, read_only)

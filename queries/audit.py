@@ -90,7 +90,7 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
     ladder_peers finds them), its fork parent's run_started and checkpoints, and every forecast.
     The look-ups run on `con` when given (the connection the audit will use), else on one of their own."""
     root = Path(root)
-    at = paths.cut(root) if paths.is_tables(root) else None  # one snapshot for every listing below
+    at = paths.cut(root)  # one snapshot for every listing below
     look = con or queries.open_connection()
     ladder, parents, peers = None, [], set()
     own_starts = event_files(root, "run_started", run_id, at=at)

@@ -78,7 +78,7 @@ def quarantine_columns() -> Columns:
 
 def _from_contract() -> dict:
     from runledger.ledger.contract.events import KINDS, VIEWS
-    from runledger.ledger.storage.store import ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema
+    from runledger.ledger.storage.rows import ENVELOPE_SCHEMA, QUARANTINE_SCHEMA, arrow_schema
 
     def duck(schema) -> Columns:
         return [[f.name, ARROW_TO_DUCK[str(f.type)]] for f in schema]

@@ -195,10 +195,11 @@ def _code_commit() -> str | None:
 def _last_step(root: Path, spool: Path, run_id: str) -> int | None:
     """The last step this run logged: stored under `root`, or left in this machine's spool."""
     from runledger.ledger.storage import store  # pyarrow: only on resume
+    from runledger.ledger.storage.reads import read_events
 
     steps = []
     try:
-        t = store.read_events(root, run_id=run_id, columns=["step"])
+        t = read_events(root, run_id=run_id, columns=["step"])
         steps += [s for s in t.column("step").to_pylist() if s is not None]
     except (OSError, ValueError):
         pass

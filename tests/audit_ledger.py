@@ -19,7 +19,8 @@ import numpy as np
 
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.emit.sink import ParquetSink
-from runledger.ledger.storage.store import StoredEvent, write_events
+from runledger.ledger.storage.rows import StoredEvent
+from runledger.ledger.storage.store import write_events
 from runledger.training.decisions import apply_decision
 from runledger.training.schedule import lr_at, make_schedule, retime
 

@@ -25,7 +25,10 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from conftest import LedgerProcess, cli, reader, runledger, wait_for_count
 from runledger.ledger.bus import jetstream as bus, natsserver
 from runledger.ledger.ingest import service
-from runledger.ledger.storage import store
+from runledger.ledger.storage import paths
+from runledger.ledger.storage.digest import with_digest
+from runledger.ledger.storage.files import partition_dir
+from runledger.ledger.storage.rows import StoredEvent
 from runledger.ledger.contract.canonical import canonical_json, event_hash
 from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.contract.events import STREAM, InvalidEvent, make_event_id
@@ -126,8 +129,8 @@ def test_a_value_the_columns_cannot_hold_is_quarantined_not_a_crash(root):
     ledger = service.Ledger(root)
     ok = hand_sealed("slip", "w", 0, step_payload(0))
     bad = hand_sealed("slip", "w", 1, {**step_payload(1), "loss": POISON_LOSS}, ok["hash"])
-    decoded = service.Decoded(events=[store.StoredEvent(ok, canonical_json(ok["payload"]), 1),
-                                      store.StoredEvent(bad, canonical_json(bad["payload"]), 2)])
+    decoded = service.Decoded(events=[StoredEvent(ok, canonical_json(ok["payload"]), 1),
+                                      StoredEvent(bad, canonical_json(bad["payload"]), 2)])
     ledger.write_safely(decoded, [])
     ledger.commit()
     con = queries.connect(root)
@@ -349,13 +352,13 @@ def rewrite_partition(root, kind: str, run_id: str, keep, change=None, fresh_dig
     """Rewrite each of a partition's files in place with the rows `keep(row)` accepts, `change(table)`
     applied; with the ledger's own digest recomputed (the attacker knows the format) unless
     `fresh_digest` is False. (Every file stays where the tables' snapshot says it is.)"""
-    for f in store.event_files(root, kind, run_id):
+    for f in paths.event_files(root, kind, run_id):
         table = pq.read_table(f)
         metadata = table.schema.metadata
         table = table.replace_schema_metadata(None).filter(pa.array([keep(r) for r in table.to_pylist()], pa.bool_()))
         if change is not None:
             table = change(table)
-        table = store.with_digest(table) if fresh_digest else table.replace_schema_metadata(metadata)
+        table = with_digest(table) if fresh_digest else table.replace_schema_metadata(metadata)
         pq.write_table(table, f)
 
 
@@ -374,8 +377,8 @@ def test_a_producer_removed_whole_is_found(attacked):
 
 
 def test_a_run_deleted_whole_is_found(attacked):
-    files = store.event_files(attacked, "step", "other")
-    shutil.rmtree(store.partition_dir(attacked, "step", "other"))
+    files = paths.event_files(attacked, "step", "other")
+    shutil.rmtree(partition_dir(attacked, "step", "other"))
     assert service_verify(attacked).problems == [
         *(f"{f}: in the tables' snapshot, but not on disk (deleted?)" for f in files),
         "chain other:worker-0:0: the ledger stored it up to seq 4, but none of it is here (deleted?)"]
@@ -399,7 +402,7 @@ def test_a_ledger_restarted_on_a_cut_root_keeps_the_head_and_says_so(attacked, c
 
 def test_a_planted_file_outside_the_layout_is_read_by_no_view_and_named_by_verify(attacked):
     """A file of forged rows for run tr, under a folder the views' glob might once have matched."""
-    part = store.partition_dir(attacked, "step", "tr")
+    part = partition_dir(attacked, "step", "tr")
     table = pq.read_table(sorted(part.glob("*.parquet"))[0])
     stray = attacked / "events" / "kind=step" / "zz" / "part-1.parquet"
     stray.parent.mkdir()
@@ -426,7 +429,7 @@ def test_a_ledger_column_changed_is_found(attacked, column, by):
     metadata kept as it was."""
     rewrite_partition(attacked, "step", "tr", lambda r: True, _shift(column, by), fresh_digest=False)
     problems = service_verify(attacked).problems
-    files = store.event_files(attacked, "step", "tr")
+    files = paths.event_files(attacked, "step", "tr")
     assert len(problems) == len(files) and all("do not match the digest it recorded" in p for p in problems)
 
 

@@ -23,7 +23,7 @@ from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.contract.events import STREAM, subject_for
 from runledger.ledger.contract import parsing
 from runledger.ledger.emit.sealing import seal
-from runledger.ledger.storage.store import read_events
+from runledger.ledger.storage.reads import read_events
 from runledger.ledger.check.verify import verify
 
 T0 = "2026-11-29T10:00:00.000000Z"

@@ -17,7 +17,9 @@ import pytest
 import runledger
 from conftest import cli, reader
 from test_attacks import rewrite_partition
-from runledger.ledger.storage import store
+from runledger.ledger.storage.compaction import compact_partition
+from runledger.ledger.storage.files import partition_dir
+from runledger.ledger.storage.reads import read_events
 from runledger.ledger.contract.columns import WIDE_COLUMNS_MAX, WIDE_COLUMNS_PER_RUN
 from runledger.ledger.contract.metricnames import metric_name
 
@@ -132,13 +134,13 @@ def test_a_root_whose_columns_hold_the_raw_names_still_reads_and_verifies(local_
 
     rewrite_partition(local_root, "metrics", "old", lambda r: True,
                       lambda t: t.rename_columns([raw(n) for n in t.column_names]))
-    assert "metrics/Loss" in store.read_events(local_root, "metrics", "old", columns=["metrics/Loss"]).column_names
+    assert "metrics/Loss" in read_events(local_root, "metrics", "old", columns=["metrics/Loss"]).column_names
     assert stored_metrics(local_root, "old") == {s: {"Loss": 2.0 + s, "café": 1.0} for s in range(2)}
     assert cli("verify", "--root", str(local_root)).returncode == 0
     log_runs({"old": {2: {"Loss": 4.0, "café": 1.0}}}, resume=True)  # a new file: the escaped names
     logged = {s: {"Loss": 2.0 + s, "café": 1.0} for s in range(3)}
     assert stored_metrics(local_root, "old") == logged
     # compaction merges the old and the new files' columns: one column per name, where verify finds it
-    assert store.compact_partition(store.partition_dir(local_root, "metrics", "old"), min_files=1) is not None
+    assert compact_partition(partition_dir(local_root, "metrics", "old"), min_files=1) is not None
     assert stored_metrics(local_root, "old") == logged
     assert cli("verify", "--root", str(local_root)).returncode == 0

@@ -272,12 +272,12 @@ async def until_stored(sub) -> list[dict]:
 def test_the_streams_watching_a_run_share_one_query_per_wake(small_root):
     """Eight pages watching one run: the ledger stores a step, the feed wakes once, and the run's new
     points are read once and reach all eight."""
-    from runledger.ledger.storage import store
+    from runledger.ledger.storage import positions
     from runledger.ui.data import Reader
     from runledger.ui.live import Feed
     from runledger.ui.streams import Streams
 
-    store.write_position(small_root, 21)
+    positions.write_position(small_root, 21)
     reader = Reader(small_root, threads=1)
     calls = []
     real = reader.new_points
@@ -295,7 +295,7 @@ def test_the_streams_watching_a_run_share_one_query_per_wake(small_root):
         led.emit("spiky", "step", {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 10, "step_time_s": 1.0},
                  21, T0 + timedelta(seconds=21))
         led.write()
-        store.write_position(small_root, 22)
+        positions.write_position(small_root, 22)
         await feed.moved()
         got = [await until_stored(sub) for sub in subs]
         for sub in subs:

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO, cli, reader
-from runledger.ledger.storage import store
+from runledger.ledger.storage import paths, store
+from runledger.ledger.storage.recovery import recover
 from runledger.ledger.emit.sink import ParquetSink
 from runledger.ledger.storage.tables import Tables
 from runledger.tools.produce import step_payload
@@ -88,7 +89,7 @@ def _ledger_of_steps(root: Path, n: int = 5) -> Path:
     with ParquetSink(root, "run-1") as sink:
         for i in range(n):
             sink.emit_dict("step", step_payload(i), step=i)
-    return store.event_files(root, "step", "run-1")[0]
+    return paths.event_files(root, "step", "run-1")[0]
 
 
 def _commit_delete_file(root: Path, content: str) -> Path:
@@ -101,7 +102,7 @@ def _commit_delete_file(root: Path, content: str) -> Path:
     from pyiceberg.typedef import Record
 
     table = Tables(root).table("step")
-    data = store.event_files(root, "step", "run-1")[0]
+    data = paths.event_files(root, "step", "run-1")[0]
     deletes = data.with_name(f"delete-{content}.parquet")
     if content == "position":
         fields = [pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": b"2147483546"}),
@@ -225,7 +226,7 @@ def test_a_ledger_on_a_root_whose_catalog_is_gone_refuses_rather_than_orphan_eve
     (root / "catalog.db").unlink()
     store.forget_tables(root)
     with pytest.raises(ValueError, match="catalog.db is missing"):
-        store.recover(root)
+        recover(root)
     assert data.exists() and not (root / "catalog.db").exists()
 
 

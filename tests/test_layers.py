@@ -80,7 +80,7 @@ GRAPH = {m: imports_of(m) for m in MODULES}
 
 def test_the_graph_is_read():
     """A sanity check of the reader: arrows that exist are seen (else the tests below pass on nothing)."""
-    assert "runledger.ledger.contract.events" in GRAPH["runledger.ledger.storage.store"]
+    assert "runledger.ledger.contract.events" in GRAPH["runledger.ledger.storage.rows"]
     assert "runledger.queries" in GRAPH["runledger.queries.audit"]
     assert "runledger.tools.train" in GRAPH["runledger.tools.cli"]
     assert len(MODULES) > 40

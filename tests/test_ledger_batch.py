@@ -22,7 +22,8 @@ from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.contract.events import INT64_MAX, MAX_EVENT_BYTES, InvalidEvent, make_event_id, subject_for
 from runledger.ledger.emit.sealing import seal
 from runledger.ledger.ingest.service import Ledger, decode_message, plain_batch
-from runledger.ledger.storage.store import SeqIndex, read_events
+from runledger.ledger.storage.index import SeqIndex
+from runledger.ledger.storage.reads import read_events
 from runledger.ledger.contract.validation import check_envelope
 from runledger.ledger.check.verify import verify
 from runledger.tools.produce import step_payload

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import reader
 from runledger.ledger.ingest import service
-from runledger.ledger.storage import store
+from runledger.ledger.storage import paths
 from runledger.ledger.contract.events import subject_for
 from runledger.ledger.emit.sealing import seal
 
@@ -76,9 +76,9 @@ def test_compaction_waits_for_a_quiet_moment_unless_files_pile_up(root, monkeypa
     for i in range(20):  # 20 small files: more than a compaction takes, but the ledger is busy
         ledger.write(ledger.decode(msgs[i:i + 1]))
         ledger.commit()
-    assert len(store.event_files(root, "step", "run-a")) == 20 and ledger.counters.compactions == 0
+    assert len(paths.event_files(root, "step", "run-a")) == 20 and ledger.counters.compactions == 0
     ledger.compact_idle()  # the fetch came back empty: now
-    assert [f.name[:8] for f in store.event_files(root, "step", "run-a")] == ["compact-"]
+    assert [f.name[:8] for f in paths.event_files(root, "step", "run-a")] == ["compact-"]
     assert ledger.counters.compactions == 1
     for i in range(20, 44):  # busy again: the 24th new file is one too many to wait for
         ledger.write(ledger.decode(msgs[i:i + 1]))

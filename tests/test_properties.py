@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runledger.ledger.storage import store
+from runledger.ledger.storage import rows, store
 from runledger.ledger.contract.canonical import canonical_json, event_hash
 from runledger.ledger.contract.events import KINDS, TIME_RE
 from runledger.ledger.emit.sealing import seal
@@ -104,7 +104,7 @@ def check_decoded(subject: str, data: bytes, scratch: Path) -> tuple[list, list]
         assert q.stream_seq == 7 and q.subject == subject
     # what is accepted can be stored, and what is refused can be kept in quarantine: no write crashes the service
     if good:
-        store.write_events(scratch, [store.StoredEvent(env, text, 7) for env, text in good])
+        store.write_events(scratch, [rows.StoredEvent(env, text, 7) for env, text in good])
     store.write_quarantine(scratch, bad)
     assert bool(good) or bool(bad), "every message is either stored or quarantined"
     return good, bad

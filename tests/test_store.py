@@ -1,21 +1,20 @@
-"""Storage: events written by the real writer read back through the SQL views; compaction and its
-crash recovery keep every row exactly once; the index of stored sequence numbers."""
+"""Storage: events written by the real writer read back through the SQL views; compaction keeps
+every row exactly once; the index of stored sequence numbers."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runledger import queries
-from runledger.ledger.storage import store
+from runledger.ledger.storage import compaction, paths, store
+from runledger.ledger.storage.files import partition_dir
 from runledger.ledger.emit.sink import ParquetSink
-from runledger.ledger.storage.store import SeqIndex, StoredEvent
+from runledger.ledger.storage.index import SeqIndex
+from runledger.ledger.storage.rows import StoredEvent
 
 T0 = "2026-11-29T10:00:00.000000Z"
 
@@ -84,26 +83,9 @@ def test_a_connection_reads_its_snapshot_until_it_moves_to_the_next(root):
     assert one(con, "select count(*) from steps") == (2,)
 
 
-def test_a_plain_root_of_before_the_tables_is_read_by_its_glob(plain_root):
-    p = Producer()
-    store.write_events(plain_root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
-    con = queries.connect(plain_root)
-    store.write_events(plain_root, [canonical(p.event("step", step_payload(2.0), 1, 2))])
-    assert one(con, "select count(*) from steps") == (2,)  # the glob is resolved at query time
-    assert not (plain_root / "tables.json").exists() and not (plain_root / "catalog.db").exists()
-
-
-@pytest.fixture
-def plain_root(tmp_path) -> Path:
-    """A root in the plain layout of before the tables (event folders, no tables)."""
-    root = tmp_path / "plain"
-    (root / "events" / "kind=step").mkdir(parents=True)
-    return root
-
-
 def live(part: Path) -> list[Path]:
     """The files of a partition that readers read."""
-    return store.event_files(part.parent.parent.parent, part.parent.name[5:], part.name[7:])
+    return paths.event_files(part.parent.parent.parent, part.parent.name[5:], part.name[7:])
 
 
 def write_small_files(root: Path, n_files: int, per_file: int = 3) -> tuple[Path, list[str]]:
@@ -116,7 +98,7 @@ def write_small_files(root: Path, n_files: int, per_file: int = 3) -> tuple[Path
             ids.append(batch[-1].env["event_id"])
             sseq += 1
         store.write_events(root, batch)
-    return store.partition_dir(root, "step", "run-1"), ids
+    return partition_dir(root, "step", "run-1"), ids
 
 
 def stored_ids(root: Path) -> list[str]:
@@ -125,20 +107,20 @@ def stored_ids(root: Path) -> list[str]:
 
 def test_compaction_goes_by_tiers_so_big_files_are_not_rewritten_each_time(root, monkeypatch):
     part, ids = write_small_files(root, 4)
-    big = store.compact_partition(part, min_files=4)  # one file of 12 rows
-    monkeypatch.setattr(store, "TIER_BYTES", (big.stat().st_size, 1 << 30))  # it is above the first tier
+    big = compaction.compact_partition(part, min_files=4)  # one file of 12 rows
+    monkeypatch.setattr(compaction, "TIER_BYTES", (big.stat().st_size, 1 << 30))  # it is above the first tier
     p = Producer(producer="worker-1")
     for i in range(3):
         store.write_events(root, [canonical(p.event("step", step_payload(0.5), i, 100 + i))])
-    second = store.compact_partition(part, min_files=3)  # the 3 new small files, not the big one
+    second = compaction.compact_partition(part, min_files=3)  # the 3 new small files, not the big one
     assert live(part) == sorted([big, second])
     assert pq.read_table(second).num_rows == 3
     for i in range(3, 5):
         store.write_events(root, [canonical(p.event("step", step_payload(0.5), i, 100 + i))])
-    assert store.compact_partition(part, min_files=5) is None  # 4 files in all: nothing to do
-    third = store.compact_partition(part, min_files=3)  # the 3 small ones again (5 rows), not the big one
+    assert compaction.compact_partition(part, min_files=5) is None  # 4 files in all: nothing to do
+    third = compaction.compact_partition(part, min_files=3)  # the 3 small ones again (5 rows), not the big one
     assert live(part) == sorted([big, third]) and pq.read_table(third).num_rows == 5
-    last = store.compact_partition(part, min_files=2)  # 1 small file; with the next tier, 2: all of them
+    last = compaction.compact_partition(part, min_files=2)  # 1 small file; with the next tier, 2: all of them
     assert live(part) == [last] and pq.read_table(last).num_rows == 17
     assert stored_ids(root) == sorted(ids + [f"run-1:worker-1:0:{i}" for i in range(5)])
 
@@ -146,9 +128,9 @@ def test_compaction_goes_by_tiers_so_big_files_are_not_rewritten_each_time(root,
 def test_compaction_keeps_every_row_exactly_once(root):
     part, ids = write_small_files(root, 5)
     assert len(live(part)) == 5
-    assert store.compact_partition(part, min_files=6) is None  # not enough files: nothing done
+    assert compaction.compact_partition(part, min_files=6) is None  # not enough files: nothing done
 
-    out = store.compact_partition(part, min_files=2)
+    out = compaction.compact_partition(part, min_files=2)
     assert out is not None and live(part) == [out]
     assert len(list(part.glob("*.parquet"))) == 6  # the replaced files stay for readers of the old snapshot
     assert stored_ids(root) == sorted(ids)
@@ -158,48 +140,9 @@ def test_compaction_keeps_every_row_exactly_once(root):
     p = Producer(producer="worker-1")
     store.write_events(root, [canonical(p.event("step", step_payload(0.5), 99, 100))])
     store.write_events(root, [canonical(p.event("step", step_payload(0.5), 100, 101))])
-    store.compact_partition(part, min_files=2)
+    compaction.compact_partition(part, min_files=2)
     assert len(live(part)) == 1
     assert stored_ids(root) == sorted(ids + ["run-1:worker-1:0:0", "run-1:worker-1:0:1"])
-
-
-def crash_mid_compaction(part: Path) -> Path:
-    """What compact_partition does, stopped after the new file is durable and before the sources go."""
-    sources = sorted(part.glob("*.parquet"))
-    table = pa.concat_tables([pq.read_table(f) for f in sources]).sort_by("stream_seq")
-    out = part / "compact-000000000000-000000000999-dead.parquet"  # sorts before any other
-    store.write_atomic(table, out, {store.REPLACES_KEY: json.dumps([f.name for f in sources]).encode()})
-    return out
-
-
-def test_recover_finishes_a_compaction_that_a_crash_interrupted(plain_root):
-    root = plain_root
-    part, ids = write_small_files(root, 4)
-    out = crash_mid_compaction(part)
-    (part / ".part-x.parquet.tmp").write_bytes(b"half a file")  # a write that a crash cut short
-    assert len(stored_ids(root)) == 2 * len(ids)  # before recovery every row is there twice
-
-    done = store.recover(root)
-    assert done == {"temp_files_removed": 1, "compaction_sources_removed": 4}
-    assert list(part.iterdir()) == [out]
-    assert stored_ids(root) == sorted(ids)
-    assert store.recover(root) == {"temp_files_removed": 0, "compaction_sources_removed": 0}  # idempotent
-
-
-def test_recover_after_a_crash_while_compacting_a_compacted_file(plain_root):
-    root = plain_root
-    part, ids = write_small_files(root, 3)
-    first = store.compact_partition(part, min_files=2)
-    p = Producer(producer="worker-1")
-    more = [canonical(p.event("step", step_payload(0.5), s, 100 + s)) for s in range(2)]
-    for ev in more:
-        store.write_events(root, [ev])
-    crash_mid_compaction(part)  # replaces the first compacted file and the two new ones
-
-    store.recover(root)
-    assert not first.exists()
-    assert len(list(part.glob("*.parquet"))) == 1
-    assert stored_ids(root) == sorted(ids + [ev.env["event_id"] for ev in more])
 
 
 def test_seq_index_membership_with_out_of_order_adds():
@@ -256,10 +199,8 @@ def test_seq_index_load_from_a_root(root):
     assert len(SeqIndex.load(root / "nothing-here")) == 0
 
 
-def test_connect_lists_the_files_again_when_one_was_compacted_away(plain_root, monkeypatch):
-    """A view bound while the ledger replaced its files (a root of the plain layout, where no snapshot
-    keeps them): connect starts over rather than fail."""
-    root = plain_root
+def test_connect_lists_the_files_again_when_one_was_compacted_away(root, monkeypatch):
+    """A view bound to a file that is gone by the time DuckDB opens it: connect starts over rather than fail."""
     p = Producer()
     store.write_events(root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
     real, calls = queries.render_views, []

@@ -1,6 +1,6 @@
 """The ledger as Iceberg tables: readers see one snapshot (never a vanished file, never a row twice),
-files no commit took are read by no one, compaction and expiry keep readers whole, a plain root
-migrates, a moved root reads and writes, and Polars and Daft read the same tables without runledger."""
+files no commit took are read by no one, compaction and expiry keep readers whole, a root of the
+layout of before the tables is refused, a moved root reads and writes, and Polars and Daft read the same tables without runledger."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import threading
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from runledger import queries
 from runledger.ledger.storage import paths, store
-from runledger.ledger.storage.migrate import migrate
 from runledger.ledger.storage import tables as tables_module
+from runledger.ledger.storage.compaction import compact_partition
+from runledger.ledger.storage.files import partition_dir
 from runledger.ledger.storage.tables import Tables
 from runledger.ledger.check.verify import verify
 from tests.conftest import REPO
@@ -43,9 +43,9 @@ def counts(con) -> tuple[int, int]:
 def test_a_reader_keeps_its_snapshot_through_compaction_and_expiry(root):
     p = write_batches(root, 20)
     con = queries.connect(root)
-    part = store.partition_dir(root, "step", "run-1")
-    held = store.event_files(root, "step", "run-1")
-    assert store.compact_partition(part, min_files=4) is not None
+    part = partition_dir(root, "step", "run-1")
+    held = paths.event_files(root, "step", "run-1")
+    assert compact_partition(part, min_files=4) is not None
     write_batches(root, 1, p, first=20)
     assert counts(con) == (140, 140)  # its snapshot: the 20 small files, still on disk
     assert all(f.exists() for f in held)
@@ -70,10 +70,10 @@ def test_files_no_commit_took_are_read_by_no_one_and_removed_at_recovery(root):
     from tests.test_ledger_write import batch_for
 
     ledger.write(ledger.decode(batch_for(["run-x"], 5)))  # written, never committed: the ledger died here
-    orphan = store.event_files(root, "step", "run-x") or list(store.partition_dir(root, "step", "run-x").glob("*.parquet"))
+    orphan = paths.event_files(root, "step", "run-x") or list(partition_dir(root, "step", "run-x").glob("*.parquet"))
     assert len(orphan) == 1 and orphan[0].exists()
     assert counts(queries.connect(root)) == (14, 14)
-    assert store.event_files(root, "step", "run-x") == []
+    assert paths.event_files(root, "step", "run-x") == []
     report = verify(root)
     assert report.ok, report.problems  # an uncommitted file is no problem of the ledger's: nobody reads it
     again = service.Ledger(root)  # a restart: recovery removes it, and the stored set comes from the snapshot
@@ -91,28 +91,33 @@ def test_a_named_snapshot_reads_as_it_was(root, tmp_path):
     out = subprocess.run([sys.executable, "-m", "runledger.tools.cli", "sql", "--root", str(root), "--snapshot", str(n), "--format",
                           "csv", "select count(*) from steps_all"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.splitlines()[1] == "21", out.stderr
-    store.compact_partition(store.partition_dir(root, "step", "run-1"), min_files=2)
+    compact_partition(partition_dir(root, "step", "run-1"), min_files=2)
     Tables(root).expire(keep=1)
     with pytest.raises(paths.SnapshotGone, match=f"ledger snapshot {n} has expired"):
         queries.query(root, "select count(*) from steps_all", snapshot=n)
 
 
-def test_a_plain_root_migrates_verified_before_and_after(tmp_path):
-    root = tmp_path / "plain"
-    (root / "events" / "kind=step").mkdir(parents=True)  # a root of before the tables
-    p = write_batches(root, 4)
-    write_batches(root, 1, Producer(run_id="run-2"))
-    assert not paths.is_tables(root)
-    before = counts(queries.connect(root))
-    names = sorted(f.name for f in store.event_files(root))
-    done = migrate(root)
-    assert done["migrated"] and done["events"] == 35 and done["files"] == 5
-    assert paths.is_tables(root) and sorted(f.name for f in store.event_files(root)) == names  # in place
-    assert counts(queries.connect(root)) == before == (35, 35)
-    assert all(b"PARQUET:field_id" in pq.read_schema(f).field("event_id").metadata for f in store.event_files(root))
-    write_batches(root, 1, p, first=4)  # and the ledger goes on writing it as tables
-    assert counts(queries.connect(root)) == (42, 42) and verify(root).ok
-    assert migrate(root) == {"migrated": False, "reason": "the root keeps its events as tables already"}
+def test_a_root_of_the_layout_before_the_tables_is_refused_in_one_line(tmp_path):
+    """Event files and no tables.json: the pre-Iceberg layout, which no reader or writer takes (a reader
+    would see nothing, a writer would make tables beside files no snapshot holds)."""
+    root = tmp_path / "old"
+    write_batches(tmp_path / "new", 1)
+    part = root / "events" / "kind=step" / "run_id=r"
+    part.mkdir(parents=True)
+    shutil.copyfile(paths.event_files(tmp_path / "new")[0], part / "part-000000000001-000000000007-0000.parquet")
+    for command in (["sql", "select count(*) from steps_all"], ["verify"]):
+        out = subprocess.run([str(REPO / ".venv" / "bin" / "runledger"), command[0], "--root", str(root), *command[1:]],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, (command, out.stderr)
+        assert str(root) in out.stderr and "pre-Iceberg layout" in out.stderr and "no longer reads" in out.stderr
+    from runledger.ledger.check.replay import replay_run
+    from runledger.ledger.ingest.service import Ledger
+
+    for entry in (queries.connect, verify, Ledger, store.tables_of, paths.event_files, paths.quarantine_files,
+                  lambda r: replay_run(r, "r")):
+        with pytest.raises(paths.NotALedger, match="pre-Iceberg layout"):
+            entry(root)
+    assert not (root / paths.MARKER).exists() and not (root / paths.CATALOG_FILE).exists()  # nothing made there
 
 
 def test_a_copied_root_reads_where_it_is_and_a_writer_registers_it_there(root, tmp_path):
@@ -120,7 +125,7 @@ def test_a_copied_root_reads_where_it_is_and_a_writer_registers_it_there(root, t
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     assert counts(queries.connect(copy)) == (21, 21)
-    assert all(str(f).startswith(str(copy)) for f in store.event_files(copy))
+    assert all(str(f).startswith(str(copy)) for f in paths.event_files(copy))
     assert verify(copy).ok
     write_batches(copy, 1, p, first=3)  # a writer on the copy: its tables are registered anew here
     assert counts(queries.connect(copy)) == (28, 28) and verify(copy).ok
@@ -140,7 +145,7 @@ def test_polars_and_daft_read_the_same_tables_as_the_views(root):
     daft = pytest.importorskip("daft")
     p = write_batches(root, 4)
     write_batches(root, 2, Producer(run_id="run-2"))
-    store.compact_partition(store.partition_dir(root, "step", "run-1"), min_files=2)
+    compact_partition(partition_dir(root, "step", "run-1"), min_files=2)
     sql = "select run_id, count(*), sum(loss), max(seq) from steps_all group by run_id order by run_id"
     views = queries.connect(root).execute(sql).fetchall()
     polars = (pl.scan_iceberg(_engines(root)).group_by("run_id").agg(pl.len(), pl.col("loss").sum(), pl.col("seq").max())
@@ -176,7 +181,7 @@ def test_readers_in_a_loop_never_fail_while_the_ledger_writes_compacts_and_expir
                 write_batches(root, 1, p, first=b)
                 b += 1
                 if b % 5 == 0:
-                    store.compact_partition(store.partition_dir(root, "step", "run-1"), min_files=4)
+                    compact_partition(partition_dir(root, "step", "run-1"), min_files=4)
                     tables.expire(keep=2)
                     tables.sweep()
         except Exception as err:  # noqa: BLE001 (reported below)
@@ -240,7 +245,7 @@ def test_verify_and_replay_name_a_snapshot_and_verify_names_a_deleted_file(root)
     assert '"events": 35' in out.stdout
     gone = cli("verify", "--root", str(root), "--snapshot", "0")
     assert gone.returncode == 2 and "numbered from 1" in gone.stderr
-    victim = store.event_files(root, "step", "run-1")[1]
+    victim = paths.event_files(root, "step", "run-1")[1]
     victim.unlink()
     report = verify(root)
     assert f"{victim}: in the tables' snapshot, but not on disk (deleted?)" in report.problems

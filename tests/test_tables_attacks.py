@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from runledger import queries
-from runledger.ledger.storage import store
+from runledger.ledger.storage import paths
 from runledger.ledger.contract.canonical import canonical_json, event_hash
 from runledger.ledger.storage.tables import Tables
 from runledger.ledger.check.verify import verify
@@ -28,7 +28,7 @@ BATCHES = 4  # one file of BATCH events each, committed one by one: run-1:worker
 
 
 def files_of(root: Path) -> list[Path]:
-    return store.event_files(root, "step", "run-1")  # in stream order: the chain's first events first
+    return paths.event_files(root, "step", "run-1")  # in stream order: the chain's first events first
 
 
 def drop_a_middle_file(root: Path) -> None:

@@ -438,7 +438,7 @@ def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_no
     """One commit makes its kinds' tables readable one after another: a page's live cursor that moved to
     the greatest seq it read (a step) would skip an earlier event of a kind made readable after it (a
     metric). The cursor is the ledger's position, written once the whole commit is readable."""
-    from runledger.ledger.storage import store
+    from runledger.ledger.storage import positions, store
     from test_store import Producer, step_payload
     from test_verify_replay import RUN, Stream, run_started
     from runledger.ui.data import Reader
@@ -450,7 +450,7 @@ def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_no
     s.emit(w, "metrics", {"metrics": {"acc": 0.1}}, 0)  # stream seq 3
     s.emit(w, "step", step_payload(4.9), 1)  # stream seq 4
     store.write_events(root, s.rows[:2])
-    store.write_position(root, 2)
+    positions.write_position(root, 2)
     reader = Reader(root)
     first = reader.new_points(RUN, 0)
     assert first["seq"] == 2 and first["step"]["loss"] == {"0": ([0], [5.0])}
@@ -458,7 +458,7 @@ def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_no
     reader.refresh()
     assert reader.new_points(RUN, 2) == {"seq": 2, "kinds": []}
     store.write_events(root, [s.rows[2]])
-    store.write_position(root, 4)
+    positions.write_position(root, 4)
     reader.refresh()
     news = reader.new_points(RUN, 2)
     assert news["seq"] == 4 and news["metrics"]["acc"] == {"0": ([0], [0.1])} and news["step"]["loss"] == {"0": ([1], [4.9])}

@@ -12,7 +12,9 @@ import pytest
 
 from conftest import cli
 from runledger import queries
-from runledger.ledger.storage import store
+from runledger.ledger.storage import paths, store
+from runledger.ledger.storage.compaction import compact_partition
+from runledger.ledger.storage.rows import StoredEvent, events_table
 from runledger.ledger.contract.canonical import canonical_json, event_hash
 from test_store import Producer, canonical, step_payload
 
@@ -24,7 +26,7 @@ class Stream:
     """Events in the order JetStream would have stored them, written by the real writer."""
 
     def __init__(self) -> None:
-        self.rows: list[store.StoredEvent] = []
+        self.rows: list[StoredEvent] = []
 
     def emit(self, producer: Producer, kind: str, payload: dict, step: int | None) -> int:
         self.rows.append(canonical(producer.event(kind, payload, step, len(self.rows) + 1)))
@@ -76,7 +78,7 @@ def ledger_root(root) -> Path:
 
 
 def steps_file(root: Path) -> Path:
-    (f,) = store.event_files(root, "step", RUN)
+    (f,) = paths.event_files(root, "step", RUN)
     return f
 
 
@@ -147,7 +149,7 @@ def test_an_inserted_row_is_found_even_with_a_correct_hash(ledger_root):
     fenv = {k: env[k] for k in ("event_id", "run_id", "producer", "attempt", "seq", "kind", "time", "step",
                                 "schema_version", "prev_hash")} | {"payload": forged}
     fenv["hash"] = event_hash(fenv, canonical_json(forged))  # a careful forger
-    row = store.events_table("step", [store.StoredEvent(fenv, canonical_json(forged), 999)], env["ingested_at"])
+    row = events_table("step", [StoredEvent(fenv, canonical_json(forged), 999)], env["ingested_at"])
     rewrite(f, pa.concat_tables([t.slice(0, 2), row, t.slice(2)]))
     rc, out = verify(ledger_root)
     assert rc == 1 and f"{TARGET}: stored 2 times" in out, out
@@ -234,7 +236,7 @@ def test_replay_folds_in_stream_order_across_files(root):
     """Files are per kind; the fold must interleave them by stream_seq, not read them kind by kind."""
     build_run(root)
     rows = pq.read_table(steps_file(root))  # a compaction of the steps partition changes nothing
-    store.compact_partition(steps_file(root).parent, min_files=1)
+    compact_partition(steps_file(root).parent, min_files=1)
     assert pq.read_table(steps_file(root)).num_rows == rows.num_rows
     assert replay(root)["tokens_seen"] == 10_000
 

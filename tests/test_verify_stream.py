@@ -21,7 +21,10 @@ from bench.replay import make_events
 from bench.verify import write_sealed_run
 from conftest import cli
 from runledger.ledger.check import chainwalk, replay as rp, rowcheck
-from runledger.ledger.storage import store
+from runledger.ledger.storage import paths
+from runledger.ledger.contract.columns import payload_columns
+from runledger.ledger.storage.digest import with_digest
+from runledger.ledger.storage.rows import Rows, events_table, typed_arrays, typed_columns
 from runledger.ledger.contract.canonical import event_hash
 from runledger.ledger.emit.sink import ParquetSink
 from test_verify_replay import RUN, build_run, ledger_root, set_cell, steps_file  # noqa: F401 (a fixture)
@@ -46,7 +49,7 @@ def million(tmp_path_factory) -> Path:
 def test_a_tampered_event_a_broken_link_and_a_cut_head_are_named_in_a_million(million, tmp_path):
     root = tmp_path / "root"
     shutil.copytree(million, root)
-    first, second, *_, last = store.event_files(root, "step", "big")
+    first, second, *_, last = paths.event_files(root, "step", "big")
     t = pq.read_table(first)  # a loss changed in the hashed payload text, the file's digest kept
     i = 123_456 % t.num_rows
     payload = json.loads(t.column("payload")[i].as_py())
@@ -58,7 +61,7 @@ def test_a_tampered_event_a_broken_link_and_a_cut_head_are_named_in_a_million(mi
     broken = t.column("event_id")[j].as_py()
     pq.write_table(set_cell(t, "prev_hash", j, "0" * 64), second)
     t = pq.read_table(last)  # the head cut off: the last 10 events gone, the digest recomputed
-    pq.write_table(store.with_digest(t.slice(0, t.num_rows - 10).replace_schema_metadata(None)), last)
+    pq.write_table(with_digest(t.slice(0, t.num_rows - 10).replace_schema_metadata(None)), last)
 
     rc, out = verify(root, "--jobs", "2")
     assert rc == 1
@@ -110,7 +113,7 @@ def test_verify_since_names_a_file_changed_after_it_was_verified(root, tmp_path)
     build_run(root)
     record = tmp_path / "verified.json"
     assert verify(root, "--record", str(record))[0] == 0
-    (f,) = store.event_files(root, "step", RUN)
+    (f,) = paths.event_files(root, "step", RUN)
     t = pq.read_table(f)
     pq.write_table(t.set_column(t.schema.get_field_index("loss"), "loss", pc.multiply(t.column("loss"), 0.5)), f)
     rc, out = verify(root, "--since", str(record))
@@ -124,7 +127,7 @@ def test_verify_since_assuming_unchanged_reads_only_what_changed_by_size_or_mtim
     build_run(root)
     record = tmp_path / "verified.json"
     assert verify(root, "--record", str(record))[0] == 0
-    f = max(store.event_files(root, "step", RUN), key=lambda p: p.stat().st_size)  # a file checked before
+    f = max(paths.event_files(root, "step", RUN), key=lambda p: p.stat().st_size)  # a file checked before
     add_steps(root, 4)
     rc, out = verify(root, "--since", str(record), "--record", str(tmp_path / "r2.json"), "--assume-unchanged", "--format", "json")
     assert rc == 0 and json.loads(out)["checked_events"] == 4, out
@@ -315,7 +318,7 @@ def test_verify_reads_the_link_columns_once_and_walks_interleaved_chains_from_th
     monkeypatch.setattr(chainwalk, "SEGMENT_ROWS", 1 << 30)
     report = v.verify(ledger_root, jobs=1)
     assert report.ok and report.events == 18 and walked, report.text()
-    (f,) = store.event_files(ledger_root, "step", RUN)
+    (f,) = paths.event_files(ledger_root, "step", RUN)
     t = pq.read_table(f)  # a link cut: still named when the run is walked from its files
     pq.write_table(set_cell(t, "prev_hash", 2, "0" * 64), f)
     assert "prev_hash does not match the hash of seq" in v.verify(ledger_root, jobs=1).text()
@@ -325,8 +328,8 @@ def test_verify_reads_the_link_columns_once_and_walks_interleaved_chains_from_th
 
 
 def test_the_typed_columns_written_and_checked_are_the_reference_ones_for_every_kind():
-    """`store.typed_arrays` (what the writer stores and the vectorised check compares with) against
-    `store.typed_columns` (the reference, one payload at a time, which names a row that fails)."""
+    """`typed_arrays` (what the writer stores and the vectorised check compares with) against
+    `typed_columns` (the reference, one payload at a time, which names a row that fails)."""
     by_kind: dict[str, list[dict]] = {}
     for e in make_events(42_000):  # every kind of a training run's ledger, decisions and alerts too
         by_kind.setdefault(e["kind"], []).append(e["payload"])
@@ -334,11 +337,11 @@ def test_the_typed_columns_written_and_checked_are_the_reference_ones_for_every_
     for kind, payloads in by_kind.items():
         payloads = payloads[:300]
         n = len(payloads)
-        written = store.events_table(kind, store.Rows([{"payload": p} for p in payloads], [None] * n, [0] * n),
+        written = events_table(kind, Rows([{"payload": p} for p in payloads], [None] * n, [0] * n),
                                      datetime.now(timezone.utc))
-        made = store.typed_arrays(kind, payloads)
-        reference = store.typed_columns(kind, payloads)
-        columns = [c for c in written.schema.names if c.split("/", 1)[0] in store.payload_columns(kind)]
+        made = typed_arrays(kind, payloads)
+        reference = typed_columns(kind, payloads)
+        columns = [c for c in written.schema.names if c.split("/", 1)[0] in payload_columns(kind)]
         assert sorted(made) == sorted(columns) == sorted(reference), kind
         for c in columns:
             assert made[c].equals(written.column(c).combine_chunks()), (kind, c)
@@ -396,7 +399,7 @@ def test_replay_opens_a_file_when_the_stream_reaches_it(tmp_path, monkeypatch):
     a time (all of them were open at once: 1.2 GB for 10M events)."""
     root = tmp_path / "root"
     write_sealed_run(root, 30_000, run_id="big", flush_events=5_000, compact=False)
-    assert len(store.event_files(root, "step", "big")) >= 5
+    assert len(paths.event_files(root, "step", "big")) >= 5
     file_batches, open_now, most = rp._file_batches, set(), [0]
 
     def counted(path, columns, as_of_seq):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger import local, settings
-from runledger.ledger.storage import locks, store
+from runledger.ledger.storage import locks, reads
 from runledger.ledger.contract.canonical import canonical_json, envelope_text
 from runledger.ledger.emit.chains import ask_ledger
 from runledger.ledger.emit.emitter import Emitter
@@ -43,7 +43,7 @@ from runledger.ledger.contract.events import MAX_EVENT_BYTES, InvalidEvent
 from runledger.ledger.redact import redact
 from runledger.ledger.emit.sink import ChainSink
 from runledger.ledger.emit.spool import chain_dir
-from runledger.ledger.storage.store import fsync_dir
+from runledger.ledger.storage.files import fsync_dir
 
 from runledger.interop.importers.source import IMPORT_KEY, SourceEvent, SourceRun
 
@@ -101,7 +101,7 @@ def held_events(root: Path, run_id: str, producer: str) -> list[Held]:
     beyond them (sent later), in seq order."""
     held: dict[int, Held] = {}
     try:
-        t = store.read_events(Path(root), run_id=run_id, columns=_COLUMNS)
+        t = reads.read_events(Path(root), run_id=run_id, columns=_COLUMNS)
     except (OSError, ValueError):  # no ledger under root yet
         t = None
     if t is not None and t.num_rows:

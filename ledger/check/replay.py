@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runledger.ledger.contract import decision_state
-from runledger.ledger.storage import paths, store, streams
+from runledger.ledger.storage import paths, streams
+from runledger.ledger.storage.reads import read_events
 from runledger.ledger.contract.roles import is_person
 
 
@@ -212,9 +213,9 @@ def run_events(root: str | Path, run_id: str, as_of_seq: int | None = None, full
     Unless `full`, the payloads of `step` and `drops` events hold only the fields the fold reads.
     """
     per_kind = []
-    for kind in sorted({p.parent.parent.name.removeprefix("kind=") for p in store.event_files(root, run_id=run_id)}):
+    for kind in sorted({p.parent.parent.name.removeprefix("kind=") for p in paths.event_files(root, run_id=run_id)}):
         typed = None if full else FOLD_FIELDS.get(kind)
-        table = store.read_events(root, kind, run_id, columns=ENVELOPE + (list(typed) if typed else ["payload"]))
+        table = read_events(root, kind, run_id, columns=ENVELOPE + (list(typed) if typed else ["payload"]))
         if as_of_seq is not None:
             table = table.filter(pc.less_equal(table["stream_seq"], as_of_seq))
         per_kind.append(_rows(table.sort_by("stream_seq").to_pylist(), typed))
@@ -238,7 +239,7 @@ def segments(root: str | Path, run_id: str, as_of_seq: int | None = None,
     # (stream seq of the next row, file number, kind, its batch, the batch's stream seqs, the next row, its
     # batches); a file not opened yet has no batch, its first stream seq (statistics) first, its path last
     heads: list[tuple] = []
-    for i, path in enumerate(store.event_files(root, run_id=run_id, at=at)):
+    for i, path in enumerate(paths.event_files(root, run_id=run_id, at=at)):
         heads.append((streams.first_stream_seq(path), i, path.parent.parent.name.removeprefix("kind="), None, None, 0, path))
     heapq.heapify(heads)
     while heads:

@@ -35,7 +35,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runledger.ledger.check import chainwalk
-from runledger.ledger.storage import store
+from runledger.ledger.contract.columns import payload_columns
+from runledger.ledger.storage.digest import DIGEST_KEY
+from runledger.ledger.storage.rows import TIMESTAMP, typed_arrays, typed_columns
 from runledger.ledger.contract.canonical import (canonical_json, event_hash, fast_canonical_texts, orjson_text_is_canonical)
 from runledger.ledger.contract.events import InvalidEvent, make_event_id
 from runledger.ledger.contract.validation import check_payload, payloads_valid
@@ -105,7 +107,7 @@ def file_sha256(path: str | Path) -> str:
 def digest_ok(pf: pq.ParquetFile, batch_rows: int = DIGEST_ROWS) -> bool:
     """`runledger.ledger.storage.store.digest_ok`, reading one column at a time in batches: the same bytes are hashed in
     the same order (every event_id, then each of stream_seq, ts, ingested_at)."""
-    recorded = (pf.schema_arrow.metadata or {}).get(store.DIGEST_KEY)
+    recorded = (pf.schema_arrow.metadata or {}).get(DIGEST_KEY)
     if recorded is None or not {"event_id", "stream_seq", "ts", "ingested_at"} <= set(pf.schema_arrow.names):
         return False
     h = hashlib.sha256()
@@ -271,10 +273,10 @@ def _may_need_escape(column: pa.Array) -> bool:
 
 def _ts_ok(ts: pa.Array, time: pa.Array) -> bool:
     """`ts` is null or the event's `time`, as the ledger derives it (see verify._ts_of)."""
-    if ts.type != store.TIMESTAMP:
+    if ts.type != TIMESTAMP:
         return False
     try:
-        expected = time.cast(pa.timestamp("ns", tz="UTC")).cast(store.TIMESTAMP, safe=False)
+        expected = time.cast(pa.timestamp("ns", tz="UTC")).cast(TIMESTAMP, safe=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return False
     same = pc.equal(ts, expected)
@@ -283,8 +285,8 @@ def _ts_ok(ts: pa.Array, time: pa.Array) -> bool:
 
 def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) -> bool:
     """The typed payload columns are exactly what the ledger's writer makes of these payloads."""
-    expected = store.typed_arrays(kind, payloads, batch.schema.names)
-    columns = store.payload_columns(kind)
+    expected = typed_arrays(kind, payloads, batch.schema.names)
+    columns = payload_columns(kind)
     for name, ck in columns.items():
         if ck == "wide":
             continue
@@ -307,7 +309,7 @@ def _typed_columns_ok(batch: pa.RecordBatch, kind: str, payloads: list[dict]) ->
 
 def row_problems(rows: list[dict], kind: str, run_id: str, where: str) -> list[str]:
     """A line for each row that fails a check, naming the event and the file (`where`)."""
-    columns = store.payload_columns(kind)
+    columns = payload_columns(kind)
     typed = [c for c, ck in columns.items() if ck != "wide"]
     maps = {c for c in typed if columns[c].startswith("map_")}  # read back as [(name, value)]
     problems = []
@@ -329,7 +331,7 @@ def row_problems(rows: list[dict], kind: str, run_id: str, where: str) -> list[s
             if row["ts"] is not None and row["ts"] != ts_of(row["time"]):
                 raise InvalidEvent(f"ts {row['ts']} is not the event's time {row['time']}")
             check_payload(kind, payload)
-            expected = store.typed_columns(kind, [payload], row)
+            expected = typed_columns(kind, [payload], row)
             wide = [c for c in dict.fromkeys([*row, *expected]) if columns.get(c.split("/", 1)[0]) == "wide"]
             for col in typed:
                 if (dict(row[col]) if col in maps and row[col] is not None else row[col]) != expected[col][0]:
@@ -345,4 +347,4 @@ def row_problems(rows: list[dict], kind: str, run_id: str, where: str) -> list[s
 
 def ts_of(time_text: str):
     """The `ts` column the ledger derives from an event's (hashed) `time`."""
-    return pa.array([time_text]).cast(pa.timestamp("ns", tz="UTC")).cast(store.TIMESTAMP, safe=False)[0].as_py()
+    return pa.array([time_text]).cast(pa.timestamp("ns", tz="UTC")).cast(TIMESTAMP, safe=False)[0].as_py()

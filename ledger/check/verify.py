@@ -56,7 +56,9 @@ from typing import Callable
 import pyarrow.parquet as pq
 
 from runledger.ledger.check import chainwalk, rowcheck, verified, workers
-from runledger.ledger.storage import heads, locks, paths, store, streams
+from runledger.ledger.storage import heads, locks, paths, recovery, streams
+from runledger.ledger.storage.compaction import drop_identical_duplicates
+from runledger.ledger.storage.reads import CONFLICT, read_events, stored_conflicts, stray_files
 from runledger.ledger.contract.events import KINDS, make_event_id
 
 MAX_LISTED = 50
@@ -113,7 +115,7 @@ VERIFY_TRIES = 5  # a live ledger may compact or write while verify reads: read 
 
 def _files_now(root: Path) -> list[tuple[str, int]] | None:
     """The files verify reads, with their mtimes (None if one vanished while looking)."""
-    files = [*store.event_files(root), *store.quarantine_files(root), *sorted((root / heads.HEADS_DIR).glob("*.json"))]
+    files = [*paths.event_files(root), *paths.quarantine_files(root), *sorted((root / heads.HEADS_DIR).glob("*.json"))]
     try:
         return [(str(p), p.stat().st_mtime_ns) for p in files]
     except FileNotFoundError:
@@ -139,7 +141,7 @@ def verify(root: str | Path, since: verified.Record | None = None, jobs: int | N
     report = Report()
     if snapshot is not None:
         if not paths.is_tables(root):
-            raise paths.SnapshotGone(f"{root} keeps no snapshots (a root of the plain layout: `runledger migrate` it)")
+            raise paths.SnapshotGone(f"{root} keeps no snapshots: nothing is stored there yet")
         return _verify_once(root, since, jobs, progress, record, paths.cut(root, snapshot), assume_unchanged)
     for _ in range(VERIFY_TRIES):
         before = _files_now(root)
@@ -247,14 +249,13 @@ def _file_rows(path: Path) -> int:
 def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress: Progress | None, record: bool,
                  at: paths.Cut | None = None, assume_unchanged: bool = False) -> Report:
     report = Report(since=since.written_at if since else None)
-    for path in store.stray_files(root):  # the views read exactly the files verify reads (paths.event_files)
+    for path in stray_files(root):  # the views read exactly the files verify reads (paths.event_files)
         report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
     for path in paths.missing_files(root, at):
         report.problems.append(f"{path}: in the tables' snapshot, but not on disk (deleted?)")
-    if paths.is_tables(root):
-        report.problems += _read_otherwise(at or paths.cut(root))
+    report.problems += _read_otherwise(at or paths.cut(root))
     files = []
-    for path in store.event_files(root, at=at):
+    for path in paths.event_files(root, at=at):
         if _kind_of(path) not in KINDS:
             report.problems.append(f"{path}: unknown kind {_kind_of(path)!r}")
         else:
@@ -317,10 +318,10 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
     report.problems += _started_twice([f for f in files if _kind_of(f) == "run_started"])
     if at is None:  # (a past snapshot's chains cannot be held to the heads recorded since)
         _check_heads(root, walk, recorded, unreadable, since, plan, report)
-    for (run_id, producer, attempt), seqs in sorted(store.stored_conflicts(root, at).items()):
+    for (run_id, producer, attempt), seqs in sorted(stored_conflicts(root, at).items()):
         for seq in sorted(seqs):
             report.problems.append(f"{make_event_id(run_id, producer, attempt, seq)}: a different event with this id is in "
-                                   f"quarantine ({store.CONFLICT}: two producers on one chain?)")
+                                   f"quarantine ({CONFLICT}: two producers on one chain?)")
     _summarise_quarantine(root, report, at)
     report.checked = sum(p.rows for p in parts)
     report.checked_files = len(plan.to_check)
@@ -471,7 +472,7 @@ def _rechecked(root: Path, walk: chainwalk.ChainWalk) -> list[str]:
     for key, chain in sorted(walk.chains.items()):
         if not chain.recheck:
             continue
-        table = store.read_events(root, run_id=key[0], columns=list(rowcheck.LINK)).to_pylist()
+        table = read_events(root, run_id=key[0], columns=list(rowcheck.LINK)).to_pylist()
         links = [(r["seq"], r["prev_hash"], r["hash"], r["event_id"]) for r in table
                  if (r["run_id"], r["producer"], r["attempt"]) == key and None not in r.values()]
         copies, broken = chainwalk.sorted_check(key, links)
@@ -524,7 +525,7 @@ def _check_heads(root: Path, walk: chainwalk.ChainWalk, recorded: dict, unreadab
 
 
 def _summarise_quarantine(root: Path, report: Report, at: paths.Cut | None) -> None:
-    for f in store.quarantine_files(root, at=at):
+    for f in paths.quarantine_files(root, at=at):
         try:
             t = pq.read_table(f, columns=["reason"])
         except (OSError, ValueError) as err:
@@ -542,9 +543,9 @@ def repair(root: str | Path) -> tuple[dict[str, int], list[str]]:
     removed: Counter = Counter()
     differing: list[str] = []
     with locks.hold(root / "ledger.lock", f"ledger root {root}"):
-        store.recover(root)
+        recovery.recover(root)
         for part in sorted((root / "events").glob("kind=*/run_id=*")):
-            gone, left = store.drop_identical_duplicates(part)
+            gone, left = drop_identical_duplicates(part)
             removed.update(gone)
             differing += left
     return dict(removed), differing

@@ -24,7 +24,7 @@ from pathlib import Path
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.storage import store
+from runledger.ledger.storage import reads
 from runledger.ledger.bus.natsserver import LEDGER_API
 from runledger.ledger.redact import redact
 
@@ -66,7 +66,7 @@ def ledger_attempts(run_id: str, producer: str, nats_url: str, wait_s: float = 0
 
 def stored_attempts(root: str | Path, run_id: str, producer: str) -> list[int]:
     """The attempts of (run_id, producer) in a root's Parquet files."""
-    t = store.read_events(Path(root), run_id=run_id, columns=["producer", "attempt"])
+    t = reads.read_events(Path(root), run_id=run_id, columns=["producer", "attempt"])
     return [a for p, a in zip(t.column("producer").to_pylist(), t.column("attempt").to_pylist()) if p == producer]
 
 

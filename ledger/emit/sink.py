@@ -21,7 +21,8 @@ from typing import Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
 import orjson
 from pydantic import BaseModel
 
-from runledger.ledger.storage import store
+from runledger.ledger.storage import positions, store
+from runledger.ledger.storage.rows import StoredEvent
 from runledger.ledger.contract.events import KINDS, Payload
 from runledger.ledger.emit.sealing import seal, seal_many, utc_now
 from runledger.ledger.contract.validation import check_exact_floats, check_payload, long_int_in
@@ -162,11 +163,11 @@ class ParquetSink(ChainSink):
     `close()` or `flush_every` of them."""
 
     def __init__(self, root: str | Path, run_id: str, producer: str = "worker-0", attempt: int = 0, *,
-                 stream_seqs: Iterator[int] | None = None, rows: list[store.StoredEvent] | None = None,
+                 stream_seqs: Iterator[int] | None = None, rows: list[StoredEvent] | None = None,
                  flush_every: int | None = 100_000) -> None:
         super().__init__(run_id, producer, attempt)
         self.root = Path(root)
-        self.stream_seqs = stream_seqs if stream_seqs is not None else itertools.count(store.taken_upto(self.root) + 1)
+        self.stream_seqs = stream_seqs if stream_seqs is not None else itertools.count(positions.taken_upto(self.root) + 1)
         self.rows = rows if rows is not None else []
         self.flush_every = flush_every
 
@@ -177,7 +178,7 @@ class ParquetSink(ChainSink):
             payload_text = text[text.index(b',"payload":') + 11:text.rindex(b',"prev_hash":"')].decode()
             if long_int_in(kind, env["payload"]):
                 check_exact_floats(kind, env["payload"], fix=True)  # (as the ledger stores it)
-            self.rows.append(store.StoredEvent(env, payload_text, next(self.stream_seqs)))
+            self.rows.append(StoredEvent(env, payload_text, next(self.stream_seqs)))
 
     def _kept(self) -> None:
         if self.flush_every is not None and len(self.rows) >= self.flush_every:

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from runledger.ledger.storage import locks
 from runledger.ledger.contract.events import HASH_RE, KINDS
-from runledger.ledger.storage.store import fsync_dir
+from runledger.ledger.storage.files import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -47,14 +47,18 @@ from pathlib import Path
 from nats.js.errors import NotFoundError
 
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.storage import heads, locks, store
+from runledger.ledger.storage import heads, index, locks, positions, reads, store
+from runledger.ledger.storage.compaction import compact_partition
+from runledger.ledger.storage.recovery import recover
+from runledger.ledger.storage.rows import Rows, StoredEvent, events_table, group_events
 from runledger.ledger.storage.paths import HALTED_FILE, QUARANTINE
 from runledger.ledger.ingest.batch import check_batch
 from runledger.ledger.contract.canonical import envelope_text, orjson
 from runledger.ledger.contract.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
 from runledger.ledger.bus.natsserver import LEDGER_API
 from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
-from runledger.ledger.storage.store import CONFLICT, Quarantined, StoredEvent
+from runledger.ledger.storage.reads import CONFLICT
+from runledger.ledger.storage.store import Quarantined
 from runledger.ledger.contract.validation import check_envelope, payloads_valid
 
 log = logging.getLogger(__name__)
@@ -221,14 +225,14 @@ class Ledger:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.part, self.fence = part, fence
-        recovered = store.recover(self.root) if part is None else part.recover(self.root)
+        recovered = recover(self.root) if part is None else part.recover(self.root)
         if any(recovered.values()):
             log.info("recovered root %s: %s", self.root, recovered)
-        self.index = store.SeqIndex.load(self.root)
-        self.quarantined = store.stored_quarantine_seqs(self.root)
-        self.conflicts = store.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
+        self.index = index.SeqIndex.load(self.root)
+        self.quarantined = reads.stored_quarantine_seqs(self.root)
+        self.conflicts = reads.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
         # the last stream seq this root (or partition) has taken
-        self.taken_upto = store.taken_upto(self.root) if part is None else part.read_position(self.root)
+        self.taken_upto = positions.taken_upto(self.root) if part is None else part.read_position(self.root)
         self.heads = self._load_heads()
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
@@ -250,7 +254,7 @@ class Ledger:
                         "before now cannot be found)", self.root)
         recorded, unreadable = heads.read_all(self.root)
         if unreadable:
-            stored = store.stored_heads(self.root)
+            stored = reads.stored_heads(self.root)
             for line in unreadable:
                 log.error("%s; recording that run's heads anew from what is stored", line)
             for run_id in stored.keys() - recorded.keys():
@@ -296,7 +300,7 @@ class Ledger:
                 by_part.setdefault((env["kind"], env["run_id"]), set()).add(env["event_id"])
             stored = {}
             for (kind, run_id), ids in by_part.items():
-                stored.update(store.stored_hashes(self.root, kind, run_id, ids))
+                stored.update(reads.stored_hashes(self.root, kind, run_id, ids))
             for env, subject, sseq, data in maybe_dup:
                 self._duplicate(out, stored.get(env["event_id"]), env, subject, data, sseq)
         return out
@@ -340,9 +344,9 @@ class Ledger:
         calling it again with the same `decoded` writes only what is missing."""
         now = datetime.now(timezone.utc)
         parts = []
-        groups = {key: store.Rows.of(group) for key, group in store.group_events(decoded.events).items()}
+        groups = {key: Rows.of(group) for key, group in group_events(decoded.events).items()}
         for envs, texts, sseq in decoded.batches:
-            rows = groups.setdefault((envs[0]["kind"], envs[0]["run_id"]), store.Rows())
+            rows = groups.setdefault((envs[0]["kind"], envs[0]["run_id"]), Rows())
             rows.envs.extend(envs)
             rows.payload_texts.extend(texts)
             rows.stream_seqs.extend([sseq] * len(envs))
@@ -357,7 +361,7 @@ class Ledger:
                 raise
             except Exception as err:  # a value its column cannot hold: quarantine that event, write the rest
                 if type(err).__name__ == "CommitFailedException":  # another writer changed the table first
-                    self.tables._tables.pop(kind, None)  # (its cached handle is stale: loaded again on the retry)
+                    self.tables.forget(kind)  # (its cached handle is stale: loaded again on the retry)
                     raise CatalogUnavailable(errno.EIO, f"table {kind} changed meanwhile: {_error_line(err)}") from err
                 _raise_if_unavailable(err)
                 rows = self._set_aside_unwritable(decoded, kind, rows, now, err)
@@ -389,7 +393,7 @@ class Ledger:
     def commit(self) -> None:
         """Make what was written readable and record how far it goes: what must happen before an ack.
         The files go into the tables' snapshots in one commit; then the chain heads (every acked event
-        is at or below a recorded head) and the position (see store.write_position) are written.
+        is at or below a recorded head) and the position (see positions.write_position) are written.
         Raises on failure (OSError: the disk; anything else: the catalog); calling it again is safe: a
         catalog that failed mid-commit (its server killed) may have taken some files, and those are not
         committed twice. A partition's writer commits only while its lease holds (raises Fenced)."""
@@ -419,7 +423,7 @@ class Ledger:
             self._heads_moved = set()
         if self._taken > self.taken_upto:
             if self.part is None:
-                store.write_position(self.root, self._taken)
+                positions.write_position(self.root, self._taken)
             else:
                 self.part.write_position(self.root, self._taken)
             self.taken_upto = self._taken
@@ -432,7 +436,7 @@ class Ledger:
             t = self.tables.table(name)
             t.refresh()
             snap = t.current_snapshot()
-            held = self.tables._live(t, snap) if snap is not None else set()
+            held = self.tables.live_files(t, snap) if snap is not None else set()
             left = [f for f in files if f"file://{f}" not in held and str(f) not in held]
             if len(left) < len(files):
                 log.warning("table %s: %d files of a commit that failed are in it already; not committing them again",
@@ -475,15 +479,15 @@ class Ledger:
                     reason = f"the ledger failed on this message: {_error_line(err)}"
                     self.write(Decoded(rejected=[Quarantined(sseq, subject, reason, data)]))
 
-    def _set_aside_unwritable(self, decoded: Decoded, kind: str, rows: store.Rows, now: datetime,
-                              err: Exception) -> store.Rows:
+    def _set_aside_unwritable(self, decoded: Decoded, kind: str, rows: Rows, now: datetime,
+                              err: Exception) -> Rows:
         """The rows that can be written, one by one; the others go to quarantine with the reason."""
         log.warning("a %s group could not be written (%s); finding the events at fault", kind, _error_line(err))
-        ok = store.Rows()
+        ok = Rows()
         for env, text, sseq in zip(rows.envs, rows.payload_texts, rows.stream_seqs):
-            one = store.Rows([env], [text], [sseq])
+            one = Rows([env], [text], [sseq])
             try:
-                store.events_table(kind, one, now)
+                events_table(kind, one, now)
             except OSError:
                 raise
             except Exception as why:
@@ -515,7 +519,7 @@ class Ledger:
 
     def _compact(self, part: Path) -> None:
         try:
-            if store.compact_partition(part) is not None:
+            if compact_partition(part) is not None:
                 self.counters.compactions += 1
             self._unmerged.pop(part, None)
         except OSError as err:  # the events are durable already; compaction can wait
@@ -597,14 +601,14 @@ def _error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:300]}"
 
 
-def _without(rows: store.Rows, event_ids: set[str]) -> store.Rows:
+def _without(rows: Rows, event_ids: set[str]) -> Rows:
     keep = [i for i, e in enumerate(rows.envs) if e["event_id"] not in event_ids]
-    return store.Rows([rows.envs[i] for i in keep], [rows.payload_texts[i] for i in keep], [rows.stream_seqs[i] for i in keep])
+    return Rows([rows.envs[i] for i in keep], [rows.payload_texts[i] for i in keep], [rows.stream_seqs[i] for i in keep])
 
 
 def consumer_owner(root: Path) -> dict[str, str]:
     """The consumer metadata that ties a durable consumer to this root."""
-    return {bus.OWNER_KEY: store.root_id(root), "runledger_root": str(Path(root).resolve()),
+    return {bus.OWNER_KEY: positions.root_id(root), "runledger_root": str(Path(root).resolve()),
             "runledger_host": socket.gethostname()}
 
 

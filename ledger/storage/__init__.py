@@ -1,3 +1,5 @@
-"""What is stored and how it is read: a root's files and snapshot cuts (paths), the Parquet writer
-(store), the Iceberg tables (tables), chain heads (heads), locks, streams of stored files (streams),
-and the move of an old plain root (migrate)."""
+"""What is stored and how it is read: a root's files and snapshot cuts (paths), the Iceberg tables
+(tables), the events as Arrow tables (rows), their files on disk (files) and digests (digest), the
+writer (store), what is stored (reads, index), the stream position and root id (positions), recovery
+after a crash (recovery), compaction (compaction), chain heads (heads), locks, streams of stored files
+(streams)."""

@@ -13,11 +13,10 @@ sql` still starts in the time DuckDB takes to load. A root whose tables are in a
 (`ledger serve --catalog URI`, a PostgreSQL say) names it in `{root}/catalog.uri`; its readers list
 that catalog through SQLAlchemy (imported for such roots only).
 
-A root written before the tables (no `tables.json`) keeps its plain layout: the files matching
-`events/kind=*/run_id=*/*.parquet` and `quarantine/*.parquet`. `runledger migrate` moves it to tables.
-
-What a reader refuses (`NotALedger`, one line): a folder that is neither (`check_root`: readers never
-answer a folder of something else with nothing), and tables whose catalog is gone. The ledger never
+What readers and writers refuse (`NotALedger`, one line): a root in the layout of before the tables
+(event files, no `tables.json`: `refuse_old`), which this version no longer reads; a folder that is not
+a ledger root (`check_root`: readers never answer a folder of something else with nothing); and
+tables whose catalog is gone. The ledger never
 writes delete files; a snapshot that holds one anyway (committed by hand) is one that Iceberg engines
 read with rows removed: `cut` lists such files (`Cut.deletes`) and logs them, `verify` names them and
 the SQL views refuse to read past them.
@@ -65,7 +64,7 @@ ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", 
 
 def check_root(root: Path) -> None:
     """Raise NotALedger unless `root` is a ledger root a reader can read: tables with their catalog
-    (`catalog.db`, or the shared one `catalog.uri` names), the plain layout, or a root being set up
+    (`catalog.db`, or the shared one `catalog.uri` names), or a root being set up
     (not made yet, empty, or holding only what runledger makes before the tables: ROOT_ENTRIES; a
     reader polling a root while its ledger starts finds nothing stored yet, and the CLI refuses a
     folder that is not there). A new root that a ledger made (its tables, no event yet) passes; a file,
@@ -78,6 +77,7 @@ def check_root(root: Path) -> None:
     if is_tables(root):
         _catalog_rows(root)  # (raises NotALedger if the catalog is gone or unreadable)
         return
+    refuse_old(root)
     try:
         entries = {p.name for p in root.iterdir()}
     except OSError as err:
@@ -87,18 +87,26 @@ def check_root(root: Path) -> None:
 
 
 def is_tables(root: Path) -> bool:
-    """Whether `root` keeps its events as Iceberg tables (else the plain layout, or nothing yet)."""
+    """Whether `root` keeps its events as Iceberg tables (else nothing is stored yet, or it is old: `is_old`)."""
     return (Path(root) / MARKER).exists()
 
 
-def is_plain(root: Path) -> bool:
-    """A root in the plain layout of before the tables: event files, and no tables."""
+def is_old(root: Path) -> bool:
+    """A root in the layout of before the tables: event or quarantine files, and no tables."""
     root = Path(root)
-    return not is_tables(root) and (any((root / "events").glob("kind=*")) or any((root / "quarantine").glob("*.parquet")))
+    return not is_tables(root) and (any(root.glob("events/kind=*/run_id=*/*.parquet"))
+                                     or any((root / "quarantine").glob("*.parquet")))
+
+
+def refuse_old(root: Path) -> None:
+    """Raise NotALedger for a root in the layout of before the tables (`is_old`)."""
+    if is_old(root):
+        raise NotALedger(f"{root} is in the pre-Iceberg layout (Parquet files under events/, no {MARKER}), "
+                         f"which this version of runledger no longer reads")
 
 
 def event_glob(root: Path, kind: str | None = None, run_id: str | None = None) -> Path:
-    """The pattern every stored event file matches (a table's data files included)."""
+    """The pattern every stored event file matches (what is on disk: a snapshot's files, and those of none)."""
     return Path(root) / "events" / f"kind={kind or '*'}" / f"run_id={run_id or '*'}" / "*.parquet"
 
 
@@ -174,7 +182,7 @@ _ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
 
 
 def _avro(path: Path, projection: dict | None = None) -> list[dict]:
-    import fastavro  # (only where there are tables: a plain root lists by glob)
+    import fastavro  # (only where there are tables)
 
     with open(path, "rb") as f:
         if projection is not None:
@@ -210,7 +218,7 @@ def _catalog_rows(root: Path) -> dict[str, str]:
     path = Path(root) / CATALOG_FILE
     if not path.exists():
         if not is_tables(root):
-            return {}  # (no tables yet: the plain layout, or a root not made)
+            return {}  # (no tables yet: a root not made)
         raise NotALedger(f"{root}: its tables' catalog {CATALOG_FILE} is missing (deleted?), so no snapshot can be read")
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
@@ -367,16 +375,19 @@ _LOGGED: dict[str, str] = {}  # root -> the delete files last logged for it (log
 
 def event_files(root: Path, kind: str | None = None, run_id: str | None = None, at: Cut | None = None) -> list[Path]:
     """The stored event files a reader reads (of `kind`, of `run_id`): the current snapshot's (or the cut
-    `at`'s) that exist. One the snapshot names but that is gone (deleted by hand) is `missing_files`."""
-    if not is_tables(root):
-        return matching(event_glob(root, kind, run_id))
+    `at`'s) that exist. One the snapshot names but that is gone (deleted by hand) is `missing_files`.
+    A root with no tables yet has none; one in the old layout is refused (`refuse_old`)."""
+    if at is None and not is_tables(root):
+        refuse_old(root)
+        return []
     at = at or cut(root)
     return [f for f in at.event_files(kind, run_id) if os.path.exists(f)]
 
 
 def quarantine_files(root: Path, at: Cut | None = None) -> list[Path]:
-    if not is_tables(root):
-        return matching(quarantine_glob(root))
+    if at is None and not is_tables(root):
+        refuse_old(root)
+        return []
     at = at or cut(root)
     return sorted(f.path for f in at.files.get(QUARANTINE, ()) if os.path.exists(f.path))
 

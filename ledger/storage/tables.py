@@ -90,6 +90,8 @@ class Tables:
                 drop_tables(self.root)
             elif uri is None:  # its catalog gone: never made anew, which would leave every stored file an orphan
                 paths.check_root(self.root)
+        else:
+            paths.refuse_old(self.root)  # (the layout of before the tables: never taken over)
         self.root.mkdir(parents=True, exist_ok=True)
         self.catalog = SqlCatalog(CATALOG_NAME, uri=uri or default_uri(self.root), warehouse=f"file://{self.root}")
         try:
@@ -153,6 +155,10 @@ class Tables:
                 t = self.catalog.load_table(ident)
         self._tables[name] = t
         return t
+
+    def forget(self, name: str) -> None:
+        """Drop the cached handle on table `name` (stale: another writer changed it); loaded again on next use."""
+        self._tables.pop(name, None)
 
     def wide_columns_for(self, name: str, run_id: str, wanted: list[str]) -> set[str]:
         """Which of a file's StoredWide columns `wanted` (`metrics/NAME`, in first-seen order) it may hold:
@@ -273,7 +279,8 @@ class Tables:
 
     # ---- what the snapshots hold; expiry and orphans
 
-    def _live(self, t, snapshot) -> set[str]:
+    def live_files(self, t, snapshot) -> set[str]:
+        """The paths of the data files `snapshot` of table `t` holds (as its manifests name them)."""
         out: set[str] = set()
         for m in snapshot.manifests(t.io):
             files = self._manifests.get(m.manifest_path)
@@ -297,8 +304,8 @@ class Tables:
         old, kept = snaps[:-keep] if keep else snaps[:-1], snaps[-keep:] if keep else snaps[-1:]
         if not old:
             return 0
-        keep_files = set().union(*(self._live(t, s) for s in kept))
-        drop_files = set().union(*(self._live(t, s) for s in old)) - keep_files
+        keep_files = set().union(*(self.live_files(t, s) for s in kept))
+        drop_files = set().union(*(self.live_files(t, s) for s in old)) - keep_files
         keep_manifests = {m.manifest_path for s in kept for m in s.manifests(t.io)}
         drop_manifests = {m.manifest_path for s in old for m in s.manifests(t.io)} - keep_manifests
         oldest = min(int(s.summary.additional_properties.get(COMMIT_KEY, 0)) for s in kept)

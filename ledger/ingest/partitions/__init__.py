@@ -57,6 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from runledger.ledger.storage import store
+from runledger.ledger.storage.positions import read_position
 from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
 
 log = logging.getLogger(__name__)
@@ -80,10 +81,10 @@ def partition_of(run_id: str, k: int) -> int:
 
 
 def positions(root: str | Path) -> dict[str, int]:
-    """Every position recorded under `root`, by name: "" the single ledger's (store.write_position),
+    """Every position recorded under `root`, by name: "" the single ledger's (positions.write_position),
     "k{K}-p{P}" each partition's (Part.write_position), of each K a ledger served the root with."""
     root = Path(root)
-    out = {"": store.read_position(root)} if (root / "ledger.position").exists() else {}
+    out = {"": read_position(root)} if (root / "ledger.position").exists() else {}
     for f in (root / STATUS_DIR).glob("k*-p*.position"):
         try:
             out[f.name.removesuffix(".position")] = int(f.read_text())
@@ -152,7 +153,7 @@ class Part:
             return 0
 
     def write_position(self, root: Path, stream_seq: int) -> None:
-        """The last RUNLEDGER seq this partition has taken (as store.write_position, per partition)."""
+        """The last RUNLEDGER seq this partition has taken (as positions.write_position, per partition)."""
         path = self.position_file(root)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -176,7 +177,7 @@ class Part:
         return doc
 
     def recover(self, root: Path) -> dict[str, int]:
-        """store.recover for this partition's runs only: their temp files and the files no commit took
+        """recovery.recover for this partition's runs only: their temp files and the files no commit took
         (a dead predecessor's). Other partitions' files may be in flight: they are left alone."""
         root = Path(root)
         temp = [t for t in root.glob("events/*/*/.*.tmp") if self._mine(t.parent)]
@@ -543,7 +544,7 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
                 try:
                     js = nc.jetstream()
                     await bus.ensure_stream(js)
-                    await ensure_parts_stream(js, k, start_seq=store.read_position(root))
+                    await ensure_parts_stream(js, k, start_seq=read_position(root))
                 finally:
                     await nc.close()
                 break
@@ -669,7 +670,7 @@ def open_tables(root: Path, make=None, where: str = "") -> None:
             if make is None:
                 store.tables_of(root)
             else:
-                store._TABLES[Path(root).resolve()] = make()  # (the cache `store.tables_of` reads)
+                store.use_tables(root, make())  # (the cache `store.tables_of` reads)
             return
         except Exception as err:
             if attempt == CATALOG_TRIES - 1:
@@ -804,7 +805,7 @@ async def figures(root: str | Path, nats_url: str | None, timeout: float = 5.0) 
         doc = part.read_status(root) if part else {}
         takeovers = doc.get("takeovers", [])
         rows.append({"partition": p, "writer": doc.get("writer"), "renewed": doc.get("renewed"),
-                     "position": part.read_position(root) if part else store.read_position(root),
+                     "position": part.read_position(root) if part else read_position(root),
                      "pending": doc.get("backlog"), "last_commit": doc.get("last_commit"),
                      "takeovers": len(takeovers), "longest_gap_s": max((t["gap_s"] for t in takeovers), default=None)})
     live = False
