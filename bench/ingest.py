@@ -11,9 +11,7 @@ the emit_many row hands the Emitter --many typed events per call (Emitter.emit_m
 producer can, and the emit_dicts row --many payload dicts of one kind (Emitter.emit_dicts: input
 that arrives as JSON; the CPU per event of batch sealing alone, without building models). The
 drain row: --backlog events already in the stream when the ledger starts (a ledger catching up
-after a restart). The layout rows run the emit_dicts path on a root of each layout, Iceberg tables
-(the default: readers see commits, acks wait for them) and the plain Parquet of before, with each
-one's ack wait (a batch's arrival at the ledger to its ack; `--layouts` runs these rows alone).
+after a restart).
 The partition rows (`--partitions 1,2`: alone) drain one backlog of --backlog events over 4 runs
 with K instances of `ledger serve` (K = 1: the single ledger as it runs by default; K > 1: one
 instance per partition, `--partitions K`, leases and all), each a process of its own: events/s, each
@@ -105,9 +103,7 @@ def _collect(q, *procs: mp.Process) -> dict:
     return results
 
 
-def run_e2e(url: str, tmp: Path, n: int, batch: bool, many: int = 1, typed: bool = True, plain: bool = False) -> dict:
-    if plain:  # a root of the layout of before the tables: event folders and no tables.json
-        (tmp / "root" / "events" / "kind=step").mkdir(parents=True)
+def run_e2e(url: str, tmp: Path, n: int, batch: bool, many: int = 1, typed: bool = True) -> dict:
     q = mp.Queue()
     ledger = mp.Process(target=_e2e_ledger, args=(url, str(tmp / "root"), n, q))
     ledger.start()
@@ -123,35 +119,6 @@ def run_e2e(url: str, tmp: Path, n: int, batch: bool, many: int = 1, typed: bool
             "producer_us": producer_cpu / n * 1e6, "ledger_us": ledger_cpu / n * 1e6, "compact_s": compact_s,
             "with_compaction_per_s": n / (t_end - t0 + compact_s), "commits": len(waits),
             "ack_wait_ms": (waits[len(waits) // 2] * 1e3, waits[int(len(waits) * 0.99)] * 1e3, waits[-1] * 1e3)}
-
-
-def run_layouts(tmp: Path, n: int, many: int, rounds: int) -> list[tuple[str, dict]]:
-    """The emit_dicts path on each layout, alternating, `rounds` times each (medians of events/s are
-    printed by the caller); a fresh server and root for each run."""
-    out = []
-    for r in range(rounds):
-        for layout in ("plain", "tables"):
-            srv = fresh_server(tmp, f"nats-{layout}-{r}")
-            out.append((layout, run_e2e(srv.url, tmp / f"{layout}-{r}", n, True, many, False, plain=layout == "plain")))
-            srv.stop()
-    return out
-
-
-def print_layouts(runs: list[tuple[str, dict]]) -> None:
-    import statistics
-
-    print(f"{'layout':<8} {'runs':>4} {'events/s':>9} {'ledger cpu us/ev':>17} {'commits':>8} "
-          f"{'ack wait ms: median':>20} {'p99':>6} {'max':>6} {'compact s':>10}")
-    rates = {}
-    for layout in ("plain", "tables"):
-        mine = [e for name, e in runs if name == layout]
-        med = lambda key: statistics.median(e[key] for e in mine)  # noqa: E731
-        rates[layout] = med("events_per_s")
-        waits = [e["ack_wait_ms"] for e in mine]
-        print(f"{layout:<8} {len(mine):>4} {rates[layout]:>9.0f} {med('ledger_us'):>17.1f} {med('commits'):>8.0f} "
-              f"{statistics.median(w[0] for w in waits):>20.1f} {statistics.median(w[1] for w in waits):>6.0f} "
-              f"{max(w[2] for w in waits):>6.0f} {med('compact_s'):>10.2f}")
-    print(f"tables / plain events/s = {rates['tables'] / rates['plain']:.2f} (medians)")
 
 
 def _drain_ledger(url: str, root: str, n: int, q) -> None:
@@ -431,8 +398,7 @@ def main() -> int:
     p.add_argument("--unbatched-events", type=int, default=30_000, help="events per one-event-per-message run")
     p.add_argument("--many", type=int, default=100, help="events per emit_many / emit_dicts call")
     p.add_argument("--backlog", type=int, default=200_000, help="events waiting when the ledger starts (the drain row)")
-    p.add_argument("--layouts", action="store_true", help="only the layout rows: Iceberg tables vs the plain layout")
-    p.add_argument("--rounds", type=int, default=3, help="runs of each layout (alternating)")
+    p.add_argument("--rounds", type=int, default=3, help="runs of each K of --partitions (alternating)")
     p.add_argument("--partitions", default=None, help="only the partition rows, for these K, e.g. 1,2")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-ingest-"))
@@ -445,12 +411,6 @@ def main() -> int:
                     rows.append(run_partitions(srv.url, tmp / f"k{k}-{r}", args.backlog, k, args.many))
                     srv.stop()
             print_partitions(rows)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return 0
-    if args.layouts:
-        try:
-            print_layouts(run_layouts(tmp, args.events, args.many, args.rounds))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return 0
@@ -474,7 +434,6 @@ def main() -> int:
         drain = run_drain(srv.url, tmp / "drain", args.backlog, args.many)
         srv.stop()
         pa_rate = run_pyarrow(tmp, args.events, 2_000)["events_per_s"]
-        layouts = run_layouts(tmp, args.events, args.many, 1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{'mode':<12} {'events':>8} {'e2e ev/s':>10} {'raw ev/s':>10} {'e2e/raw':>8} {'emit ev/s':>10} "
@@ -493,7 +452,6 @@ def main() -> int:
           f"ledger cpu {drain['ledger_us']:.1f} us/event (including its start)")
     print(f"pyarrow writer alone (2,000-row files, fsync'd, committed): {pa_rate:.0f} events/s; "
           f"e2e batched / pyarrow alone = {rows[0][2]['events_per_s'] / pa_rate:.2f}")
-    print_layouts(layouts)
     return 0
 
 

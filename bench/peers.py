@@ -668,8 +668,7 @@ class TrackioSqlStore:
 
 STORES = {"runledger": RunledgerStore, "mlflow": MlflowSqlStore, "mlflow-api": MlflowApiStore,
           "mlflow-sync": MlflowSqlStore, "wandb": WandbFileStore, "tensorboard": TensorboardStore,
-          "trackio": TrackioSqlStore, "runledger-col": RunledgerColumnStore,
-          "rl-plain": RunledgerStore, "rl-plain-col": RunledgerColumnStore}
+          "trackio": TrackioSqlStore, "runledger-col": RunledgerColumnStore}
 
 
 @dataclass
@@ -828,19 +827,7 @@ def fill_trackio(folder: str, n: int, q) -> None:
 
 FILLS = {"runledger": fill_runledger, "mlflow": fill_mlflow, "trackio": fill_trackio}
 QUERY_IMPORTS = {"runledger": ["queries", "duckdb"], "runledger-col": ["queries", "duckdb"], "mlflow": ["sqlite3"],
-                 "trackio": ["sqlite3"], "rl-plain": ["queries", "duckdb"], "rl-plain-col": ["queries", "duckdb"]}
-
-
-def plain_copy(root: str, dest: Path) -> str:
-    """The same data files in a root of the plain layout of before the tables (read by glob), for the
-    side-by-side rows `rl-plain` and `rl-plain-col`."""
-    from runledger.ledger.storage import store
-
-    for f in store.event_files(Path(root)):
-        target = dest / f.relative_to(Path(root).resolve())
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(f, target)
-    return str(dest)
+                 "trackio": ["sqlite3"]}
 
 
 @dataclass
@@ -901,13 +888,8 @@ def bench_query(ctx, tmp: Path, n: int, only: list[str]) -> int:
         except Exception as err:  # a peer that cannot run here is reported, the others go on
             errors[name] = f"{type(err).__name__}: {err}"
             log.exception("%s failed", name)
-    if "runledger" in filled:  # the same store, asked through a name's own column; and the same files, plain
-        plain = {**filled["runledger"], "root": plain_copy(filled["runledger"]["root"], tmp / "runledger-plain")}
-        filled = {"runledger": filled["runledger"], "runledger-col": filled["runledger"], **filled,
-                  "rl-plain": plain, "rl-plain-col": plain}
-        from runledger import queries
-
-        queries.connect(filled["runledger"]["root"]).close()  # the view columns' cache is made (runledger.queries.columns)
+    if "runledger" in filled:  # the same store, asked through a name's own column
+        filled = {"runledger": filled["runledger"], "runledger-col": filled["runledger"], **filled}
     for name in filled:
         log.info("asking %s", name)
         try:
@@ -940,15 +922,10 @@ def bench_query(ctx, tmp: Path, n: int, only: list[str]) -> int:
         if ours not in timed:
             continue
         rl = timed[ours]
-        for x in (x for x in names if not x.startswith(("runledger", "rl-")) and x in timed):
+        for x in (x for x in names if not x.startswith("runledger") and x in timed):
             warm, cold = timed[x].warm_s / rl.warm_s, timed[x].cold_s / rl.cold_s
             print(f"targets: {ours} query >= 10x faster than {x} (SQL on its sqlite): warm {warm:.1f}x, cold {cold:.1f}x -> " +
                   ("met" if min(warm, cold) >= 10 else "MISSED"))
-    for ours, plain in (("runledger", "rl-plain"), ("runledger-col", "rl-plain-col")):
-        if ours in timed and plain in timed:
-            print(f"layouts: {ours} on Iceberg tables / the same files in the plain layout: open "
-                  f"{timed[ours].open_s / timed[plain].open_s:.2f}x, cold {timed[ours].cold_s / timed[plain].cold_s:.2f}x, "
-                  f"warm {timed[ours].warm_s / timed[plain].warm_s:.2f}x (above 1: tables slower)")
     return 1 if errors or any(t.differs for t in timed.values()) else 0
 
 
