@@ -1,11 +1,11 @@
 """The columns the views scan, as DuckDB types: every kind's (the envelope's, then its typed payload
-columns: `runledger.ledger.storage.store.arrow_schema`, from the models of `runledger.ledger.contract.events`) and the quarantine's.
+columns: `runledger.ledger.storage.rows.arrow_schema`, from the models of `runledger.ledger.contract.events`) and the quarantine's.
 
 Reading them from the contract loads pydantic and pyarrow, a third of a second; so that a query
-(`runledger sql`) starts without them, the answer is kept in the user's cache folder
-(`runledger.ledger.settings.cache_dir`) under the digest of the source of `ledger/`
-and of this file, and worked out again from the contract whenever that source changes. A cache
-file that is not exactly what this module writes is ignored.
+(`runledger sql`) starts without them, they are worked out when the contract changes and kept in
+`runledger.queries.columns_made` (`python -m runledger.queries.columns` writes it; a test checks it is
+current), under the digest of the sources they come from (`source_digest`). If that digest is not the
+sources' own, they are worked out from the contract instead, each time.
 """
 
 from __future__ import annotations
@@ -13,44 +13,43 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-import re
-import secrets
 from pathlib import Path
 
 from runledger import ledger
-from runledger.ledger import settings
 
 ARROW_TO_DUCK = {
     "string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN", "binary": "BLOB",
     "timestamp[us, tz=UTC]": "TIMESTAMPTZ", "map<string, double>": "MAP(VARCHAR, DOUBLE)",
     "map<string, string>": "MAP(VARCHAR, VARCHAR)",
 }
-_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a kind's or a column's name, safe to write into SQL
 Columns = list[tuple[str, str]]  # (name, DuckDB type), in the stored order
+
+
+MADE = Path(__file__).with_name("columns_made.py")
+
+
+def source_digest() -> str:
+    """The digest of the sources the columns come from: the contract, the writer's schemas, this file."""
+    here = Path(ledger.__file__).parent
+    sources = sorted((here / "contract").glob("*.py")) + [here / "storage" / "rows.py", Path(__file__)]
+    return hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in sources)).hexdigest()[:32]
 
 
 @functools.cache
 def layout() -> dict:
     """{"kinds": {kind: Columns}, "envelope": [name, ...], "quarantine": Columns, "views": {kind: view}}."""
-    sources = sorted(Path(ledger.__file__).parent.glob("*.py")) + [Path(__file__)]
-    digest = hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in sources)).hexdigest()[:32]
-    cache = settings.cache_dir() / f"columns-{digest}.json"
-    try:
-        found = json.loads(cache.read_text())
-        if _well_formed(found):
-            return found
-    except (OSError, ValueError):
-        pass
-    made = _from_contract()
-    try:  # written whole (temp file, rename) or not at all: another process may read it meanwhile
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.{secrets.token_hex(4)}")
-        tmp.write_text(json.dumps(made))
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # a read-only home: worked out again next time
-    return made
+    from runledger.queries import columns_made
+
+    if columns_made.DIGEST == source_digest():
+        return json.loads(columns_made.LAYOUT)
+    return _from_contract()  # (the sources changed since columns_made was written: `python -m runledger.queries.columns`)
+
+
+def write_made() -> None:
+    """Write columns_made.py from the contract (after a change to the sources, see source_digest)."""
+    text = json.dumps(_from_contract(), indent=1)  # (JSON text: compiled and read faster than a literal)
+    MADE.write_text(f'"""The views\' columns, worked out from the contract (written by `python -m runledger.queries.columns`:\n'
+                    f'do not edit)."""\n\nDIGEST = {source_digest()!r}\nLAYOUT = r"""\n{text}\n"""\n')
 
 
 def kind_columns(kind: str) -> Columns:
@@ -87,18 +86,5 @@ def _from_contract() -> dict:
             "quarantine": duck(QUARANTINE_SCHEMA), "views": VIEWS}
 
 
-def _well_formed(found) -> bool:
-    types = set(ARROW_TO_DUCK.values())
-
-    def columns_ok(cols) -> bool:
-        return isinstance(cols, list) and all(
-            isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and _NAME.match(c[0]) and c[1] in types
-            for c in cols)
-
-    return (isinstance(found, dict) and set(found) == {"kinds", "envelope", "quarantine", "views"}
-            and isinstance(found["kinds"], dict) and found["kinds"]
-            and all(isinstance(k, str) and _NAME.match(k) and columns_ok(c) for k, c in found["kinds"].items())
-            and isinstance(found["envelope"], list) and all(isinstance(n, str) and _NAME.match(n) for n in found["envelope"])
-            and columns_ok(found["quarantine"])
-            and isinstance(found["views"], dict) and set(found["views"]) == set(found["kinds"])
-            and all(isinstance(v, str) and _NAME.match(v) for v in found["views"].values()))
+if __name__ == "__main__":
+    write_made()

@@ -1,5 +1,5 @@
 """Settings are resolved in one place (`runledger.ledger.settings`): a flag, else its environment variable, else
-the default; and the views' columns a query reads from the cache are the contract's, or not read."""
+the default; and the views' columns a query reads without the contract are the contract's, or not read."""
 
 from __future__ import annotations
 
@@ -43,19 +43,21 @@ def test_the_server_is_the_creds_then_the_flag_then_the_environment_then_the_roo
     assert settings.nats_url("nats://flag:4222", other, root) == "nats://agent:pw@127.0.0.1:4333"
 
 
-def test_the_view_columns_come_from_the_contract_and_a_planted_cache_is_not_read(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+def test_the_view_columns_are_the_contracts_as_written_for_it():
+    """columns_made (what a query reads, without loading the contract) is current: else run
+    `python -m runledger.queries.columns`; and a stale one is not read."""
+    from runledger.queries import columns_made
+
+    assert columns_made.DIGEST == columns.source_digest(), "run `python -m runledger.queries.columns`"
+    made = json.loads(json.dumps(columns._from_contract()))
+    assert json.loads(columns_made.LAYOUT) == made
     columns.layout.cache_clear()
     try:
-        made = columns.layout()  # worked out from the contract, and written
-        assert made == json.loads(json.dumps(columns._from_contract()))
-        (cache,) = (tmp_path / "runledger").glob("columns-*.json")
-        assert json.loads(cache.read_text()) == made
-        planted = json.loads(cache.read_text())
-        planted["kinds"]["step"].append(["x from steps; select 1 --", "VARCHAR"])  # text that would reach SQL
-        cache.write_text(json.dumps(planted))
+        assert columns.layout() == made
         columns.layout.cache_clear()
-        assert columns.layout() == made  # not read: worked out again
-        assert json.loads(cache.read_text()) == made
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(columns_made, "DIGEST", "stale")
+            mp.setattr(columns_made, "LAYOUT", '{"kinds": {"step": [["x from steps; select 1 --", "VARCHAR"]]}}')
+            assert columns.layout() == made  # not read: worked out again
     finally:
         columns.layout.cache_clear()

@@ -4,8 +4,8 @@ one events file (some of its row groups) a batch at a time, in bounded memory, f
 Per row: the envelope's required cells are there; the row's kind and run are its partition's; the
 event_id rule; the payload text is canonical JSON, valid for its kind; the hash recomputed from the
 envelope columns and the payload text; `ts` is the event's `time`; the typed payload columns are what
-the writer (`runledger.ledger.storage.store.events_table`) makes of the payload. Per file: the ledger's digest of its
-own columns (`runledger.ledger.storage.store.ledger_digest`, recomputed a column at a time).
+the writer (`runledger.ledger.storage.rows.events_table`) makes of the payload. Per file: the ledger's digest of its
+own columns (`runledger.ledger.storage.digest.ledger_digest`, recomputed a column at a time).
 
 Two paths with one answer. The vectorised path (`batch_ok`) asks Arrow, orjson and one pydantic call
 per batch whether every row of a batch passes; it only ever says yes or "not sure". For a batch it is
@@ -105,7 +105,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def digest_ok(pf: pq.ParquetFile, batch_rows: int = DIGEST_ROWS) -> bool:
-    """`runledger.ledger.storage.store.digest_ok`, reading one column at a time in batches: the same bytes are hashed in
+    """`runledger.ledger.storage.digest.digest_ok`, reading one column at a time in batches: the same bytes are hashed in
     the same order (every event_id, then each of stream_seq, ts, ingested_at)."""
     recorded = (pf.schema_arrow.metadata or {}).get(DIGEST_KEY)
     if recorded is None or not {"event_id", "stream_seq", "ts", "ingested_at"} <= set(pf.schema_arrow.names):

@@ -1,5 +1,5 @@
 """What the payload models hold, as storage and the fast paths need it: each field's column type
-(`payload_columns`, from which `runledger.ledger.storage.store.arrow_schema` builds a kind's Parquet schema), the
+(`payload_columns`, from which `runledger.ledger.storage.rows.arrow_schema` builds a kind's Parquet schema), the
 float fields (`FLOAT_FIELDS`: an integer there must have an exact float64) and the kinds whose
 payloads hold no free text (`NUMERIC_KINDS`). All derived from the models in `runledger.ledger.contract.events`.
 """
