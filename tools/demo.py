@@ -189,14 +189,14 @@ SHOWN = {  # the columns the terminal shows; report.html and `runledger audit` h
 
 
 def print_audit(root: Path, console: Console) -> None:
-    from runledger.queries.audit import cell as _cell, run_suite
+    from runledger.queries.audit import cell, run_suite
 
     health = run_suite(root, "health", RUN)
     t = Table("check", "status", "value", "threshold", "at step", title="Health checklist (queries/health/*.sql)")
     style = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
     for r in health.rows():
-        t.add_row(r["check"], f"[{style.get(r['status'], '')}]{r['status']}[/]", _cell(r["value"]),
-                  _cell(r["threshold"]), _cell(r["at_step"]))
+        t.add_row(r["check"], f"[{style.get(r['status'], '')}]{r['status']}[/]", cell(r["value"]),
+                  cell(r["threshold"]), cell(r["at_step"]))
     console.print(t)
     for suite in ("provenance", "forecast"):
         for res in run_suite(root, suite, RUN).results:
