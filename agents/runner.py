@@ -26,13 +26,14 @@ from runledger import queries
 from runledger.agents import drops, forecast, grad_norm, skipped, stall, telemetry, throughput
 from runledger.agents.policy import Action
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.storage import paths, store
+from runledger.ledger.storage import paths
 from runledger.ledger.bus.natsserver import AGENTS_DURABLE
 from runledger.ledger.emit.chains import next_attempt
 from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.contract.events import STREAM, InvalidEvent
 from runledger.ledger.check.replay import replay_run
-from runledger.ledger.ingest.service import stream_seq
+from runledger.ledger.bus.consumers import stream_seq
+from runledger.ledger.storage.stored import until_stored
 
 log = logging.getLogger(__name__)
 
@@ -195,15 +196,14 @@ class Runner:
             em.close()
 
 
-async def until_stored(root: str | Path, upto: int, timeout_s: float) -> bool:
-    """Wait until the ledger serving `root` has stored (committed) the stream up to `upto`: its position
-    (store.read_position, written after each commit, before the ack); False if it had not by `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while store.read_position(Path(root)) < upto:
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
+def woke_upto(msgs) -> dict[str, int]:
+    """Per run, the stream seq of the last of `msgs` (what the ledger is to have stored before judging)."""
+    upto: dict[str, int] = {}
+    for m in msgs:
+        parts = m.subject.split(".")
+        if len(parts) == 3:
+            upto[parts[1]] = max(upto.get(parts[1], 0), stream_seq(m))
+    return upto
 
 
 async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None, stop: asyncio.Event | None = None,
@@ -238,7 +238,7 @@ async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None,
                     news.add(parts[1])
             watched |= news
             if news:  # judge on the events that woke us: wait (a little) for the ledger to have stored them
-                await until_stored(root, max(stream_seq(m) for m in msgs), STORED_WAIT_S)
+                await until_stored(root, woke_upto(msgs), STORED_WAIT_S)
             if time.monotonic() - last_sweep > sweep_s:  # silence is news too: look at every run now and then
                 news, last_sweep = set(watched), time.monotonic()
             # the ledger may not have stored the newest events yet: look again on the next round too

@@ -41,7 +41,8 @@ from runledger.interop.routes import KINDS, Route
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
 from runledger.ledger.bus.natsserver import NOTIFY_DURABLE
-from runledger.ledger.ingest.service import decode_message, stream_seq
+from runledger.ledger.bus.consumers import rewind_to_ack_floor, stream_seq
+from runledger.ledger.ingest.service import decode_message
 
 log = logging.getLogger(__name__)
 
@@ -292,12 +293,8 @@ async def ensure_consumer(js, durable: str, from_start: bool, ack_wait_s: float 
         log.info("consumer %s created: delivering %s", durable, "every recorded event" if from_start else "new events")
         return ack_wait_s
     ack_wait_s = info.config.ack_wait or ack_wait_s  # an existing consumer's own
-    if info.num_ack_pending:
-        floor = info.ack_floor.stream_seq
-        log.info("consumer %s had %d unacked messages; rewinding to stream seq %d", durable, info.num_ack_pending,
-                 floor + 1)
-        await js.delete_consumer(STREAM, durable)
-        await js.add_consumer(STREAM, consumer_config(durable, DeliverPolicy.BY_START_SEQUENCE, floor + 1, ack_wait_s))
+    await rewind_to_ack_floor(js, STREAM, durable, info, consumer_config(durable, DeliverPolicy.BY_START_SEQUENCE,
+                                                                         ack_wait_s=ack_wait_s))
     return ack_wait_s
 
 

@@ -114,7 +114,7 @@ def test_two_ledgers_on_one_root_without_the_lock_store_twice_and_verify_repair_
     stop = asyncio.Event()
     loop = asyncio.new_event_loop()
     t = threading.Thread(target=loop.run_until_complete,
-                         args=(service._serve(survivor, nats_server.url, stop, 2_000, "ledger", 1_000),), daemon=True)
+                         args=(service.serve_ledger(survivor, nats_server.url, stop, 2_000, until_stored=1_000),), daemon=True)
     t.start()
     t.join(60)
     assert not t.is_alive()

@@ -13,13 +13,13 @@ import logging
 import time
 
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.ingest import partitions
+from runledger.ledger.storage import stored
 from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
 
 log = logging.getLogger(__name__)
 
 POSITION_POLL_S = 0.01  # while waiting for the ledger to store what woke us: how often its position is read
-STORED_WAIT_S = 5.0  # (as runledger.agents.runner.until_stored) ... for this long; then, the ledger being slow or down,
+STORED_WAIT_S = 5.0  # (as runledger.ledger.storage.stored.until_stored) ... for this long; then, the ledger being slow or down,
 SLOW_POLL_S = 0.5  # ... this often, until it has stored it
 RECONNECT_S = 5.0  # with NATS unreachable: how long before the next try
 CONNECT_TIMEOUT_S = 2.0
@@ -136,7 +136,7 @@ class Feed:
                 self.last_wake_s = since
                 for run in runs:
                     awaited[run] = max(awaited.get(run, 0), await self._last_seq(js, run))
-            if partitions.positions(self.reader.root) != self.reader.positions:
+            if stored.positions(self.reader.root) != self.reader.positions:
                 await self.moved()  # each commit is pushed as soon as it is stored
             for run in [r for r, seq in awaited.items() if self.reader.position_of(r) >= seq]:
                 del awaited[run]

@@ -194,17 +194,13 @@ async def ensure_consumer(js: JetStreamContext, durable: str, filter_subject: st
             log.info("consumer %s: claimed for this root", durable)
             info.config.metadata = {k: v for k, v in theirs.items() if not k.startswith("_nats")} | owner
             await js.add_consumer(STREAM, info.config)  # an update: metadata may change
-    if rewind and info.num_ack_pending:
-        # A previous instance died holding unacked messages; JetStream would redeliver them only
-        # after ack_wait. Start again just past the ack floor instead: the sink is idempotent, so
-        # messages acked out of order and delivered again are recognised and acked once more.
-        floor = info.ack_floor.stream_seq
-        log.info("consumer %s had %d unacked messages; rewinding to stream seq %d", durable, info.num_ack_pending, floor + 1)
-        await js.delete_consumer(STREAM, durable)
+    if rewind:
+        # The sink is idempotent: messages acked out of order and delivered again are recognised and
+        # acked once more.
+        from runledger.ledger.bus.consumers import rewind_to_ack_floor
+
         cfg.metadata = owner or info.config.metadata
-        cfg.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
-        cfg.opt_start_seq = floor + 1
-        await js.add_consumer(STREAM, cfg)
+        await rewind_to_ack_floor(js, STREAM, durable, info, cfg)
 
 
 PULL_MAX_BYTES = 32 << 20  # bytes one pull may bring: under nats-py's 64 MiB a subscription may hold

@@ -47,15 +47,17 @@ from pathlib import Path
 from nats.js.errors import NotFoundError
 
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.storage import heads, index, locks, positions, reads, store
+from runledger.ledger.storage import heads, index, locks, reads, store
 from runledger.ledger.storage.compaction import compact_partition
-from runledger.ledger.storage.recovery import recover
+from runledger.ledger.storage.positions import root_id
 from runledger.ledger.storage.rows import Rows, StoredEvent, events_table, group_events
 from runledger.ledger.storage.paths import HALTED_FILE, QUARANTINE
 from runledger.ledger.ingest.batch import check_batch
 from runledger.ledger.contract.canonical import envelope_text, orjson
 from runledger.ledger.contract.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
-from runledger.ledger.bus.natsserver import LEDGER_API
+from runledger.ledger.bus import consumers
+from runledger.ledger.bus.consumers import consumer_seq, pending_after, serve_chain_status, stream_seq
+from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
 from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
 from runledger.ledger.storage.reads import CONFLICT
 from runledger.ledger.storage.store import Quarantined
@@ -63,7 +65,6 @@ from runledger.ledger.contract.validation import check_envelope, payloads_valid
 
 log = logging.getLogger(__name__)
 
-DURABLE = "ledger"
 FETCH_BATCH = 2_000
 FETCH_TIMEOUT_S = 0.5
 COMPACT_BUSY_FILES = 64  # while busy, a partition is compacted once this many new files are in it
@@ -200,39 +201,28 @@ def plain_batch(subject: str, data: bytes) -> tuple[list[dict], list[str]] | Non
     return envs, texts
 
 
-def stream_seq(msg) -> int:
-    """A JetStream message's stream sequence, from its ack subject: $JS.ACK.<stream>.<consumer>.
-    <delivered>.<stream seq>... (9 tokens), or with <domain>.<account hash> after ACK (12 or more).
-    nats-py's `msg.metadata` parses every field, a tenth of the ledger's time at one event per message."""
-    tokens = msg.reply.split(".") if msg.reply else ()
-    if len(tokens) == 9 and tokens[5].isdigit():
-        return int(tokens[5])
-    if len(tokens) >= 12 and tokens[7].isdigit():
-        return int(tokens[7])
-    return msg.metadata.sequence.stream
-
-
 class Fenced(RuntimeError):
     """A partition's writer whose lease may have lapsed: it must not commit (see runledger.ledger.ingest.partitions)."""
 
 
 class Ledger:
-    """The service's state: the root, what is stored, and the counters. With `part` (a partition of a
-    partitioned root, see runledger.ledger.ingest.partitions), recovery and the position are that partition's, and
-    `fence()` must be true for a commit to go ahead."""
+    """The service's state: the root, what is stored, and the counters; one writer, given its `position`
+    (runledger.ledger.ingest.position: the single ledger's by default, or a partition's, see
+    runledger.ledger.ingest.partitions), whose recovery and position it keeps. With `fence`, `fence()`
+    must be true for a commit to go ahead."""
 
-    def __init__(self, root: str | Path, part=None, fence=None) -> None:
+    def __init__(self, root: str | Path, position: Position | None = None, fence=None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.part, self.fence = part, fence
-        recovered = recover(self.root) if part is None else part.recover(self.root)
+        self.position, self.fence = position or LedgerPosition(), fence
+        recovered = self.position.recover(self.root)
         if any(recovered.values()):
             log.info("recovered root %s: %s", self.root, recovered)
         self.index = index.SeqIndex.load(self.root)
         self.quarantined = reads.stored_quarantine_seqs(self.root)
         self.conflicts = reads.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
         # the last stream seq this root (or partition) has taken
-        self.taken_upto = positions.taken_upto(self.root) if part is None else part.read_position(self.root)
+        self.taken_upto = self.position.load(self.root)
         self.heads = self._load_heads()
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
@@ -393,20 +383,20 @@ class Ledger:
     def commit(self) -> None:
         """Make what was written readable and record how far it goes: what must happen before an ack.
         The files go into the tables' snapshots in one commit; then the chain heads (every acked event
-        is at or below a recorded head) and the position (see positions.write_position) are written.
+        is at or below a recorded head) and the position (the Position's `save`) are written.
         Raises on failure (OSError: the disk; anything else: the catalog); calling it again is safe: a
         catalog that failed mid-commit (its server killed) may have taken some files, and those are not
         committed twice. A partition's writer commits only while its lease holds (raises Fenced)."""
         if self.fence is not None and (self._pending or self._heads_moved or self._taken > self.taken_upto) \
                 and not self.fence():
-            raise Fenced(f"partition {self.part.p}: lease not held; not committing")
+            raise Fenced(f"{self.position.name}: lease not held; not committing")
         started = time.perf_counter()
         if self._pending:
             if self.tables is not None:
                 if self._uncertain:
                     self._pending = self._not_committed(self._pending)
                 self._uncertain = True
-                if self.part is None:
+                if not self.position.partitioned:
                     self.tables.commit(self._pending)
                 else:  # several writers conflict: a table whose commit went through is not taken again
                     number = None
@@ -422,10 +412,7 @@ class Ledger:
             heads.write(self.root, self.heads, self._heads_moved)
             self._heads_moved = set()
         if self._taken > self.taken_upto:
-            if self.part is None:
-                positions.write_position(self.root, self._taken)
-            else:
-                self.part.write_position(self.root, self._taken)
+            self.position.save(self.root, self._taken)
             self.taken_upto = self._taken
         self.counters.commit_s.append(time.perf_counter() - started)
 
@@ -556,23 +543,6 @@ async def _commit_and_ack(ledger: Ledger, unacked: list, stop: asyncio.Event | N
     return True
 
 
-def consumer_seq(msg) -> int | None:
-    """A JetStream message's consumer sequence (its delivery count on the consumer, which a consumer
-    made anew starts again at 1), from its ack subject (see `stream_seq`); None if it has none."""
-    tokens = msg.reply.split(".") if msg.reply else ()
-    if len(tokens) == 9 and tokens[6].isdigit():
-        return int(tokens[6])
-    if len(tokens) >= 12 and tokens[8].isdigit():
-        return int(tokens[8])
-    return None
-
-
-def _pending_after(msg) -> int | None:
-    """Messages still pending on the consumer when `msg` was delivered (its ack subject's last token)."""
-    tokens = msg.reply.split(".") if msg.reply else ()
-    return int(tokens[-1]) if tokens and tokens[-1].isdigit() else None
-
-
 class CatalogUnavailable(OSError):
     """The tables' catalog cannot be reached (a shared catalog's server is down, a sqlite catalog is
     locked), or a partition's writer is fenced: like a failing disk, a reason to wait, never to blame
@@ -608,21 +578,8 @@ def _without(rows: Rows, event_ids: set[str]) -> Rows:
 
 def consumer_owner(root: Path) -> dict[str, str]:
     """The consumer metadata that ties a durable consumer to this root."""
-    return {bus.OWNER_KEY: positions.root_id(root), "runledger_root": str(Path(root).resolve()),
+    return {bus.OWNER_KEY: root_id(root), "runledger_root": str(Path(root).resolve()),
             "runledger_host": socket.gethostname()}
-
-
-async def _answer_chains(ledger: Ledger, js, durable: str, msg) -> None:
-    """Reply to {LEDGER_API}.chains.{run_id}.{producer}: the consumer's ack floor and the chains' status."""
-    parts = msg.subject.split(".")
-    if len(parts) != 4 or not msg.reply:
-        return
-    try:
-        floor = (await js.consumer_info(STREAM, durable)).ack_floor.stream_seq
-    except Exception as err:  # no answer is better than a wrong one: the producer waits or gives up
-        log.debug("chain status: no consumer info (%s)", err)
-        return
-    await msg.respond(json.dumps({"ack_floor": floor, **ledger.chain_status(parts[2], parts[3])}).encode())
 
 
 class StreamLost(RuntimeError):
@@ -710,7 +667,7 @@ class Watch:
         for name in (STREAM, *self.streams):
             if name not in self.created:
                 await self._first_look(name)
-        lost = await stream_problem(self.js, root, self.ledger.taken_upto if self.ledger.part is None else None,
+        lost = await stream_problem(self.js, root, None if self.ledger.position.partitioned else self.ledger.taken_upto,
                                     self.first_seen, self.created.get(STREAM))
         for name in self.streams:
             lost = lost or await stream_problem(self.js, root, None, None, self.created.get(name), stream=name)
@@ -747,47 +704,37 @@ async def make_consumer_from_position(js, durable: str, ledger: Ledger, replace:
         opt_start_seq=start if start > 1 else None))
 
 
-async def _subscribe_until_ready(nats_url: str, durable: str, stop: asyncio.Event, ledger: Ledger):
+async def subscribe_until_ready(nats_url: str, stop: asyncio.Event, ledger: Ledger):
     """Connect, make sure of the stream and the consumer, bind to it — waiting for the server if it
-    is not up yet or not ready (a cluster electing a leader). (nc, sub), or (None, None) if stopped.
+    is not up yet or not ready (a cluster electing a leader). (nc, puller), or (None, None) if stopped.
     Raises bus.ConsumerTaken if the consumer belongs to another root."""
-    tries = 0
-    while not stop.is_set():
-        nc = None
+    durable = ledger.position.durable
+
+    async def bind(nc):
+        js = nc.jetstream()
+        await bus.ensure_stream(js)
+        lost = await stream_problem(js, ledger.root, ledger.taken_upto)
+        if lost:
+            raise halt(ledger.root, lost)
         try:
-            nc = await bus.connect(nats_url, name="ledger")
-            js = nc.jetstream()
-            await bus.ensure_stream(js)
-            lost = await stream_problem(js, ledger.root, ledger.taken_upto)
-            if lost:
-                raise halt(ledger.root, lost)
-            try:
-                await js.consumer_info(STREAM, durable)
-            except NotFoundError:
-                if ledger.taken_upto:
-                    log.error("consumer %r is missing, though root %s took messages up to stream seq %d: making it "
-                              "again from there", durable, ledger.root, ledger.taken_upto)
-                await make_consumer_from_position(js, durable, ledger)
-            await bus.ensure_consumer(js, durable, rewind=True, owner=consumer_owner(ledger.root),
-                                      seen_upto=ledger.taken_upto)
+            await js.consumer_info(STREAM, durable)
+        except NotFoundError:
+            if ledger.taken_upto:
+                log.error("consumer %r is missing, though root %s took messages up to stream seq %d: making it "
+                          "again from there", durable, ledger.root, ledger.taken_upto)
+            await make_consumer_from_position(js, durable, ledger)
+        await bus.ensure_consumer(js, durable, rewind=True, owner=consumer_owner(ledger.root),
+                                  seen_upto=ledger.taken_upto)
 
-            async def answer(msg) -> None:
-                await _answer_chains(ledger, js, durable, msg)
+        async def ack_floor() -> int:
+            return (await js.consumer_info(STREAM, durable)).ack_floor.stream_seq
 
-            await nc.subscribe(f"{LEDGER_API}.chains.*.*", cb=answer)
-            return nc, await bus.Puller(nc, STREAM, durable).start()
-        except (bus.ConsumerTaken, StreamLost):
-            if nc is not None:
-                await nc.close()
-            raise
-        except Exception as err:
-            if tries % 20 == 0:
-                log.warning("waiting for NATS at %s (%s)", nats_url, str(err) or type(err).__name__)
-            if nc is not None:
-                await nc.close()
-            tries += 1
-            await asyncio.sleep(0.5)
-    return None, None
+        await serve_chain_status(nc, ack_floor, ledger.chain_status)
+        return await bus.Puller(nc, STREAM, durable).start()
+
+    return await consumers.subscribe_until_ready(lambda: bus.connect(nats_url, name="ledger"), stop, bind,
+                                                 f"waiting for NATS at {nats_url}",
+                                                 fatal=(bus.ConsumerTaken, StreamLost), warn_every=20)
 
 
 async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
@@ -803,27 +750,29 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
     try:
         if halted(root):
             raise StreamLost(f"{halted(root)} (recorded in {Path(root) / HALTED}; this root is not served again)")
-        return await _serve(Ledger(root), nats_url, stop, batch, durable, until_stored)
+        return await serve_ledger(Ledger(root, LedgerPosition(durable)), nats_url, stop, batch, until_stored)
     finally:
         if lock is not None:
             lock.release()
 
 
-async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batch: int, durable: str,
-                 until_stored: int | None, subscribe=None, unpack=None, watch=None, remake=None) -> Counters:
-    """The loop. A partition's writer (runledger.ledger.ingest.partitions) passes its own `subscribe` (the partitioned
-    stream's consumer), `unpack` (a message's RUNLEDGER subject, data and stream seq), `watch(js)` (its
-    Watch) and `remake(js)` (its consumer made again). Raises StreamLost (see Watch)."""
+async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batch: int = FETCH_BATCH,
+                       until_stored: int | None = None, subscribe=None, watch=None, remake=None) -> Counters:
+    """The loop of one writer, on its position's consumer. A partition's writer (runledger.ledger.ingest.
+    partitions) passes its own `subscribe(nats_url, stop, ledger)` (the partitioned stream's consumer:
+    (nc, puller), or (None, None) if stopped), `watch(js)` (its Watch) and `remake(js)` (its consumer made
+    again). Raises StreamLost (see Watch)."""
     root = ledger.root
+    durable = ledger.position.durable
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    subscribe = subscribe or _subscribe_until_ready
+    subscribe = subscribe or subscribe_until_ready
     watch = watch or (lambda js: Watch(js, ledger, durable))
     remake = remake or (lambda js: make_consumer_from_position(js, durable, ledger, replace=True))
-    nc, sub = await subscribe(nats_url, durable, stop, ledger)
+    nc, sub = await subscribe(nats_url, stop, ledger)
     if nc is None:
         return ledger.counters
     watching = watch(nc.jetstream())
@@ -867,7 +816,7 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
                 next_watch = time.monotonic() + 0.5
                 continue
             await nc.close()
-            nc, sub = await subscribe(nats_url, durable, stop, ledger)
+            nc, sub = await subscribe(nats_url, stop, ledger)
             if nc is None:
                 return ledger.counters
             watching, delivered = watch(nc.jetstream()), None
@@ -897,8 +846,8 @@ async def _serve(ledger: Ledger, nats_url: str, stop: asyncio.Event | None, batc
             next_watch = time.monotonic() + WATCH_EVERY_S
             if why:
                 continue
-        ledger.backlog = _pending_after(msgs[-1])
-        batch_in = [unpack(m) for m in msgs] if unpack else [(m.subject, m.data, stream_seq(m)) for m in msgs]
+        ledger.backlog = pending_after(msgs[-1])
+        batch_in = ledger.position.unpack(msgs)
         try:
             decoded = ledger.decode(batch_in)
         except Exception:  # a stored file it had to read is broken, say: the messages one at a time
