@@ -57,12 +57,13 @@ def forget_tables(root: Path) -> None:
 
 def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | Rows, ingested_at: datetime,
                 tables: "Tables | None" = None) -> Path:
-    """Durably write one partition's events as one new file (with `tables`' field ids, for a commit to
-    follow); return it."""
+    """Durably write one partition's events as one new file (with the field ids of `tables`, default the
+    root's: `tables_of`), for a commit to follow; return it."""
+    tables = tables or tables_of(root)
     rows = group if isinstance(group, Rows) else Rows.of(group)
     path = partition_dir(root, kind, run_id) / file_name("part", rows.stream_seqs)
     stored = None
-    if tables is not None and wide_fields(kind):  # which names get a column of their own: the table's bound
+    if wide_fields(kind):  # which names get a column of their own: the table's bound
         wanted = {}
         for field_name in wide_fields(kind):
             for env in rows.envs:
@@ -71,7 +72,7 @@ def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | R
         if len(stored) < len(wanted):
             stored |= {narrow_column(f) for f in wide_fields(kind)}
     table = with_digest(events_table(kind, rows, ingested_at, stored))
-    write_atomic(table if tables is None else tables.with_field_ids(kind, table), path, fast=True)
+    write_atomic(tables.with_field_ids(kind, table), path, fast=True)
     return path
 
 
@@ -118,9 +119,11 @@ def _utf8(text: str | None) -> str | None:
 
 def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime | None = None,
                      tables: "Tables | None" = None) -> Path | None:
-    """Durably write refused input as one new file (with `tables`' field ids, for a commit to follow)."""
+    """Durably write refused input as one new file (with the field ids of `tables`, default the root's:
+    `tables_of`), for a commit to follow."""
     if not items:
         return None
+    tables = tables or tables_of(root)
     received_at = received_at or datetime.now(timezone.utc)
     table = pa.table({
         "stream_seq": [q.stream_seq for q in items],
@@ -131,5 +134,5 @@ def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime
         "event_id": [_utf8(q.event_id) for q in items],
     }, schema=QUARANTINE_SCHEMA)
     path = Path(root) / "quarantine" / file_name("part", (q.stream_seq for q in items))
-    write_atomic(table if tables is None else tables.with_field_ids(QUARANTINE, table), path)
+    write_atomic(tables.with_field_ids(QUARANTINE, table), path)
     return path
