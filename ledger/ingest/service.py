@@ -226,7 +226,7 @@ class Ledger:
         self.heads = self._load_heads()
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
-        self.tables = store.tables_of(self.root)  # None: a root in the plain layout
+        self.tables = store.tables_of(self.root)
         self._pending: dict[str, list[Path]] = {}  # table -> files written and not yet committed
         self._heads_moved: set[str] = set()  # runs whose chain heads moved since the last commit
         self._taken = self.taken_upto  # the last stream seq written, recorded at the next commit
@@ -392,21 +392,20 @@ class Ledger:
             raise Fenced(f"{self.position.name}: lease not held; not committing")
         started = time.perf_counter()
         if self._pending:
-            if self.tables is not None:
-                if self._uncertain:
-                    self._pending = self._not_committed(self._pending)
-                self._uncertain = True
-                if not self.position.partitioned:
-                    self.tables.commit(self._pending)
-                else:  # several writers conflict: a table whose commit went through is not taken again
-                    number = None
-                    for name in list(self._pending):
-                        if number is not None:
-                            self.tables.commit_no = number - 1  # (one number for the tables of one commit)
-                        number = self.tables.commit({name: self._pending[name]})
-                        del self._pending[name]
-                self._uncertain = False
-                self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
+            if self._uncertain:
+                self._pending = self._not_committed(self._pending)
+            self._uncertain = True
+            if not self.position.partitioned:
+                self.tables.commit(self._pending)
+            else:  # several writers conflict: a table whose commit went through is not taken again
+                number = None
+                for name in list(self._pending):
+                    if number is not None:
+                        self.tables.commit_no = number - 1  # (one number for the tables of one commit)
+                    number = self.tables.commit({name: self._pending[name]})
+                    del self._pending[name]
+            self._uncertain = False
+            self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
             self._pending = {}
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
@@ -495,7 +494,7 @@ class Ledger:
             return
         for part in list(self._unmerged):
             self._compact(part)
-        if self.tables is not None and time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
+        if time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
             self._expired_at = time.monotonic()
             try:
                 expired, removed = self.tables.expire(), self.tables.sweep()
@@ -781,7 +780,6 @@ async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None
     last_report = time.monotonic()
     unacked: list = []  # messages written, waiting for their commit
     since = 0.0  # when the first of them arrived
-    every = COMMIT_EVERY_S if ledger.tables is not None else 0.0  # (a plain root's files are read once written)
     delivered = None  # the consumer's delivery count at the last message fetched from this subscription
 
     async def look() -> str | None:
@@ -821,7 +819,7 @@ async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None
                 return ledger.counters
             watching, delivered = watch(nc.jetstream()), None
             continue
-        wait = FETCH_TIMEOUT_S if not unacked else max(0.005, since + every - time.monotonic())
+        wait = FETCH_TIMEOUT_S if not unacked else max(0.005, since + COMMIT_EVERY_S - time.monotonic())
         try:
             msgs = await sub.fetch(batch, timeout=wait)  # [] when nothing came in time
         except Exception as err:  # disconnected (nats-py reconnects), or the consumer is gone (looked at now)
@@ -877,7 +875,7 @@ async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None
             since = arrived
         unacked += msgs
         # commit once the stream is drained (a batch short of full), else every COMMIT_EVERY_S meanwhile
-        if (len(msgs) < batch or time.monotonic() - since >= every or stop.is_set()
+        if (len(msgs) < batch or time.monotonic() - since >= COMMIT_EVERY_S or stop.is_set()
                 or (until_stored is not None and ledger.counters.stored >= until_stored)):
             if not await _commit_and_ack(ledger, unacked, stop, since):
                 break

@@ -106,14 +106,12 @@ class Part:
         temp = [t for t in root.glob("events/*/*/.*.tmp") if self._mine(t.parent)]
         for t in temp:
             t.unlink(missing_ok=True)
-        tables = store.tables_of(root)
-        orphans = []
-        if tables is not None:
-            from runledger.ledger.storage import paths
+        from runledger.ledger.storage import paths
 
-            orphans = [f for f in paths.uncommitted_files(root) if f.parent.name.startswith("run_id=") and self._mine(f.parent)]
-            for f in orphans:
-                f.unlink(missing_ok=True)
+        store.tables_of(root)  # (made here if the root is new)
+        orphans = [f for f in paths.uncommitted_files(root) if f.parent.name.startswith("run_id=") and self._mine(f.parent)]
+        for f in orphans:
+            f.unlink(missing_ok=True)
         return {"temp_files_removed": len(temp), "uncommitted_files_removed": len(orphans)}
 
     def unpack(self, msgs: list) -> list[tuple[str, bytes, int]]:
