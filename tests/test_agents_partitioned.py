@@ -24,6 +24,9 @@ def test_agents_on_a_partitioned_root_judge_once_the_runs_partition_stored_what_
         return waits[-1]
 
     monkeypatch.setattr(runner, "until_stored", until_stored)
+    # a wait long enough that a slow commit on a loaded machine never ends one: a wait reading the wrong
+    # position (the single ledger's, which a partitioned root never moves) still ends in False
+    monkeypatch.setattr(runner, "STORED_WAIT_S", 30.0)
     ledger = LedgerProcess(root, nats_server.url, tmp_path / "ledger.log", "--partitions", "2").start()
     loop, stop = asyncio.new_event_loop(), asyncio.Event()
     agents = threading.Thread(target=loop.run_until_complete, daemon=True,

@@ -149,3 +149,13 @@ def nats_url(text: str) -> str:
 def shown(text: str) -> str:
     """`text` quoted for an error message, control characters escaped and cut short."""
     return repr(text if len(text) <= 120 else text[:120] + "…")
+
+
+def preset(text: str) -> str:
+    """A preset of `runledger.training.config.PRESETS` (read when a command is given one: the others never
+    load the training config, nor the contract it hashes with)."""
+    from runledger.training.config import PRESETS
+
+    if text not in PRESETS:
+        raise Bad(f"{shown(text)} is not a preset: one of {', '.join(sorted(PRESETS))}")
+    return text

@@ -18,7 +18,6 @@ import logging
 
 from runledger.tools import checks
 from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
-from runledger.training.config import PRESETS
 
 MAX_SCALE = 1000.0  # a rung's steps times this: far past any ladder's
 MAX_TPP = 100_000.0  # tokens per active parameter: ~5000x Chinchilla's 20
@@ -37,7 +36,7 @@ def _e_arg(text: str) -> float | None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("ladder", help="the scaling ladder and its loss forecast for a target run")
-    p.add_argument("--preset", default="small", choices=sorted(PRESETS), help="the target run's preset")
+    p.add_argument("--preset", default="small", type=checks.preset, help="the target run's preset")
     p.add_argument("--rungs", type=checks.positive, default=4, help="rungs (presets rung0..rungN-1; default 4)")
     p.add_argument("--target", type=checks.run_id, required=True, help="the run the forecast is for")
     p.add_argument("--ladder", type=checks.name_of("ladder name"), default=None, help="ladder name (default TARGET-ladder); rungs are NAME-r0..")

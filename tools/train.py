@@ -16,8 +16,6 @@ import signal
 from runledger.ledger import settings
 from runledger.tools import checks
 from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
-from runledger.training.config import PRESETS, config_hash, preset
-from runledger.training.schedule import make_schedule, retime
 
 # jax, orbax and the worker are imported when a command runs: importing orbax configures the root
 # logger, which would silence the CLI's own logging setup if it happened at parser-build time.
@@ -27,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="a training worker (--preset, --run-id, --resume, --fork-from)")
-    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    p.add_argument("--preset", default="tiny", type=checks.preset, help="a preset of runledger.training.config (default tiny)")
     p.add_argument("--run-id", type=checks.run_id, required=True)
     add_root(p)
     add_nats(p)
@@ -133,8 +131,10 @@ def parse_thresholds(pairs: list[str]) -> dict[str, float]:
 
 
 def run(args) -> int:
+    from runledger.training.config import config_hash, preset
     from runledger.training.decisions import ledger_decisions
     from runledger.training.resume import ckpt_dir, fork_point, resume_point
+    from runledger.training.schedule import retime
     from runledger.training.worker import Start, make_mesh, train
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
@@ -214,5 +214,7 @@ def run(args) -> int:
 
 
 def _default_schedule(cfg) -> dict:
+    from runledger.training.schedule import make_schedule
+
     o = cfg.optim
     return make_schedule(o.peak_lr, o.warmup_steps, cfg.steps, o.min_lr_ratio, tokens_per_step=cfg.tokens_per_step)
