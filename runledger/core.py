@@ -194,8 +194,7 @@ def _code_commit() -> str | None:
 
 def _last_step(root: Path, spool: Path, run_id: str) -> int | None:
     """The last step this run logged: stored under `root`, or left in this machine's spool."""
-    from runledger.ledger.storage import store  # pyarrow: only on resume
-    from runledger.ledger.storage.reads import read_events
+    from runledger.ledger.storage.reads import read_events  # (pyarrow: only on resume)
 
     steps = []
     try:

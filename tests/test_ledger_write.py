@@ -6,6 +6,7 @@ import pytest
 
 from conftest import reader
 from runledger.ledger.ingest import service
+from runledger.ledger.bus import consumers
 from runledger.ledger.storage import paths
 from runledger.ledger.contract.events import subject_for
 from runledger.ledger.emit.sealing import seal
@@ -109,4 +110,4 @@ def test_stream_seq_is_read_from_both_ack_subject_forms():
     for reply in ("$JS.ACK.RUNLEDGER.ledger.1.4567.4500.1764410000000000000.12",
                   "$JS.ACK.hub.ACCHASH.RUNLEDGER.ledger.1.4567.4500.1764410000000000000.12.tok"):
         msg = Msg(_client=None, subject="runledger.r.step", reply=reply)
-        assert service.stream_seq(msg) == 4567 == msg.metadata.sequence.stream
+        assert consumers.stream_seq(msg) == 4567 == msg.metadata.sequence.stream

@@ -17,6 +17,7 @@ import time
 from conftest import LedgerProcess, cli, reader, runledger, wait_for_count
 from test_ledger_integration import start_producer
 from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.bus import consumers
 from runledger.ledger.ingest import service
 from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.contract.events import STREAM
@@ -96,7 +97,7 @@ async def _write_without_ack(root, url, durable="ledger") -> int:
         puller = await bus.Puller(nc, STREAM, durable).start()
         msgs = await puller.fetch(2_000, timeout=2)
         ledger = service.Ledger(root)
-        ledger.write(ledger.decode([(m.subject, m.data, service.stream_seq(m)) for m in msgs]))
+        ledger.write(ledger.decode([(m.subject, m.data, consumers.stream_seq(m)) for m in msgs]))
         ledger.commit()
         return ledger.counters.stored
     finally:

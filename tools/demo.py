@@ -206,7 +206,7 @@ def print_audit(root: Path, console: Console) -> None:
             idx = [res.columns.index(c) for c in cols if c in res.columns]
             t = Table(*(res.columns[i] for i in idx), title=f"{suite}: {res.name}")
             for row in res.rows[:25]:
-                t.add_row(*(_cell(row[i])[:70] for i in idx))
+                t.add_row(*(cell(row[i])[:70] for i in idx))
             if not res.rows:
                 t.caption = "no rows (nothing recorded for this question)"
             console.print(t)

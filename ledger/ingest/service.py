@@ -56,7 +56,7 @@ from runledger.ledger.ingest.batch import check_batch
 from runledger.ledger.contract.canonical import envelope_text, orjson
 from runledger.ledger.contract.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
 from runledger.ledger.bus import consumers
-from runledger.ledger.bus.consumers import consumer_seq, pending_after, serve_chain_status, stream_seq
+from runledger.ledger.bus.consumers import consumer_seq, pending_after, serve_chain_status
 from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
 from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
 from runledger.ledger.storage.reads import CONFLICT
