@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser postgres demo test test-fast bench clean
+.PHONY: setup browser postgres demo lint test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -30,13 +30,17 @@ postgres:
 		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; } || \
 		echo "postgresql could not be installed: the shared-catalog tests will be skipped"
 
-test: setup browser postgres
+# the linter (ruff; its rules in pyproject.toml): `make test` and `make test-fast` run it first
+lint: setup
+	$(BIN)/ruff check .
+
+test: lint browser postgres
 	$(BIN)/python -m pytest -q
 
 # the fast tier, for your own loop (the unit tests, under a minute on 2 cores, in 2 pytest-xdist
 # workers): tests/conftest.py marks `slow` every test that starts a server, a process or a browser,
 # trains or compiles JAX, itself or through its fixtures; `make test` runs them all, one at a time
-test-fast: setup
+test-fast: lint
 	$(BIN)/python -m pytest -q -x -m "not slow" -n 2
 
 bench: setup

@@ -697,7 +697,6 @@ def query(name: str, where: dict, truth: Answers) -> Queried:
     store = store_cls(where)
     t1 = perf()
     a1 = store.q1()
-    t2 = perf()
     a2 = store.q2()
     t3 = perf()
     q1s, q2s = [], []

@@ -6,10 +6,8 @@ whoever can reach JetStream's API, a person at the CLI) and asserts the promise 
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy, AckPolicy
 
-from conftest import REPO, LedgerProcess, runledger
+from conftest import LedgerProcess, runledger
 from runledger.ledger.ingest import service
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.contract.events import STREAM, subject_for

@@ -180,7 +180,6 @@ def test_event_files_are_read_as_tensorboards_reader_reads_them_and_a_torn_end_w
 
 def test_mlflow_import_keeps_every_history_point_params_tags_and_times(local_root, tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")

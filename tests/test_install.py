@@ -18,7 +18,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 
 from conftest import REPO
 

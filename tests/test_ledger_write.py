@@ -72,7 +72,6 @@ def test_a_conflicting_event_with_a_stored_id_is_quarantined(root):
 def test_compaction_waits_for_a_quiet_moment_unless_files_pile_up(root, monkeypatch):
     monkeypatch.setattr(service, "COMPACT_BUSY_FILES", 24)
     msgs = batch_for(["run-a"], 60)
-    part = root / "events" / "kind=step" / "run_id=run-a"
     ledger = service.Ledger(root)
     for i in range(20):  # 20 small files: more than a compaction takes, but the ledger is busy
         ledger.write(ledger.decode(msgs[i:i + 1]))

@@ -38,7 +38,7 @@ def test_expert_parallel_run_matches_the_one_device_run():
                PYTHONPATH=str(root))
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
+    line = next(s for s in proc.stdout.splitlines() if s.startswith("RESULT "))
     out = json.loads(line[len("RESULT "):])
     ep, one = out["ep"], out["one"]
     assert len(ep["losses"]) == 3

@@ -66,10 +66,10 @@ def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: t
         out.append(f'<text x="{sx(t):.1f}" y="{H - 12}" class="xtick">{_fmt(t)}</text>')
     if band:
         bx, lo, hi = band
-        pts = [(x, l, h) for x, l, h in zip(bx, lo, hi) if l is not None and h is not None]
+        pts = [(x, low, h) for x, low, h in zip(bx, lo, hi) if low is not None and h is not None]
         if pts:
             poly = " ".join(f"{sx(x):.1f},{sy(h):.1f}" for x, _, h in pts) + " " + \
-                " ".join(f"{sx(x):.1f},{sy(l):.1f}" for x, l, _ in reversed(pts))
+                " ".join(f"{sx(x):.1f},{sy(low):.1f}" for x, low, _ in reversed(pts))
             out.append(f'<polygon points="{poly}" class="band"/>')
     for i, (x, label) in enumerate(markers):  # labels staggered so neighbouring decisions stay readable
         out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="14" y2="{H - 28}" class="marker"/>'
@@ -163,7 +163,7 @@ def gather(root: Path, run_id: str) -> dict:
         for k, v in json.loads(m["tokens_per_domain"] or "{}").items():
             realised[k] = realised.get(k, 0) + v
     declared = json.loads(plan[0]["data_mixture"]) if plan and plan[0]["data_mixture"] else {}
-    health = provenance = None
+    health = None
     try:
         from runledger.queries.audit import run_suite
 

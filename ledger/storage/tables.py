@@ -222,11 +222,11 @@ class Tables:
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         self.commit_no += 1
-        for name, paths in files.items():
-            if not paths:
+        for name, listed in files.items():
+            if not listed:
                 continue
             t = self.table(name)
-            self._retrying(t, lambda tx: self._append(tx, t, paths, parquet_file_to_data_file))
+            self._retrying(t, lambda tx: self._append(tx, t, listed, parquet_file_to_data_file))
             if len(t.metadata.snapshots) >= 2 * KEEP_SNAPSHOTS:  # (so a commit's cost stays flat)
                 self._expire(t, KEEP_SNAPSHOTS)
         return self.commit_no
