@@ -47,7 +47,11 @@ def layout() -> dict:
 
 def write_made() -> None:
     """Write columns_made.py from the contract (after a change to the sources, see source_digest)."""
-    text = json.dumps(_from_contract(), indent=1)  # (JSON text: compiled and read faster than a literal)
+    made = _from_contract()  # as JSON text (compiled and read faster than a literal), a line per kind
+    text = "{\n" + ",\n".join(
+        f" {json.dumps(key)}: " + ("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in value.items()) + "\n }"
+                                   if isinstance(value, dict) else json.dumps(value))
+        for key, value in made.items()) + "\n}"
     MADE.write_text(f'"""The views\' columns, worked out from the contract (written by `python -m runledger.queries.columns`:\n'
                     f'do not edit)."""\n\nDIGEST = {source_digest()!r}\nLAYOUT = r"""\n{text}\n"""\n')
 
