@@ -20,8 +20,7 @@ from pathlib import Path
 import duckdb
 
 from runledger import queries
-from runledger.ledger.ingest import partitions
-from runledger.ledger.storage import paths
+from runledger.ledger.storage import paths, stored
 from runledger.queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 HERE = Path(__file__).parent
@@ -60,7 +59,7 @@ class Snapshot:
         self.root = Path(root).resolve()
         self._lock = threading.Lock()
         self._cursor_lock = threading.Lock()
-        self.positions = partitions.positions(self.root)  # the ledger's, or each partition's (see `position_of`)
+        self.positions = stored.positions(self.root)  # the ledger's, or each partition's (see `position_of`)
         self.position = max(self.positions.values(), default=0)
         # the views of views.sql over no files: every read shadows the kind views with temp views over
         # the files of the runs it is about, listed from the current snapshot (`scoped`)
@@ -74,7 +73,7 @@ class Snapshot:
         """Take the ledger's new positions, if one moved; True if one did. (Each read lists the files of
         the snapshot current when it starts, so nothing else is to be moved.)"""
         with self._lock:
-            positions = partitions.positions(self.root)
+            positions = stored.positions(self.root)
             if positions == self.positions and not force:
                 return False
             self.positions, self.position = positions, max(positions.values(), default=0)
@@ -82,7 +81,7 @@ class Snapshot:
 
     def position_of(self, run_id: str) -> int:
         """How far the stream is stored for this run's events (its partition's position on a partitioned root)."""
-        return partitions.stored_upto(self.positions, run_id)
+        return stored.stored_upto(self.positions, run_id)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

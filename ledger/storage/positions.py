@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runledger.ledger.storage.files import fsync_dir
-from runledger.ledger.storage.paths import event_files, quarantine_files
+from runledger.ledger.storage.paths import POSITION_FILE, event_files, quarantine_files
 
 
 def taken_upto(root: Path) -> int:
@@ -27,7 +27,7 @@ def taken_upto(root: Path) -> int:
 
 def read_position(root: Path) -> int:
     try:
-        return int((Path(root) / "ledger.position").read_text())
+        return int((Path(root) / POSITION_FILE).read_text())
     except (OSError, ValueError):
         return 0
 
@@ -36,9 +36,9 @@ def write_position(root: Path, stream_seq: int) -> None:
     """Record that the ledger is about to ack messages up to `stream_seq` (all stored or quarantined),
     so that a consumer someone else moved past them is noticed at the next start. Not fsync'd: it
     survives a process kill; after a power loss, a stale value errs toward refusing to start."""
-    tmp = Path(root) / ".ledger.position.tmp"
+    tmp = Path(root) / f".{POSITION_FILE}.tmp"
     tmp.write_text(str(stream_seq))
-    os.replace(tmp, Path(root) / "ledger.position")
+    os.replace(tmp, Path(root) / POSITION_FILE)
 
 
 def root_id(root: Path) -> str:

@@ -13,6 +13,7 @@ import asyncio
 import time
 from pathlib import Path
 
+from runledger.ledger.storage.paths import POSITION_FILE
 from runledger.ledger.storage.positions import read_position
 
 STATUS_DIR = "partitions"  # in the root: the partitions' positions, status records and layout
@@ -31,7 +32,7 @@ def positions(root: str | Path) -> dict[str, int]:
     """Every position recorded under `root`, by name: "" the single ledger's (positions.write_position),
     "k{K}-p{P}" each partition's (Part.save), of each K a ledger served the root with."""
     root = Path(root)
-    out = {"": read_position(root)} if (root / "ledger.position").exists() else {}
+    out = {"": read_position(root)} if (root / POSITION_FILE).exists() else {}
     for f in (root / STATUS_DIR).glob("k*-p*.position"):
         try:
             out[f.name.removesuffix(".position")] = int(f.read_text())
