@@ -37,11 +37,11 @@ lint: setup
 test: lint browser postgres
 	$(BIN)/python -m pytest -q
 
-# the fast tier, for your own loop (the unit tests, under a minute on 2 cores, in 2 pytest-xdist
-# workers): tests/conftest.py marks `slow` every test that starts a server, a process or a browser,
-# trains or compiles JAX, itself or through its fixtures; `make test` runs them all, one at a time
+# the fast tier, for your own loop: the linter, then tests/unit (no server, process, browser or JAX
+# program: tests/unit/conftest.py refuses them) in 2 pytest-xdist workers, each property test at a tenth
+# of its examples; `make test` runs every tier (unit, integration, attacks, e2e) at full counts
 test-fast: lint
-	$(BIN)/python -m pytest -q -x -m "not slow" -n 2
+	RUNLEDGER_TESTS_FAST=1 $(BIN)/python -m pytest -q -x -n 2 tests/unit
 
 bench: setup
 	$(BIN)/python -m bench.ingest

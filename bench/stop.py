@@ -6,7 +6,7 @@ Each command runs as a real process (`python -m runledger.tools.cli ...`, or a s
 against a fresh local nats-server and root each time; once it is up (its start line, or for `agents`, which
 logs none, its consumer on the server), it gets the signal, and the seconds until it has exited on its own are printed with its
 exit code. A process still running WATCHDOG_S after the signal is killed and shown as such.
-tests/test_stop.py runs the same starts (`start`, `stop`) as its sweep.
+tests/integration/test_stop.py runs the same starts (`start`, `stop`) as its sweep.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '31a8b9662f3be0b579b5eae18b610f3b'
+DIGEST = '37a7140b23cfb2dd7b1f689c7da1127a'
 LAYOUT = r"""
 {
  "kinds": {

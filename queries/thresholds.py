@@ -3,7 +3,7 @@
 Each has a name, a default, a unit, the anchor it comes from (DESIGN.md, "Numbers from the anchors",
 or `runledger:` where the number is this project's choice) and its readers: the health checks
 (`health/...`), the agents' evidence queries (`evidence/...`), the views of views.sql (`views/...`)
-and the agents (`agents/...`) that name it (tests/test_thresholds.py checks the list against them).
+and the agents (`agents/...`) that name it (tests/{unit,integration}/test_thresholds.py checks the list against them).
 views.sql's `threshold_defaults` is rendered from this table, and its `run_thresholds` (the defaults,
 overridden by name in the run's latest run_started.thresholds) is what the audit and the agents
 read, so a run's overrides win for both. `formerly` is an older name a run may still set: it is

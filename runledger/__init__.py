@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["AlertLevel", "Config", "LogError", "Run", "Summary", "alert", "define_metric", "finish", "init", "log"]
 # Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
-# (tests/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
+# (tests/{unit,integration}/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
 _FROM_CORE = {"AlertLevel", "Config", "LogError", "Run", "Summary"}
 
 

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 W, H, PAD = 540, 230, 46
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-# each plot's data color, distinct so a screenshot can tell the plots were drawn (tests/test_report.py)
+# each plot's data color, distinct so a screenshot can tell the plots were drawn (tests/{unit,e2e}/test_report.py)
 SERIES = {"loss": "#d62728", "forecast": "#1f77b4", "grad_norm": "#2ca02c", "mfu": "#9467bd", "lr": "#ff7f0e"}
 
 

@@ -46,7 +46,7 @@ SELF_CHECK_WINDOW = (0.6, 0.8)  # ...and the method is checked by extrapolating 
 # The band: the leave-one-rung-out projections (Marin), widened to +-2 jackknife standard errors. The
 # bare min/max of n leave-one-out fits understates the estimate's spread by about sqrt(n-1) (the
 # jackknife's variance is (n-1)/n * sum of squared deviations): on curves drawn from a known law with
-# 1% noise it held the truth ~50% of the time, the widened band ~85% (tests/test_ladder_fit.py).
+# 1% noise it held the truth ~50% of the time, the widened band ~85% (tests/unit/test_ladder_fit.py).
 BAND_SE = 2.0
 # The band when E is fitted: a 90% profile-likelihood interval. Issue 14's yardstick: on ladders drawn
 # from Chinchilla's law (5 rungs over 2 decades, 0.5% noise) it should hold the truth at 10x beyond the

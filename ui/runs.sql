@@ -2,7 +2,7 @@
 -- event, tags, config, open alerts). One pass over each kind it reads (run_started, the typed steps
 -- and the free-form metrics for the last step, run_finished, alerts), grouped by run. The dashboard
 -- puts the same rows together from each file's parts (runledger.ui.runs.FILE_PARTS, kept by file, so a
--- restart or a new file costs only the new files); this query is what they must equal (tests/test_ui.py)
+-- restart or a new file costs only the new files); this query is what they must equal (tests/{unit,integration,e2e}/test_ui.py)
 -- and what `runledger sql` can run. `silent` (no event for silence_max_s) is judged when asked.
 with started as (
     select

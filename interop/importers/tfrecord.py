@@ -8,7 +8,7 @@ bytes at a time (a record longer than that alone, once its header's CRC says its
 checks, per window, the short records a column of bytes at a time across all records of one length,
 and each long record (an image, a histogram) as LANES of bytes at once, their CRCs combined with the
 CRC's shift matrices (the same algebra as zlib's crc32_combine). It yields exactly the records that
-reader returns (tests/test_import.py, tests/test_attacks_import.py compare the two on real files). As
+reader returns (tests/{unit,integration}/test_import.py, tests/attacks/test_attacks_import.py compare the two on real files). As
 there: a record cut short at the end is not returned (a writer still writing), and a record whose CRC
 fails raises. Memory: the window, plus the longest record, plus about twice the record being checked.
 """

@@ -13,7 +13,7 @@ sorted check of that chain alone (memory of that chain), whose findings replace 
 
 Rows of one chain with consecutive seqs, next in turn, are taken as a run (`_take_run`): their links
 compared by Arrow at once, and the chain moved to the run's end; what `_take_rows` would do with them
-a row at a time, which it does for everything else (tests/test_verify_stream.py holds the two alike).
+a row at a time, which it does for everything else (tests/{unit,integration}/test_verify_stream.py holds the two alike).
 
 A chain may start at a known point (`verify --since`: the head verified before), and may be asked for
 the hash it holds at given seqs (`watch`: the recorded heads, the head verified before).

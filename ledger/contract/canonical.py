@@ -3,7 +3,7 @@
 `canonical_json(value)` is the text every producer hashes alike (sorted keys by UTF-16 code units, no
 whitespace, ECMAScript numbers: 3e-05 is written 0.00003). The reference writer is plain Python;
 `fast_canonical` asks orjson (~10x faster) and takes its text only where it is sure to be the same
-(tests/test_events.py checks both against shared/contract-vectors.jsonl). `event_hash` is the
+(tests/unit/test_events.py checks both against shared/contract-vectors.jsonl). `event_hash` is the
 SHA-256 of an envelope's canonical text without `hash` (DESIGN.md, "Event envelope").
 """
 

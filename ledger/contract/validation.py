@@ -57,7 +57,7 @@ def _as_typeddict(model: type[Payload]) -> type:
     """The same rules as `model`, as a TypedDict: pydantic checks a list of plain dicts against it
     ~2.5x faster than against the model, as it builds no model objects. Only for models whose rules
     are in their fields' annotations and in "before" model validators (which see the dict as given:
-    DecisionMade's params for its action); tests/test_events.py compares the two."""
+    DecisionMade's params for its action); tests/unit/test_events.py compares the two."""
     decorators = model.__pydantic_decorators__
     befores = [d.func for d in decorators.model_validators.values() if d.info.mode == "before"]
     assert not decorators.field_validators and len(befores) == len(decorators.model_validators), \

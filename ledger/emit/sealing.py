@@ -73,7 +73,7 @@ def seal_many(
     steps: list[int | None] | None, prev_hash: str, time: str | None = None,
 ) -> tuple[list[str], list[str], list[bytes]]:
     """Seal consecutive events of one kind at once: (event_ids, hashes, canonical wire texts as
-    UTF-8), the same as `seal` called for each in turn (tests/test_events.py compares them), at a
+    UTF-8), the same as `seal` called for each in turn (tests/unit/test_events.py compares them), at a
     third of the CPU: the payloads are validated in one call and written by orjson in one, and each
     envelope's text is put together around its payload's. The events share one `time`.
     Raises InvalidEvent (naming the event) and seals none if one is bad.

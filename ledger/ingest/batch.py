@@ -1,7 +1,7 @@
 """The ledger's batch check: a batch message of one chain's events, checked a column at a time.
 
 `check_batch` accepts exactly what `runledger.ledger.contract.validation.check_envelope` accepts, event by event
-(tests/test_ledger_batch.py compares the two), at a fraction of the CPU, for the plain form the
+(tests/{unit,integration}/test_ledger_batch.py compares the two), at a fraction of the CPU, for the plain form the
 `Emitter` sends; anything else it hands back to check_envelope (it returns None).
 """
 
@@ -27,7 +27,7 @@ def check_batch(data: bytes, envs: Any, run_id: str, kind: str) -> list[str] | N
     The plain form: what `Emitter` sends, 2 or more events of one chain, seqs consecutive, each
     linked to the one before (prev_hash), and `data` byte for byte the canonical text of `envs`, so
     that each event's canonical text (to hash) and payload text are slices of `data`. It accepts an
-    event only where check_envelope accepts it: tests/test_ledger_batch.py compares the two.
+    event only where check_envelope accepts it: tests/{unit,integration}/test_ledger_batch.py compares the two.
     """
     if type(envs) is not list or (n := len(envs)) < 2 or set(map(type, envs)) != {dict} \
             or set(map(len, envs)) != {len(ENVELOPE_FIELDS)}:

@@ -1,0 +1,90 @@
+"""The `runledger` command as a user runs it: read-only SQL, publish, a local NATS server, replay errors.
+
+In this process (`cli`) unless the process is what is tested (`runledger`): a server left running,
+bytes on stdin, what a command's start-up imports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runledger.tools.cli import main
+from support import REPO
+from support.processes import cli
+from support.runs import ledger_root  # noqa: F401 (fixtures)
+
+
+def sql(root: Path, query: str, fmt: str = "table"):
+    return cli("sql", "--root", str(root), "--format", fmt, query)
+
+
+def test_sql_formats(ledger_root):
+    q = "select step, attempt, loss from steps where step >= 8 order by step"
+    r = sql(ledger_root, q, "csv")
+    assert r.returncode == 0, r.stderr
+    assert list(csv.reader(io.StringIO(r.stdout))) == [["step", "attempt", "loss"], ["8", "1", "3.0"], ["9", "1", "3.0"]]
+
+    r = sql(ledger_root, q, "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [{"step": 8, "attempt": 1, "loss": 3.0}, {"step": 9, "attempt": 1, "loss": 3.0}]
+
+    r = sql(ledger_root, "select count(*) as n_steps, count(distinct step) as distinct_steps from steps", "table")
+    assert r.returncode == 0, r.stderr
+    assert "n_steps" in r.stdout and "10" in r.stdout
+
+
+def test_sql_error_is_bad_input(ledger_root):
+    r = sql(ledger_root, "select no_such_column from steps")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("runledger sql: SQL error:"), r.stderr
+
+
+def files_under(*dirs: Path) -> set[Path]:
+    return {p for d in dirs for p in d.rglob("*")} if dirs else set()
+
+
+WRITES = [
+    "COPY (select * from steps) TO '{name}.csv'",  # relative: the current directory
+    "COPY (select * from steps) TO '{root}/{name}.parquet' (FORMAT parquet)",
+    "CREATE TABLE {name} AS select * from steps",
+    "ATTACH '{root}/{name}.duckdb' AS db2",
+    "INSTALL httpfs",
+    "SET threads = 1",
+    "EXPORT DATABASE '{root}/{name}'",
+    "select count(*) from steps; COPY (select 1) TO '{root}/{name}.csv'",
+]
+
+
+@pytest.mark.parametrize("statement", WRITES)
+def test_sql_refuses_writes(ledger_root, statement, capsys, monkeypatch):
+    """In-process (the same `main` the console script runs), to keep the suite fast; cwd is the repo."""
+    monkeypatch.chdir(REPO)
+    name = f"leak_{uuid.uuid4().hex[:8]}"
+    before = files_under(ledger_root)
+    rc = main(["sql", "--root", str(ledger_root), statement.format(name=name, root=ledger_root)])
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert err.count("\n") == 1 and "runledger sql:" in err and "only queries" in err, err
+    assert out == ""  # not even the select before the write ran
+    assert files_under(ledger_root) == before
+    assert not list(REPO.glob(f"{name}*")) and not list(Path.cwd().glob(f"{name}*"))
+
+
+def test_sql_cannot_read_outside_the_root(ledger_root, tmp_path):
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    r = sql(ledger_root, f"select * from read_csv('{secret}')")
+    assert r.returncode == 2 and "secret" not in r.stdout, r.stdout
+
+
+def test_replay_of_an_unknown_run_is_bad_input(ledger_root):
+    r = cli("replay", "no-such-run", "--root", str(ledger_root))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "no events for run 'no-such-run'" in r.stderr, r.stderr
+    r = cli("replay", "../x", "--root", str(ledger_root))
+    assert r.returncode == 2 and "run_id '../x' is not allowed" in r.stderr, r.stderr

@@ -1,0 +1,150 @@
+"""The dashboard (`runledger ui`): its access rules and its downsampling on a ledger written by the real
+writer, then the whole thing in Debian's chromium: a real nats-server, a real ledger process, the UI
+served by `runledger ui` on a non-loopback address with a token, and an Emitter logging while the page
+is open. One browser and one server for the module.
+
+`RUNLEDGER_UI_SCREENSHOT=docs/ui.png pytest tests/{unit,integration,e2e}/test_ui.py -k charts` also keeps the run page's
+screenshot there (the README's first screen).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from runledger.ui.access import configure
+from support.audit_ledger import T0, Ledger
+from support.runs import RUN, Producer, Stream, run_started, step_payload
+from support.ui import client
+
+TOKEN, READ_TOKEN = "write-token-0123456789abcdef", "read-token-0123456789abcdef"
+
+
+# ------------------------------------------------------------------------------------ unit: access rules
+@pytest.fixture
+def small_root(tmp_path) -> Path:
+    """Two runs written by the real writer: `spiky` (3,000 steps, one spike, two attempts) and `flat`."""
+    led = Ledger(tmp_path / "root")
+    for attempt, (first, last) in enumerate([(1, 1500), (1001, 2500)]):
+        led.emit("spiky", "run_started", {"config": {"lr": 1e-3, "layers": 2 + attempt}, "config_hash": "0" * 64,
+                                          "tags": ["ui", "spike"]}, first - 1, T0, attempt=attempt)
+        for k in range(first, last + 1):
+            loss = 50.0 if (attempt == 1 and k == 1777) else 3.0 - k * 1e-4
+            led.emit("spiky", "step", {"loss": loss, "grad_norm": 1.0, "lr": 1e-3, "tokens": 10, "step_time_s": 1.0},
+                     k, T0 + timedelta(seconds=k), attempt=attempt)
+    led.emit("flat", "run_started", {"config": {"lr": 1e-3, "layers": 4}, "config_hash": "0" * 64}, 0, T0)
+    led.emit("flat", "metrics", {"metrics": {"train/loss": 2.5, "acc": 0.5}}, 1, T0)
+    led.write()
+    return tmp_path / "root"
+
+
+def test_a_non_loopback_ui_refuses_every_request_without_its_token(small_root):
+    with pytest.raises(ValueError, match="not loopback"):
+        configure("0.0.0.0")
+    with client(small_root, "0.0.0.0", token=TOKEN, read_token=READ_TOKEN) as c:
+        for path in ("/api/runs", "/api/run/spiky", "/api/run/spiky/series?source=step&keys=loss", "/api/live",
+                     "/api/sql?q=select%201", "/api/run/spiky/audit/health", "/api/nowhere"):
+            assert c.get(path).status_code == 401, path
+            assert c.get(path, headers={"authorization": "Bearer wrong-token-0123456789"}).status_code == 401, path
+        assert c.post("/api/decide", json={}).status_code == 401
+        ok = c.get("/api/runs", headers={"authorization": f"Bearer {READ_TOKEN}"})
+        assert ok.status_code == 200 and {r["run_id"] for r in ok.json()["runs"]} == {"spiky", "flat"}
+        assert c.get("/api/runs", headers={"x-runledger-token": READ_TOKEN}).status_code == 200
+        # the page and its code hold no data; the page takes ?token= itself (no cookie is set)
+        for path in ("/", f"/?token={TOKEN}", "/static/app.js", "/static/uPlot.iife.min.js"):
+            page = c.get(path, follow_redirects=False)
+            assert page.status_code == 200 and "set-cookie" not in page.headers, path
+        assert c.get("/api/runs").status_code == 401
+
+
+def test_approve_and_reject_need_the_read_write_token_in_a_header(small_root):
+    with client(small_root, "0.0.0.0", token=TOKEN, read_token=READ_TOKEN) as c:
+        body = {"run": "spiky", "decision_id": "nope", "action": "approve", "by": "ada"}
+        refused = c.post("/api/decide", json=body, headers={"x-runledger-token": READ_TOKEN})
+        assert refused.status_code == 403 and "read-only" in refused.text
+        assert c.post("/api/decide", json=body).status_code == 401  # no token
+        assert c.post("/api/decide", json=body, headers={"x-runledger-token": "forged-0123456789abcdef"}).status_code == 401
+        writer = {"x-runledger-token": TOKEN}
+        assert c.post("/api/decide", json=body, headers={**writer, "origin": "http://evil.example"}).status_code == 403
+        # past the guards: refused for what it is (no NATS here, and no such decision)
+        assert c.post("/api/decide", json=body, headers=writer).status_code in (409, 503)
+
+
+def test_a_loopback_ui_answers_only_to_a_loopback_host_and_still_needs_a_token_to_decide(small_root):
+    with client(small_root, "127.0.0.1") as c:
+        assert c.get("/api/runs").status_code == 200
+        assert c.get("/api/runs", headers={"host": "evil.example:8765"}).status_code == 403  # DNS rebinding
+        assert c.post("/api/decide", json={}).status_code in (401, 403)
+
+
+def test_the_runs_list_filters_by_name_tag_status_and_config_key(small_root):
+    with client(small_root, "127.0.0.1") as c:
+        ids = lambda q: [r["run_id"] for r in c.get(f"/api/runs?{q}").json()["runs"]]  # noqa: E731
+        assert sorted(ids("")) == ["flat", "spiky"]
+        assert ids("name=PIK") == ["spiky"] and ids("tag=spike") == ["spiky"] and ids("tag=none") == []
+        assert ids("config=layers%3D4") == ["flat"] and ids("config=lr%3D0.001") in (["spiky", "flat"], ["flat", "spiky"])
+        assert ids("status=silent") and ids("status=completed") == []  # (written long ago, never finished)
+        spiky = next(r for r in c.get("/api/runs").json()["runs"] if r["run_id"] == "spiky")
+        assert spiky["attempts"] == 2 and spiky["last_step"] == 2500 and spiky["tags"] == ["ui", "spike"]
+        assert c.get("/api/runs?config=bad%20key%3D1").status_code == 400
+
+
+def test_downsampling_keeps_every_spike_and_is_exact_once_zoomed_in(small_root):
+    with client(small_root, "127.0.0.1") as c:
+        got = c.get("/api/run/spiky/series?source=step&keys=loss&px=100").json()
+        attempts = got["keys"]["loss"]
+        assert set(attempts) == {"0", "1"}  # attempts drawn as attempts, not mixed
+        xs, ys = attempts["1"]
+        assert 50.0 in ys and xs[ys.index(50.0)] == 1777  # the one spike among 1,500 steps
+        assert len(xs) <= 4 * 101 and len(attempts["0"][0]) <= 4 * 101
+        zoom = c.get("/api/run/spiky/series?source=step&keys=loss&px=100&x0=1750&x1=1799").json()["keys"]["loss"]
+        assert zoom["1"][0] == list(range(1750, 1800)) and "0" not in zoom
+        free = c.get("/api/run/flat/series?source=metrics&keys=train/loss,acc").json()["keys"]
+        assert free["train/loss"]["0"] == [[1], [2.5]] and free["acc"]["0"] == [[1], [0.5]]
+        diff = c.get("/api/compare?runs=spiky,flat&key=loss").json()["diff"]
+        assert [d["key"] for d in diff] == ["layers"]  # only the keys that differ
+        assert c.get("/api/sql?q=delete%20from%20steps").status_code == 400  # the guard of `runledger sql`
+
+
+def test_the_health_counts_of_many_runs_come_in_one_pass_equal_to_each_runs_checklist(small_root):
+    with client(small_root, "127.0.0.1") as c:
+        got = c.get("/api/health?runs=spiky,flat,nosuchrun").json()["health"]
+        assert sorted(got) == ["flat", "spiky"]
+        for run in ("spiky", "flat"):
+            counts = {"ok": 0, "warn": 0, "fail": 0, "skip": 0}
+            for result in c.get(f"/api/run/{run}/audit/health").json()["results"]:
+                for row in result["rows"]:
+                    counts[row[2]] += 1
+            assert got[run] == counts and sum(counts.values()) > 0
+        assert c.get("/api/health?runs=bad%20name").status_code == 400
+
+
+def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_not_skipped(tmp_path):
+    """One commit makes its kinds' tables readable one after another: a page's live cursor that moved to
+    the greatest seq it read (a step) would skip an earlier event of a kind made readable after it (a
+    metric). The cursor is the ledger's position, written once the whole commit is readable."""
+    from runledger.ledger.storage import positions, store
+    from runledger.ui.data import Reader
+
+    root = tmp_path / "ledger"
+    s, w = Stream(), Producer(RUN, "worker-0", 0)
+    s.emit(w, "run_started", run_started(), 0)
+    s.emit(w, "step", step_payload(5.0), 0)
+    s.emit(w, "metrics", {"metrics": {"acc": 0.1}}, 0)  # stream seq 3
+    s.emit(w, "step", step_payload(4.9), 1)  # stream seq 4
+    store.write_events(root, s.rows[:2])
+    positions.write_position(root, 2)
+    reader = Reader(root)
+    first = reader.new_points(RUN, 0)
+    assert first["seq"] == 2 and first["step"]["loss"] == {"0": ([0], [5.0])}
+    store.write_events(root, [s.rows[3]])  # the step's table is readable, the metric's not yet
+    reader.refresh()
+    assert reader.new_points(RUN, 2) == {"seq": 2, "kinds": []}
+    store.write_events(root, [s.rows[2]])
+    positions.write_position(root, 4)
+    reader.refresh()
+    news = reader.new_points(RUN, 2)
+    assert news["seq"] == 4 and news["metrics"]["acc"] == {"0": ([0], [0.1])} and news["step"]["loss"] == {"0": ([1], [4.9])}
+    reader.close()
