@@ -1,8 +1,8 @@
 """A first runledger example: a small MLP trained with optax on data made here, logging up to 19 numbers a step.
 
     python examples/optax_mlp.py          # 1000 steps: about 17 s on 2 CPU cores
-    runledger sql --root runledger-data "select step, value from metrics where key = 'train/loss'"
-    runledger audit health RUN --root runledger-data
+    runledger sql "select step, value from metrics where key = 'train/loss'"
+    runledger audit health RUN
 
 Two lines record a loop: `runledger.init(...)` before it and `runledger.log({...}, step=k)` inside it.
 """
@@ -71,7 +71,7 @@ def make_train_step(optimizer):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--root", help="the ledger root (default: $RUNLEDGER_ROOT, else ./runledger-data)")
+    p.add_argument("--root", help="the ledger root (default: $RUNLEDGER_ROOT, else this user's root)")
     p.add_argument("--steps", type=int, default=1000, help="1000: the audit's loss trend needs 10 blocks of 100 steps")
     p.add_argument("--name", help="the run's name (default: a new one)")
     p.add_argument("--dump-json", help="also write every value logged to this file (for the tests)")

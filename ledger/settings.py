@@ -3,10 +3,14 @@ its cache, each from a flag, else its environment variable, else a default. Reso
 
 | setting | flag      | environment       | default                                                    |
 |---------|-----------|-------------------|------------------------------------------------------------|
-| root    | `--root`  | `RUNLEDGER_ROOT`  | `./runledger-data`                                         |
+| root    | `--root`  | `RUNLEDGER_ROOT`  | this user's data folder: `user_root()`                      |
 | creds   | `--creds` | `RUNLEDGER_CREDS` | none (a file holding a URL with user and password)         |
 | NATS    | `--nats`  | `RUNLEDGER_NATS`  | the server `runledger nats up` started for the root, else `nats://127.0.0.1:4222` |
 | cache   |           | `XDG_CACHE_HOME`  | `~/.cache`; runledger keeps what it can work out again under `runledger/` there |
+
+The default root is one per user, not the working directory (which would split one user's runs into
+as many ledgers as folders a script ran in): `$XDG_DATA_HOME/runledger` (`~/.local/share/runledger`)
+on Linux, `~/Library/Application Support/runledger` on macOS, `%LOCALAPPDATA%\\runledger` on Windows.
 
 Credentials (flag or environment) win over a URL: they are how a role of a secured server is named.
 Only the standard library is imported here, so that any command resolves its settings without
@@ -16,18 +20,43 @@ loading the rest.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 ROOT_ENV = "RUNLEDGER_ROOT"
 NATS_ENV = "RUNLEDGER_NATS"
 CREDS_ENV = "RUNLEDGER_CREDS"
-DEFAULT_ROOT = "./runledger-data"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"  # nats-server's own default port
+APP = "runledger"
+
+
+def data_home() -> Path:
+    """This user's data folder, as the platform names it (the folder platformdirs' user_data_dir would
+    give, without the dependency): $XDG_DATA_HOME or ~/.local/share on Linux and other Unix,
+    ~/Library/Application Support on macOS, %LOCALAPPDATA% on Windows."""
+    home = Path(os.path.expanduser("~"))
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support"
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    return Path(xdg) if os.path.isabs(xdg) else home / ".local" / "share"  # (a relative one is ignored, as the spec says)
+
+
+def user_root() -> str:
+    """The default root: one per user, `runledger` in this user's data folder."""
+    return str(data_home() / APP)
+
+
+def demo_dir() -> Path:
+    """Where `runledger demo` makes a fresh root for each demo unless given one (beside the user's root,
+    never inside it: a root's folder holds only its own files)."""
+    return data_home() / f"{APP}-demos"
 
 
 def root(flag: str | Path | None = None) -> str:
-    """The ledger root: `flag`, else $RUNLEDGER_ROOT, else ./runledger-data."""
-    return str(flag) if flag else os.environ.get(ROOT_ENV, DEFAULT_ROOT)
+    """The ledger root: `flag`, else $RUNLEDGER_ROOT, else this user's (`user_root`)."""
+    return str(flag) if flag else os.environ.get(ROOT_ENV) or user_root()
 
 
 def nats_dir(root_dir: str | Path) -> Path:

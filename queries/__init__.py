@@ -58,13 +58,20 @@ def sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def sql_ident(name: str) -> str:
+    """A column name quoted for SQL (`group` is a keyword, `metrics/loss` holds a slash)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def scan_files(files: list[Path], columns: Columns) -> str:
-    """A scan of exactly these Parquet files, or an empty relation of the same columns."""
+    """A scan of exactly these Parquet files, or an empty relation of the same columns; a column of the
+    contract that the files lack (a field added after they were written) reads null."""
+    cols = ", ".join(f"NULL::{duck_type} AS {sql_ident(name)}" for name, duck_type in columns)
     if not files:
-        cols = ", ".join(f"NULL::{duck_type} AS {name}" for name, duck_type in columns)
         return f"(select {cols} where false)"
     listing = ", ".join(sql_str(str(Path(f).resolve())) for f in files)
-    return f"read_parquet([{listing}], union_by_name=true, hive_partitioning=false)"
+    return (f"(select * from read_parquet([{listing}], union_by_name=true, hive_partitioning=false) "
+            f"union all by name select {cols} where false)")
 
 
 def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: paths.Cut | None = None) -> str:

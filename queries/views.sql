@@ -6,9 +6,33 @@
 create or replace view events as
 {{all_kinds}};
 
--- one row per (run, producer attempt) that started: config, budget, schedule, thresholds
+-- one row per (run, producer attempt) that started: config, budget, schedule, thresholds; `name` the
+-- run's display name (not unique: run_id is the id), else the name another attempt of the run gave,
+-- else run_id (a run started before names were kept); W&B's "group", job_type and notes
 create or replace view runs as
-select * from {{kind:run_started}};
+select * replace (coalesce(s.name, min(s.name) over (partition by s.run_id), s.run_id) as name)
+from {{kind:run_started}} s;  -- (s.name: the macro metric(name) below binds through this view)
+
+-- one row per run: its id, its name (its first attempt's), project and start: what a name is looked up in
+create or replace view run_names as
+select r.run_id, coalesce(arg_min(r.name, r.ts) filter (r.name is not null), r.run_id) as name,
+       arg_min(r.project, r.ts) as project, min(r.ts) as started_at
+from runs r
+group by r.run_id;
+
+-- the run `run` names: the run of that id, else the one run of that name, else `run` itself (no such
+-- run: the query finds none); a name that several runs have is an error listing them (id, project,
+-- start). `runledger.queries.names.resolve_run` asks this for every command that takes a RUN.
+create or replace macro run_of(run) as (
+    select case
+        when count(*) filter (run_id = run) > 0 or count(*) = 0 then run
+        when count(*) = 1 then any_value(run_id)
+        else error('run name ' || to_json(run)::varchar || ' is ambiguous: ' || count(*) || ' runs have it: '
+                   || string_agg(run_id || ' (project ' || coalesce(project, 'none') || ', started '
+                                 || strftime(started_at, '%Y-%m-%d %H:%M:%S') || ')', ', ' order by started_at, run_id)
+                   || ' (give one''s id)') end
+    from run_names
+    where run_id = run or name = run);
 
 -- the typed `step` events of runledger's own trainer, as stored
 create or replace view step_events as

@@ -36,9 +36,10 @@ from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.emit.chains import next_attempt
 from runledger.ledger.contract.columns import WIDE_COLUMNS_PER_RUN
 from runledger.ledger.emit.emitter import Emitter, origin, send_leftovers
-from runledger.ledger.contract.events import MAX_METRIC_NAME, MAX_METRICS, NAME_RE
+from runledger.ledger.contract.events import MAX_LABEL, MAX_METRIC_NAME, MAX_METRICS, NAME_RE
 from runledger.ledger.emit.sink import NullSink
 from runledger.ledger.emit.spool import chain_dir
+from runledger.queries.names import slug
 from runledger.queries.thresholds import NAMES
 from runledger.system import SystemSampler
 
@@ -49,6 +50,7 @@ LEDGER_WAIT_S = 60.0  # for the ledger to say a run's attempts (the local one ma
 FINISH_TIMEOUT_S = 60.0  # for the ledger to store what the run logged
 _BAD_NAME = re.compile(r"[\x00-\x1f\x7f]")
 _NUMBERS = frozenset({float, int})
+_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
 class LogError(ValueError):
@@ -173,14 +175,47 @@ def _check_name(key: Any, name: str | None) -> None:
 
 
 def run_id_for(name: str | None, project: str | None) -> str:
-    """A run id from a name ("My Run 3" -> "my-run-3"), or a new one from the project and the time."""
+    """A run id made of an id-like text ("My Run 3" -> "my-run-3": Levanter's run ids), or a new one
+    (`new_run_id`)."""
     if name:
-        slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:64]
-        if not NAME_RE.fullmatch(slug or "-"):
+        made = slug(name)
+        if not NAME_RE.fullmatch(made or "-"):
             raise LogError(f"run name {name!r} gives no run id: use letters or digits")
-        return slug
-    base = re.sub(r"[^a-z0-9_-]+", "-", (project or "run").lower()).strip("-_")[:36] or "run"
-    return f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        return made
+    return new_run_id(None, project)
+
+
+def new_run_id(name: str | None, project: str | None) -> str:
+    """A fresh run id, readable: the name made an id plus 8 random letters or digits ("My Run" ->
+    "my-run-k3x9q2ab"), or, for a run with no name (or none with a letter or digit), the project and the time."""
+    suffix = "".join(secrets.choice(_ID_CHARS) for _ in range(8))
+    made = slug(name or "")[:55].rstrip("-_")
+    if made:
+        return f"{made}-{suffix}"
+    base = slug(project or "run")[:36].rstrip("-_") or "run"
+    return f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{suffix[:6]}"
+
+
+def _which_run(root: Path, name: str | None, project: str | None, resume: bool | str | None) -> str:
+    """The run `init` starts or goes on with when given no id: with `resume` and a name, the one run of
+    that name in that project (a run stored before names were kept: the one whose id is the name made an
+    id, as it was given then); else a new one."""
+    if name is None or resume in (None, False, "never"):
+        return new_run_id(name, project)
+    from runledger.queries.names import runs_named  # (DuckDB: only to look a name up)
+
+    found = runs_named(root, name, project)
+    if len(found) == 1:
+        return found[0]
+    if not found and resume == "must":
+        raise LogError(f"no run is named {name!r} in project {project!r}, and resume='must'")
+    if found:
+        if resume == "must":
+            raise LogError(f"{len(found)} runs are named {name!r} in project {project!r} ({', '.join(found)}): "
+                           "pass id= to say which")
+        log.warning("%d runs are named %r in project %r (%s): starting a new one; pass id= to go on with one of them",
+                    len(found), name, project, ", ".join(found))
+    return new_run_id(name, project)
 
 
 def _code_commit() -> str | None:
@@ -454,33 +489,51 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
          thresholds: dict[str, float] | None = None, mode: str = "online", **ignored: Any) -> Run:
     """Start a run (or, with `resume`, the run's next attempt) and make it the current one.
 
-    project, name, config, tags: as W&B's; the run id is `id`, else `name` made a valid id, else a new one.
-    resume: None/False/"never" refuse a run that exists; True/"allow"/"auto" go on with it as its next
-        attempt if it exists; "must" requires it. A resumed run first sends what its last attempt left
-        in the spool, and `log` counts on from the last step it logged.
-    root: the ledger root ($RUNLEDGER_ROOT, ./runledger-data); nats: a server URL instead of the root's
-        embedded one ($RUNLEDGER_NATS, or $RUNLEDGER_CREDS for a secured server).
+    project, config, tags: as W&B's. name: the run's display name, not unique (any number of runs may
+        have it; `runledger report NAME` and the other commands take it where one run has it).
+    id: the run's id; else every `init` starts a new run with a fresh id made of the name
+        ("my-run-k3x9q2ab"), as W&B and Trackio do, so a script runs again as often as you like.
+    resume: with `id`: None/False/"never" refuse a run that exists; True/"allow"/"auto" go on with it as
+        its next attempt if it exists; "must" requires it. With a name and no id, True/"allow"/"auto"/
+        "must" go on with the one run of that name in that project (a run stored before names were kept
+        has its name made an id as its id, and is found so), and a new run is started where there is
+        none ("must": an error) or several (a warning; "must": an error naming them). A resumed run first
+        sends what its last attempt left in the spool, and `log` counts on from the last step it logged.
+    root: the ledger root ($RUNLEDGER_ROOT, else this user's: `runledger.ledger.settings.user_root`);
+        nats: a server URL instead of the root's embedded one ($RUNLEDGER_NATS, or $RUNLEDGER_CREDS for
+        a secured server).
     system_metrics: sample the machine every 10 s (a number: every that many seconds); False: never.
     thresholds: overrides of the health checks' thresholds (`runledger audit health`), by name
         (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
-    mode: "disabled" records nothing (every call still works). Other W&B arguments (entity, group,
-    notes, dir, reinit, ...) are accepted; group, job_type and notes go into the config's `_wandb` key.
+    mode: "disabled" records nothing (every call still works). W&B's group, job_type and notes are
+    recorded in `run_started` (columns of the `runs` view); its other arguments (entity, dir, reinit,
+    ...) are accepted.
     """
     if resume not in _RESUME:
         raise LogError(f"resume={resume!r}: True, False, 'allow', 'must' or 'never'")
     if config is not None and not isinstance(config, dict):
         config = vars(config) if hasattr(config, "__dict__") else dict(config)
     config = dict(config or {})
-    extra = {k: ignored[k] for k in ("group", "job_type", "notes") if ignored.get(k) is not None}
-    if extra:
-        config["_wandb"] = extra
+    labels = {k: str(v) for k, v in (("name", name), ("group", ignored.get("group")),
+                                     ("job_type", ignored.get("job_type"))) if v is not None and str(v) != ""}
+    for k, v in labels.items():
+        if len(v) > MAX_LABEL or _BAD_NAME.search(v):
+            raise LogError(f"{k} {v[:40]!r}: at most {MAX_LABEL} characters on one line")
+    if ignored.get("notes") is not None:
+        labels["notes"] = str(ignored["notes"])
+    name = labels.get("name")
     unknown = sorted(map(str, set(thresholds or ()) - NAMES))
     if unknown:
         raise LogError(f"unknown thresholds {', '.join(unknown)} (known: {', '.join(sorted(NAMES))})")
-    run_id = id or run_id_for(name, project)
+    root = Path(settings.root(root))
+    if id is not None:
+        run_id = str(id)
+    elif mode == "disabled":
+        run_id = new_run_id(name, project)
+    else:
+        run_id = _which_run(root, name, project, resume)
     if not NAME_RE.fullmatch(run_id):
         raise LogError(f"run id {run_id!r}: 1-64 of a-z 0-9 _ - starting with a letter or digit")
-    root = Path(settings.root(root))
     if mode == "disabled":
         run = Run(run_id, project=project, name=name, root=root, sink=NullSink(), attempt=0, config=config,
                   tags=list(tags or []), first_step=0, attachment=None)
@@ -520,6 +573,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
                                               "platform": platform.platform(), "cpus": os.cpu_count()}}
     if project:
         started["project"] = str(project)
+    started.update(labels)  # name, group, job_type, notes: those given
     if thresholds:
         started["thresholds"] = {k: float(v) for k, v in thresholds.items()}
     if commit := _code_commit():

@@ -163,7 +163,7 @@ class RunledgerConfig(*((_TrackerConfig,) if _TrackerConfig is not None else ())
     name: Optional[str] = None  # shown as the run's name; the run id is `id`, else the trainer's, made valid
     id: Optional[str] = None
     tags: List[str] = dataclasses.field(default_factory=list)
-    root: Optional[str] = None  # the ledger root: $RUNLEDGER_ROOT, else ./runledger-data
+    root: Optional[str] = None  # the ledger root: $RUNLEDGER_ROOT, else this user's (settings.user_root)
     nats: Optional[str] = None  # a NATS server instead of the root's embedded one ($RUNLEDGER_NATS)
     resume: Optional[Union[bool, str]] = "allow"  # a restarted trainer goes on with its run as the next attempt
     producer: str = PRODUCER

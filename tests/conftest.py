@@ -19,6 +19,16 @@ from runledger.ledger.bus.natsserver import NatsServer
 from support.processes import LedgerProcess
 
 
+@pytest.fixture(autouse=True)
+def user_data(tmp_path_factory, monkeypatch) -> Path:
+    """No test writes into the real user's data folder (the default root, `runledger.ledger.settings.user_root`):
+    each test's $RUNLEDGER_ROOT and $XDG_DATA_HOME (its processes inherit them) are a folder of its own."""
+    home = tmp_path_factory.mktemp("user-data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    monkeypatch.setenv("RUNLEDGER_ROOT", str(home / "runledger"))
+    return home
+
+
 @pytest.fixture
 def nats_server(tmp_path):
     server = NatsServer(tmp_path / "nats").start()

@@ -12,7 +12,7 @@ import signal
 import uuid
 
 from runledger.tools import checks
-from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
+from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_agents)
 
     s = sub.add_parser("decide", help="a person's decision, recorded like an agent's")
-    s.add_argument("run", type=checks.run_id)
+    s.add_argument("run", type=checks.run, help=RUN_HELP)
     add_root(s)
     add_nats(s)
     g = s.add_mutually_exclusive_group(required=True)

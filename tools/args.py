@@ -18,6 +18,11 @@ class UsageError(Exception):
     """Bad usage or bad input: exit 2 with this one-line reason."""
 
 
+# every command's RUN argument (dest "run"): the main entry resolves a name to its run's id, once
+# (`runledger.tools.cli.resolve_run_arg`), before the command runs
+RUN_HELP = "the run: its id, or its name where one run has it"
+
+
 def add_root(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=checks.folder, default=settings.root(),
                    help=f"ledger root directory (env {settings.ROOT_ENV})")

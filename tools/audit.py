@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from runledger.tools import checks
-from runledger.tools.args import add_root
+from runledger.tools.args import RUN_HELP, add_root
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def register(subparsers) -> None:
     """Add `audit {health,provenance,forecast} RUN --root DIR [--format ...]` to the runledger CLI."""
     p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
     p.add_argument("suite", metavar="SUITE", help="health, provenance or forecast (runledger.queries.audit.SUITES)")
-    p.add_argument("run", type=checks.run_id, help="run_id")
+    p.add_argument("run", type=checks.run, help=RUN_HELP)
     add_root(p)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.set_defaults(func=cmd_audit)

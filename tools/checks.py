@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from runledger.ledger import redact
+from runledger.ledger import redact, settings
 
 INT64_MAX = 2**63 - 1  # a stored int (a seq, a step, a snapshot) is an int64
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -92,6 +92,14 @@ def name_of(what: str) -> callable:
 run_id = name_of("run_id")
 
 
+def run(text: str) -> str:
+    """A run as a person names it: its id, or its display name where one run has it (any text on one
+    line; the command looks it up: `runledger.tools.cli.resolve_run_arg`)."""
+    if not text.strip():
+        raise Bad("an empty run id or name")
+    return line(text)
+
+
 def file_in(text: str) -> str:
     """A file this user can read."""
     path = Path(line(text))
@@ -118,12 +126,13 @@ def file_out(text: str) -> str:
 
 
 def folder(text: str) -> str:
-    """A folder that exists, or one whose parent exists (it is then made): a ledger root, say."""
+    """A folder that exists, or one whose parent exists (it is then made): a ledger root, say; the
+    user's default root is made with its parents."""
     path = Path(line(text))
     if path.exists():
         if not path.is_dir():
             raise Bad(f"{text} is not a folder")
-    elif not path.parent.is_dir():
+    elif not path.parent.is_dir() and text != settings.user_root():
         raise Bad(f"{text}: no folder {path.parent} to make it in")
     return text
 

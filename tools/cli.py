@@ -18,7 +18,7 @@ from pathlib import Path
 from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
 from runledger.tools import agents, audit, checks, importing, ladder, notify, report, status, train, ui
-from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats, warn_secrets
+from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
 log = logging.getLogger("runledger")
 
@@ -307,6 +307,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def resolve_run_arg(args: argparse.Namespace) -> None:
+    """A command's RUN given as a name becomes its run's id (`runledger.queries.names.resolve_run`: an id
+    wins; a name several runs have is refused, listing them); one that names no run stays as given,
+    for the command to say so, unless it cannot be an id either."""
+    given = getattr(args, "run", None)
+    if not isinstance(given, str) or not Path(args.root).is_dir():
+        return
+    from runledger.ledger.contract.events import NAME_RE
+    from runledger.queries.names import AmbiguousRun, resolve_run
+
+    try:
+        args.run = resolve_run(args.root, given)
+    except AmbiguousRun as err:
+        raise UsageError(str(err)) from None
+    if not NAME_RE.fullmatch(args.run):
+        raise UsageError(f"no run has the id or name {given!r} under {args.root}")
+
+
 READS_LEDGER = ("sql", "replay", "verify", "audit", "report")  # commands that read a ledger that must exist
 OBSERVES_ROOT = ("status", "down")  # commands that look at a root's processes: a root that is not there is a mistake
 
@@ -361,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="the main job, end to end on one machine")
     s.add_argument("--root", type=checks.folder, default=None,
-                   help="ledger root (default: a fresh ./runledger-demo-* directory)")
+                   help="ledger root (default: a fresh demo-* folder in runledger-demos/ of this user's data folder)")
     s.add_argument("--quick", action="store_true", help="a short version (used by a test)")
     s.add_argument("--ui", action="store_true", help="keep the dashboard (`runledger ui`) up while it runs, to watch it live")
     s.set_defaults(func=cmd_demo)
@@ -419,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sql)
 
     s = sub.add_parser("replay", help="the run's rebuilt state as JSON")
-    s.add_argument("run", type=checks.run_id)
+    s.add_argument("run", type=checks.run, help=RUN_HELP)
     add_root(s)
     s.add_argument("--as-of-seq", type=checks.count, default=None, help="only events up to this stream sequence")
     s.add_argument("--snapshot", type=checks.count, default=None, metavar="N", help="replay from ledger snapshot N (see `sql --snapshot`)")
@@ -491,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "root", None) is not None:
             check_root(args.command, args.root)
+            resolve_run_arg(args)
         return args.func(args) or 0
     except (UsageError, Busy) as err:  # (Busy: another process holds the root, chain or consumer)
         print(f"runledger {args.command}: {one_line(err)}", file=sys.stderr)

@@ -233,8 +233,8 @@ def start_ui(demo: Demo) -> str:
 
 def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
     if root is None:  # a fresh root each time, so a second demo never mixes with the first
-        Path(settings.DEFAULT_ROOT).mkdir(exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix=time.strftime("demo-%Y%m%d-%H%M%S-"), dir=settings.DEFAULT_ROOT))
+        settings.demo_dir().mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=time.strftime("demo-%Y%m%d-%H%M%S-"), dir=settings.demo_dir()))
     root = Path(root).resolve()
     console = Console()
     if not console.is_terminal:

@@ -8,7 +8,8 @@ import os
 import sys
 
 from runledger.ledger import settings
-from runledger.tools.args import UsageError, add_nats, add_root
+from runledger.tools import checks
+from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root
 
 log = logging.getLogger("runledger")
 
@@ -78,7 +79,7 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_import)
 
     s = sub.add_parser("lineage", help="OpenLineage events for a run: its start, each attempt, its completion or failure")
-    s.add_argument("run")
+    s.add_argument("run", type=checks.run, help=RUN_HELP)
     add_root(s)
     s.add_argument("--to", default=None, metavar="FILE|URL",
                    help="write JSON lines to FILE, or post them to an OpenLineage endpoint URL (default: stdout)")

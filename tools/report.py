@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from runledger.tools import checks
-from runledger.tools.args import UsageError, add_root
+from runledger.tools.args import RUN_HELP, UsageError, add_root
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ def write_report(root: str | Path, run_id: str, out: str | Path) -> Path:
 
 def register(sub) -> None:
     s = sub.add_parser("report", help="a self-contained HTML report with plots")
-    s.add_argument("run", type=checks.run_id)
+    s.add_argument("run", type=checks.run, help=RUN_HELP)
     add_root(s)
     s.add_argument("--out", type=checks.file_out, required=True, help="the HTML file to write")
     s.set_defaults(func=cmd_report)

@@ -115,8 +115,12 @@ async def _body(request: Request) -> dict:
     return body
 
 
-def _run_id(request: Request) -> str:
+async def _run_id(request: Request, reader: Reader) -> str:
+    """The run a route is about: its id, or its name where one run has it (`Reader.run_id`)."""
     run = request.path_params.get("run") or request.query_params.get("run", "")
+    if not run.strip() or len(run) > 1000:
+        raise BadInput("a run id or name, up to 1000 characters")
+    run = await run_in_threadpool(reader.run_id, run)
     check_name(run, "run_id")
     return run
 
@@ -162,12 +166,12 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         return _json({"runs": rows, "position": reader.position})
 
     async def api_run(request: Request) -> Response:
-        run = _run_id(request)
+        run = await _run_id(request, reader)
 
         return _json(await run_in_threadpool(reader.run_info, run))
 
     async def api_series(request: Request) -> Response:
-        run, q = _run_id(request), request.query_params
+        run, q = await _run_id(request, reader), request.query_params
         source = q.get("source", "step")
         keys = [k for k in q.get("keys", "").split(",") if k] if q.get("keys") else []
         if len(keys) > MAX_KEYS:
@@ -183,7 +187,7 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         return _json(out)
 
     async def api_audit(request: Request) -> Response:
-        run, suite = _run_id(request), request.path_params["suite"]
+        run, suite = await _run_id(request, reader), request.path_params["suite"]
         if suite not in ("health", "provenance", "forecast"):
             return _error(404, f"no suite {suite!r}")
         try:

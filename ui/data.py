@@ -31,6 +31,18 @@ class Reader(Snapshot):
         self.charts = series.Series(self)  # a run's chart points, kept by file
         self.audits = Audits(self)  # a run's audit panels, kept by file
 
+    def run_id(self, run: str) -> str:
+        """The id of the run `run` names: its id, or a name one run has (`runledger.queries.names.resolve_run`,
+        the rule every command that takes a RUN follows); AmbiguousRun (a ValueError, listing the runs)
+        where several have it."""
+        from runledger.queries.names import resolve_run
+
+        files = self.run_files()
+        if run in files:
+            return run
+        with self.scoped(None, files=files) as cur:
+            return resolve_run(self.root, run, con=cur)
+
     # ------------------------------------------------------------------------------ runs page
     def summaries(self) -> dict[str, dict]:
         return self.index.summaries()

@@ -57,6 +57,9 @@ MAX_METRIC_NAME = 256
 MAX_METRICS = 2048
 MetricName = Annotated[str, Field(min_length=1, max_length=MAX_METRIC_NAME, pattern=r"^[^\x00-\x1f\x7f]+$")]
 NonFinite = Literal["nan", "inf", "-inf"]
+# A run's display name and its W&B-style labels (group, job_type): any text on one line; never unique
+MAX_LABEL = 256
+Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
 class StoredAsMap:
@@ -137,6 +140,11 @@ class RunStarted(Payload):
     code_commit: str | None = None
     preset: str | None = None
     project: str | None = None
+    name: Label | None = Field(None, description="the run's display name (`runledger.init(name=)`), not unique: the id "
+                                                 "is run_id; null in runs started before names were kept (read as run_id)")
+    group: Label | None = Field(None, description="W&B's group: runs of one experiment")
+    job_type: Label | None = Field(None, description="W&B's job_type: train, eval, ...")
+    notes: str | None = Field(None, description="free text about the run")
     tags: list[str] = Field(default_factory=list)
     token_budget: NonNeg | None = Field(None, description="null: not planned (a user's own loop, `runledger.init`)")
     tokens_per_step: NonNeg | None = None

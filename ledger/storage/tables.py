@@ -184,8 +184,8 @@ class Tables:
 
     def with_field_ids(self, name: str, data: pa.Table) -> pa.Table:
         """`data` with the table's field ids on its columns (what Iceberg readers match columns by), the
-        table made or widened first: a column it lacks (a new metric's `metrics/NAME`, or the MAP column
-        `metrics/` of the names past the bound: `wide_columns_for`) is added."""
+        table made or widened first: a column it lacks (a new metric's `metrics/NAME`, the MAP column
+        `metrics/` of the names past the bound: `wide_columns_for`, or a text field the contract gained) is added."""
         from pyiceberg.types import DoubleType, MapType, StringType
 
         t = self.table(name, data.schema)
@@ -198,6 +198,8 @@ class Tables:
                                        value_required=False)  # (ids given anew by add_column)
                     elif f.type == pa.float64():
                         kind = DoubleType()
+                    elif f.type == pa.string():  # a field the contract gained (run_started.name, say): older rows read null
+                        kind = StringType()
                     else:
                         raise ValueError(f"table {name}: cannot add column {f.name!r} of type {f.type}")
                     update.add_column((f.name,), kind)  # (a tuple: a name may hold a dot)

@@ -412,6 +412,25 @@ def test_the_code_block_runs_as_written(block, tmp_path, shims, seeded, inputs):
     assert not left, f"{block.id} left processes running: {left}"
 
 
+def test_the_readme_logging_example_runs_twice_in_a_row(tmp_path, shims):
+    """Run as written, then again (the most ordinary thing a user does): two runs named `my-run`, each its own id."""
+    from support.reading import reader
+
+    from runledger.ledger import local
+
+    work = tmp_path / "clone"
+    work.mkdir()
+    env = block_env(work, shims)
+    try:
+        for _ in range(2):
+            done = run_python(SEED.text, work, env)
+            assert done.returncode == 0, f"the README's logging example failed:\n{done.stderr[-3000:]}"
+        runs = reader(work / "runledger-data").execute("select run_id, name from run_names").fetchall()
+    finally:
+        local.down(work / "runledger-data")
+    assert len(runs) == 2 and len({r for r, _ in runs}) == 2 and {n for _, n in runs} == {"my-run"}, runs
+
+
 def test_every_page_has_its_blocks_found():
     """The fence parser sees every fence: an odd count on a page would mean a block read wrongly."""
     for page in PAGES:

@@ -43,7 +43,7 @@ def test_log_stores_every_value_exactly_and_flags_the_non_finite(local_root):
     rng = random.Random(7)
     names = [f"train/layer_{i}/norm" for i in range(17)] + ["loss", "val/accuracy", "router/layer_3/entropy"]
     logged = {}
-    with runledger.init(project="exact", name="exact-1", config={"lr": 3e-4, "layers": 4}, tags=["t1"],
+    with runledger.init(project="exact", id="exact-1", config={"lr": 3e-4, "layers": 4}, tags=["t1"],
                         system_metrics=False) as run:
         for step in range(300):
             values = {n: rng.uniform(-1e3, 1e3) for n in names}
@@ -80,7 +80,7 @@ def runledger_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_bad_input_gets_a_one_line_error_and_loses_nothing_accepted(local_root):
-    run = runledger.init(name="bad-input", system_metrics=False)
+    run = runledger.init(id="bad-input", system_metrics=False)
     runledger.log({"loss": 1.0}, step=0)
     bad = [
         ({"loss": "high"}, "is not a number"),
@@ -106,19 +106,62 @@ def test_bad_input_gets_a_one_line_error_and_loses_nothing_accepted(local_root):
 
 
 def test_an_existing_run_is_resumed_only_when_asked(local_root):
-    runledger.init(name="twice", system_metrics=False).finish()
+    runledger.init(id="twice", system_metrics=False).finish()
     with pytest.raises(runledger.LogError, match="exists; pass resume=True"):
-        runledger.init(name="twice", system_metrics=False)
+        runledger.init(id="twice", system_metrics=False)
     with pytest.raises(runledger.LogError, match="does not exist"):
-        runledger.init(name="never-made", resume="must", system_metrics=False)
-    again = runledger.init(name="twice", resume=True, system_metrics=False)
+        runledger.init(id="never-made", resume="must", system_metrics=False)
+    again = runledger.init(id="twice", resume=True, system_metrics=False)
     assert again.attempt == 1
+    again.finish()
+
+
+def test_a_name_is_a_label_every_init_a_new_run_and_resume_goes_on_with_the_one_of_that_name(local_root, caplog):
+    first = runledger.init(project="p", name="My Run", system_metrics=False, group="g", job_type="train", notes="a\nb")
+    first.finish()
+    second = runledger.init(project="p", name="My Run", system_metrics=False)  # run again: a new run, no error
+    second.finish()
+    assert first.id != second.id and first.id.startswith("my-run-") and second.id.startswith("my-run-")
+    assert first.name == second.name == "My Run"
+    with pytest.raises(runledger.LogError, match="2 runs are named 'My Run'"):
+        runledger.init(project="p", name="My Run", resume="must", system_metrics=False)
+    with pytest.raises(runledger.LogError, match="no run is named 'nobody'"):
+        runledger.init(project="p", name="nobody", resume="must", system_metrics=False)
+    third = runledger.init(project="p", name="My Run", resume=True, system_metrics=False)  # which? neither: a new one
+    third.finish()
+    assert third.id not in (first.id, second.id) and third.attempt == 0
+    assert "2 runs are named 'My Run'" in caplog.text  # (one warning, naming them)
+    solo = runledger.init(project="q", name="solo", system_metrics=False)
+    solo.finish()
+    again = runledger.init(project="q", name="solo", resume=True, system_metrics=False)  # the one of that name
+    assert (again.id, again.attempt) == (solo.id, 1)
+    again.finish()
+    elsewhere = runledger.init(project="other", name="solo", resume=True, system_metrics=False)  # names are per project
+    elsewhere.finish()
+    assert elsewhere.id != solo.id and elsewhere.attempt == 0
+    db = reader(local_root)
+    assert db.execute("select name, count(distinct run_id) from run_names group by name order by name").fetchall() == [
+        ("My Run", 3), ("solo", 2)]
+    assert db.execute("select \"group\", job_type, notes, config from runs where run_id = ?", [first.id]).fetchall() == [
+        ("g", "train", "a\nb", "{}")]  # real columns, not the config's `_wandb`
+    assert db.execute("select count(*) from runs where run_id = ? and name = 'solo'", [solo.id]).fetchall() == [(2,)]
+
+
+def test_a_run_stored_before_names_were_kept_is_named_by_its_id_and_found_by_its_old_name(local_root):
+    old = runledger.init(project="p", id="my-old-run", system_metrics=False)  # run_started without a name: as every
+    old.finish()                                                               # run stored before names were kept
+    db = reader(local_root)
+    assert db.execute("select name from runs where run_id = 'my-old-run'").fetchall() == [("my-old-run",)]
+    assert db.execute("select name from run_names").fetchall() == [("my-old-run",)]
+    # an old script that resumes by name goes on with the run its name was made the id of
+    again = runledger.init(project="p", name="My Old Run", resume=True, system_metrics=False)
+    assert (again.id, again.attempt) == ("my-old-run", 1)
     again.finish()
 
 
 SCRIPT_LOGS_UNTIL_KILLED = """
     import sys, runledger
-    run = runledger.init(name=sys.argv[1], resume=sys.argv[2] == "resume", system_metrics=False)
+    run = runledger.init(id=sys.argv[1], resume=sys.argv[2] == "resume", system_metrics=False)
     print("attempt", run.attempt, "first", run.step, flush=True)
     for i in range(int(sys.argv[3])):
         runledger.log({"loss": 1.0 / (run.step + 1), "step_seen": float(run.step)})
@@ -161,7 +204,7 @@ def test_sigkill_mid_run_then_resume_loses_nothing_log_accepted(local_root):
 
 SCRIPT_EIGHT = """
     import sys, runledger
-    run = runledger.init(project="many", name=sys.argv[1], system_metrics=False)
+    run = runledger.init(project="many", id=sys.argv[1], system_metrics=False)
     for step in range(int(sys.argv[2])):
         runledger.log({f"m{j}": step + j / 10 for j in range(20)})
     assert run.finish()
@@ -222,7 +265,7 @@ def test_a_wandb_script_runs_with_only_its_import_changed(local_root):
 
 CRASHING = """
     import os, signal, sys, time, runledger
-    run = runledger.init(name=sys.argv[1], system_metrics=False)
+    run = runledger.init(id=sys.argv[1], system_metrics=False)
     runledger.log({"loss": 1.0})
     if sys.argv[2] == "raise":
         raise RuntimeError("out of memory, say")
@@ -256,7 +299,7 @@ def test_a_crash_or_a_signal_finishes_the_run_as_failed_or_stopped(local_root, h
 
 
 def test_system_metrics_are_sampled_in_the_background(local_root):
-    run = runledger.init(name="sys", system_metrics=0.2)
+    run = runledger.init(id="sys", system_metrics=0.2)
     for step in range(20):
         runledger.log({"loss": 1.0})
         time.sleep(0.05)
@@ -269,7 +312,7 @@ def test_with_runledger_nats_set_the_same_api_logs_to_that_server(ledger_process
     ledger_process.start()
     monkeypatch.setenv("RUNLEDGER_NATS", nats_server.url)
     monkeypatch.setenv("RUNLEDGER_ROOT", str(tmp_path / "client"))  # the client's spool; the ledger is elsewhere
-    run = runledger.init(name="remote", system_metrics=False)
+    run = runledger.init(id="remote", system_metrics=False)
     for step in range(100):
         runledger.log({"loss": 1.0 / (step + 1)})
     assert run.finish()
@@ -278,7 +321,7 @@ def test_with_runledger_nats_set_the_same_api_logs_to_that_server(ledger_process
 
 
 def test_the_local_ledger_killed_mid_run_loses_nothing(local_root):
-    run = runledger.init(name="survivor", system_metrics=False)
+    run = runledger.init(id="survivor", system_metrics=False)
     for step in range(200):
         runledger.log({"loss": 1.0 / (step + 1)})
     pid = json.loads((local.local_dir(local_root) / "state.json").read_text())["pid"]
@@ -286,7 +329,7 @@ def test_the_local_ledger_killed_mid_run_loses_nothing(local_root):
     for step in range(200, 400):
         runledger.log({"loss": 1.0 / (step + 1)})
     run.finish(timeout=3)  # no ledger to confirm: the events wait in JetStream (or the spool)
-    again = runledger.init(name="after", system_metrics=False)  # starts a new supervisor, whose ledger catches up
+    again = runledger.init(id="after", system_metrics=False)  # starts a new supervisor, whose ledger catches up
     assert again.finish()
     rows = reader(local_root).execute(
         "select count(*), count(distinct step), min(step), max(step) from metrics where run_id = 'survivor'").fetchall()
@@ -295,11 +338,11 @@ def test_the_local_ledger_killed_mid_run_loses_nothing(local_root):
 
 
 def test_a_resumed_run_supersedes_the_steps_it_redoes(local_root):
-    first = runledger.init(name="redo", system_metrics=False)
+    first = runledger.init(id="redo", system_metrics=False)
     for step in range(100):
         runledger.log({"loss": 1.0, "lr": 0.1}, step=step)
     first.finish()
-    second = runledger.init(name="redo", resume=True, system_metrics=False)  # back to a checkpoint at step 50
+    second = runledger.init(id="redo", resume=True, system_metrics=False)  # back to a checkpoint at step 50
     for step in range(50, 80):
         runledger.log({"loss": 2.0, "lr": 0.2}, step=step)
     second.finish()

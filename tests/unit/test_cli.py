@@ -86,5 +86,5 @@ def test_replay_of_an_unknown_run_is_bad_input(ledger_root):
     r = cli("replay", "no-such-run", "--root", str(ledger_root))
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "no events for run 'no-such-run'" in r.stderr, r.stderr
-    r = cli("replay", "../x", "--root", str(ledger_root))
-    assert r.returncode == 2 and "run_id '../x' is not allowed" in r.stderr, r.stderr
+    r = cli("replay", "../x", "--root", str(ledger_root))  # neither an id nor a stored run's name
+    assert r.returncode == 2 and "no run has the id or name '../x'" in r.stderr, r.stderr

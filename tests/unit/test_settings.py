@@ -4,6 +4,7 @@ the default; and the views' columns a query reads without the contract are the c
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -19,7 +20,12 @@ def no_settings_env(monkeypatch):
 
 
 def test_the_root_is_the_flag_else_the_environment_else_the_default(no_settings_env, tmp_path):
-    assert settings.root() == settings.DEFAULT_ROOT == "./runledger-data"
+    no_settings_env.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert settings.root() == settings.user_root() == str(tmp_path / "data" / "runledger")  # (on Linux)
+    no_settings_env.setenv("XDG_DATA_HOME", "relative/data")  # not absolute: ignored, as the XDG spec says
+    assert settings.root() == os.path.expanduser("~/.local/share/runledger")
+    no_settings_env.setenv(settings.ROOT_ENV, "")  # empty: not set
+    assert settings.root() == settings.user_root()
     no_settings_env.setenv(settings.ROOT_ENV, str(tmp_path))
     assert settings.root() == str(tmp_path)
     assert settings.root(tmp_path / "flag") == str(tmp_path / "flag")

@@ -130,3 +130,39 @@ def test_a_table_is_partitioned_by_run_in_the_commit_that_makes_it(root):
     assert [f.name for f in made.spec().fields] == ["run_id"]
     assert {e.data_file.partition[0] for m in t.current_snapshot().manifests(t.io)
             for e in m.fetch_manifest_entry(t.io)} == {"run-1"}
+
+
+def test_a_root_written_before_runs_had_names_takes_named_runs_and_still_verifies(tmp_path, monkeypatch):
+    """A field the contract gained (run_started.name, group, job_type, notes): the older files lack its
+    column, the table gains it when a new run brings it, the views read the old rows' name as their id,
+    and verify passes both (the older payloads lack the field)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from support.audit_ledger import T0, Ledger
+
+    from runledger.ledger.storage import rows as stored_rows
+
+    new_fields = ("name", "group", "job_type", "notes")
+    root = tmp_path / "root"
+    led = Ledger(root)
+    with monkeypatch.context() as older:  # the writer as it was before the fields
+        older.setitem(stored_rows._COLUMNS, "run_started",
+                      {k: v for k, v in stored_rows._COLUMNS["run_started"].items() if k not in new_fields})
+        struct = stored_rows._TYPED_STRUCT["run_started"]
+        older.setitem(stored_rows._TYPED_STRUCT, "run_started", pa.struct([f for f in struct if f.name not in new_fields]))
+        stored_rows.arrow_schema.cache_clear()  # (cached: the schema of the fields above)
+        try:
+            led.emit("old-run", "run_started", {"config": {}, "config_hash": "0" * 64, "project": "p"}, 0, T0)
+            led.write()
+        finally:
+            stored_rows.arrow_schema.cache_clear()
+    assert not set(new_fields) & set(pq.read_schema(next(root.glob("**/run_id=old-run/*.parquet"))).names)
+    led.emit("new-run-abcd1234", "run_started", {"config": {}, "config_hash": "0" * 64, "project": "p", "name": "Old Run",
+                                                 "group": "g"}, 0, T0)
+    led.emit("old-run", "run_started", {"config": {}, "config_hash": "0" * 64, "project": "p"}, 0, T0, attempt=1)
+    led.write()
+    con = queries.connect(root)
+    assert sorted(con.execute('select run_id, attempt, name, "group" from runs').fetchall()) == [
+        ("new-run-abcd1234", 0, "Old Run", "g"), ("old-run", 0, "old-run", None), ("old-run", 1, "old-run", None)]
+    report = verify(root)
+    assert report.ok, report.text()

@@ -148,3 +148,21 @@ def test_live_points_stop_at_the_ledgers_position_so_a_kind_readable_later_is_no
     news = reader.new_points(RUN, 2)
     assert news["seq"] == 4 and news["metrics"]["acc"] == {"0": ([0], [0.1])} and news["step"]["loss"] == {"0": ([1], [4.9])}
     reader.close()
+
+
+def test_a_run_page_takes_a_name_one_run_has_and_lists_the_runs_a_shared_name_names(tmp_path):
+    """The dashboard finds a run by its name as the CLI does (`runledger.queries.names.resolve_run`)."""
+    led = Ledger(tmp_path / "root")
+    for run_id, name in (("twin-aaaa", "twin"), ("twin-bbbb", "twin"), ("solo-cccc", "solo"), ("old", None)):
+        started = {"config": {}, "config_hash": "0" * 64, "project": "p", **({"name": name} if name else {})}
+        led.emit(run_id, "run_started", started, 0, T0)
+        led.emit(run_id, "metrics", {"metrics": {"loss": 1.0}}, 1, T0)
+    led.write()
+    with client(tmp_path / "root", "127.0.0.1") as c:
+        assert c.get("/api/run/solo").json()["run_id"] == "solo-cccc"
+        assert c.get("/api/run/twin-aaaa").json()["run_id"] == "twin-aaaa"  # an id is one run
+        assert c.get("/api/run/old").json()["run_id"] == "old"  # no name stored: named by its id
+        assert c.get("/api/run/solo/series?source=metrics&keys=loss").status_code == 200
+        shared = c.get("/api/run/twin")
+        assert shared.status_code == 400
+        assert "ambiguous" in shared.json()["error"] and "twin-aaaa" in shared.json()["error"] and "twin-bbbb" in shared.json()["error"]
