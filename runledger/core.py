@@ -170,7 +170,7 @@ def metrics_payload(data: dict, ok_names: set[str], prefix: str = "", out: dict 
             metrics[name] = None
             out.setdefault("nonfinite", {})[name] = "nan" if v != v else ("inf" if v > 0 else "-inf")
     if len(metrics) > MAX_METRICS or len(out.get("text", ())) > MAX_METRICS:
-        raise LogError(f"{max(len(metrics), len(out['text']))} metrics in one call: at most {MAX_METRICS}")
+        raise LogError(f"{max(len(metrics), len(out.get('text', ())))} metrics in one call: at most {MAX_METRICS}")
     return out
 
 
