@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import signal
 import subprocess
 import sys
@@ -17,7 +16,6 @@ import numpy as np
 import pytest
 
 import runledger
-from runledger import wandb_compat
 from runledger.ledger import settings
 from support import REPO
 from support.processes import free_port
@@ -25,14 +23,6 @@ from support.reading import reader
 
 SKIPPED = ["Table", "Image", "Histogram", "plot.line", "plot.confusion_matrix", "watch", "unwatch", "use_artifact",
            "login", "Api", "sweep", "log_code", "mark_preempting", "alert(webhook_url=)", "Artifact.add_reference"]
-
-
-@pytest.fixture
-def warnings_said(caplog):
-    wandb_compat.WARNED.clear()
-    caplog.set_level(logging.WARNING, logger="runledger")
-    yield lambda: [r.getMessage() for r in caplog.records if r.name == "runledger" and r.levelno == logging.WARNING]
-    wandb_compat.WARNED.clear()
 
 
 def test_every_wandb_call_works_or_warns_once_naming_itself(local_root, tmp_path, warnings_said, capsys):

@@ -6,7 +6,6 @@ The same calls on a live run, read back with SQL: tests/integration/test_wandb_c
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import numpy as np
@@ -16,15 +15,6 @@ import runledger
 from runledger import wandb_compat
 from runledger.core import LogError, metrics_payload
 from runledger.ledger import settings
-
-
-@pytest.fixture
-def warnings_said(caplog):
-    """The `runledger` logger's warnings (each name warned once per process: the record is cleared first)."""
-    wandb_compat.WARNED.clear()
-    caplog.set_level(logging.WARNING, logger="runledger")
-    yield lambda: [r.getMessage() for r in caplog.records if r.name == "runledger" and r.levelno == logging.WARNING]
-    wandb_compat.WARNED.clear()
 
 
 @pytest.fixture
