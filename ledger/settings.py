@@ -118,3 +118,62 @@ def nats_url(flag: str | None = None, creds: str | Path | None = None, root_dir:
     if url_file.exists():
         return url_file.read_text().strip()
     return DEFAULT_NATS_URL
+
+
+# The dashboard's address: `runledger ui` records where it serves a root (DASHBOARD_FILE under the root:
+# its URL without any token, its process and host) while it runs, so that `runledger.init` can say where
+# to look (`run.url`); else the address the default `runledger ui` serves at.
+DASHBOARD_FILE = "dashboard.json"
+DASHBOARD_PORT = 8765  # `runledger ui`'s default (no registered service: a free-looking port near the usual dashboards')
+
+
+def default_dashboard_url() -> str:
+    return f"http://127.0.0.1:{DASHBOARD_PORT}/"
+
+
+def record_dashboard(root_dir: str | Path, url: str) -> Path | None:
+    """Record that this process serves the dashboard of `root_dir` at `url` (which must hold no token); None
+    where the root cannot be written (a reader's copy, say: then nothing is recorded)."""
+    import json
+    import socket
+
+    file = Path(root_dir) / DASHBOARD_FILE
+    tmp = file.with_name(f".{DASHBOARD_FILE}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "host": socket.gethostname()}))
+        os.replace(tmp, file)
+    except OSError:
+        return None
+    return file
+
+
+def forget_dashboard(root_dir: str | Path) -> None:
+    """Take back this process's record (another dashboard's, recorded since, stays)."""
+    import json
+
+    file = Path(root_dir) / DASHBOARD_FILE
+    try:
+        if json.loads(file.read_text()).get("pid") == os.getpid():
+            file.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def dashboard_url(root_dir: str | Path) -> str | None:
+    """The URL of a dashboard serving `root_dir` now (recorded by it; None if none, or its process is gone)."""
+    import json
+    import socket
+
+    try:
+        facts = json.loads((Path(root_dir) / DASHBOARD_FILE).read_text())
+        url, pid, host = str(facts["url"]), int(facts["pid"]), facts.get("host")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if host == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+    return url

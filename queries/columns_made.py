@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '98dcb8fa38d69775e058abccac004472'
+DIGEST = 'f3fe596a7c46f38ad789f4f253072bea'
 LAYOUT = r"""
 {
  "kinds": {
@@ -16,9 +16,10 @@ LAYOUT = r"""
   "decision": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["decision_id", "VARCHAR"], ["agent", "VARCHAR"], ["rule", "VARCHAR"], ["action", "VARCHAR"], ["params", "VARCHAR"], ["rationale", "VARCHAR"], ["evidence", "VARCHAR"], ["mode", "VARCHAR"]],
   "decision_applied": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["decision_id", "VARCHAR"], ["action", "VARCHAR"], ["status", "VARCHAR"], ["before", "VARCHAR"], ["after", "VARCHAR"], ["reason", "VARCHAR"]],
   "run_finished": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["status", "VARCHAR"], ["final_step", "BIGINT"], ["tokens_seen", "BIGINT"], ["final_loss", "DOUBLE"], ["reason", "VARCHAR"], ["summary", "VARCHAR"]],
-  "metrics": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["nonfinite", "MAP(VARCHAR, VARCHAR)"]],
-  "system": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["nonfinite", "MAP(VARCHAR, VARCHAR)"], ["interval_s", "DOUBLE"]],
-  "config": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["config", "VARCHAR"]]
+  "metrics": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["nonfinite", "MAP(VARCHAR, VARCHAR)"], ["text", "MAP(VARCHAR, VARCHAR)"]],
+  "system": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["nonfinite", "MAP(VARCHAR, VARCHAR)"], ["text", "MAP(VARCHAR, VARCHAR)"], ["interval_s", "DOUBLE"]],
+  "config": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["config", "VARCHAR"]],
+  "artifact": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["path", "VARCHAR"], ["sha256", "VARCHAR"], ["bytes", "BIGINT"], ["name", "VARCHAR"], ["type", "VARCHAR"], ["via", "VARCHAR"]]
  },
  "envelope": ["event_id", "run_id", "producer", "attempt", "seq", "kind", "time", "ts", "step", "schema_version", "prev_hash", "hash", "payload", "stream_seq", "ingested_at"],
  "quarantine": [["stream_seq", "BIGINT"], ["subject", "VARCHAR"], ["reason", "VARCHAR"], ["raw", "BLOB"], ["received_at", "TIMESTAMPTZ"], ["event_id", "VARCHAR"]],
@@ -36,7 +37,8 @@ LAYOUT = r"""
   "run_finished": "runs_finished",
   "metrics": "metric_events",
   "system": "system_events",
-  "config": "config_updates"
+  "config": "config_updates",
+  "artifact": "artifacts"
  }
 }
 """

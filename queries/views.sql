@@ -276,6 +276,10 @@ where narrow_value is not null;
 create or replace view config_updates as
 select * from {{kind:config}};
 
+-- files a run saved (`runledger.save`, `log_artifact`): their path, SHA-256 and size when recorded
+create or replace view artifacts as
+select * from {{kind:artifact}};
+
 -- input the ledger refused, with the raw bytes, the subject and the reason
 create or replace view quarantine as
 select * from {{quarantine}};

@@ -10,7 +10,9 @@
 
 then `runledger sql "select step, value from metrics where key = 'train/loss'"` or `runledger report RUN`.
 The module-level functions act on the current run (the last `init`), like W&B's, so a W&B script runs
-with `import runledger as wandb`: init, log, config, summary, alert, finish, define_metric, run.
+with `import runledger as wandb`: init, log, config, summary, alert, finish, define_metric, run, and the
+other calls W&B scripts make (save, log_artifact, Artifact, Table, Image, Histogram, plot, watch, login,
+Settings, Api, sweep, ...: `runledger.wandb_compat`, each working or skipped with one warning).
 See `runledger.core` for what each call records, and `runledger.levanter` for Levanter's tracker.
 """
 
@@ -18,10 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AlertLevel", "Config", "LogError", "Run", "Summary", "alert", "define_metric", "finish", "init", "log"]
+__all__ = ["AlertLevel", "Api", "Artifact", "Config", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
+           "alert", "define_metric", "finish", "init", "log", "log_artifact", "log_code", "login", "mark_preempting", "plot",
+           "save", "sweep", "unwatch", "use_artifact", "watch"]
 # Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
 # (tests/{unit,integration}/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
 _FROM_CORE = {"AlertLevel", "Config", "LogError", "Run", "Summary"}
+# W&B's other names, from runledger.wandb_compat (also on first use)
+_FROM_COMPAT = {"Api", "Artifact", "Histogram", "Image", "Settings", "Table", "plot", "login", "sweep", "watch", "unwatch"}
 
 
 def init(*args: Any, **kwargs: Any):
@@ -51,13 +57,41 @@ def finish(exit_code: int | None = None, quiet: bool | None = None, status: str 
     return True if Current.run is None else Current.run.finish(status, exit_code)
 
 
-def alert(title: str, text: str, level: str = "INFO", wait_duration: Any = None) -> None:
-    """`Run.alert` of the current run."""
-    _current().alert(title, text, level, wait_duration)
+def alert(title: str, text: str | None = None, level: str | None = "INFO", wait_duration: Any = None,
+          webhook_url: str | None = None) -> None:
+    """`Run.alert` of the current run (W&B's and Trackio's arguments)."""
+    _current().alert(title, text, level, wait_duration, webhook_url)
 
 
 def define_metric(name: str, step_metric: str | None = None, **kw: Any) -> None:
-    """Accepted for W&B scripts (see `Run.define_metric`)."""
+    """`Run.define_metric` of the current run."""
+    _current().define_metric(name, step_metric, **kw)
+
+
+def save(glob_str: Any = None, base_path: Any = None, policy: str = "live") -> list[str]:
+    """`Run.save` of the current run: each matching file's path and SHA-256 recorded."""
+    return _current().save(glob_str, base_path, policy)
+
+
+def log_artifact(artifact_or_path: Any, name: str | None = None, type: str | None = None, aliases: Any = None,
+                 tags: Any = None) -> Any:
+    """`Run.log_artifact` of the current run: each file's path and SHA-256 recorded."""
+    return _current().log_artifact(artifact_or_path, name, type, aliases, tags)
+
+
+def use_artifact(artifact_or_name: Any, type: str | None = None, aliases: Any = None, use_as: str | None = None) -> Any:
+    """`Run.use_artifact` of the current run (skipped, with one warning)."""
+    return _current().use_artifact(artifact_or_name, type, aliases, use_as)
+
+
+def log_code(*args: Any, **kwargs: Any) -> None:
+    """`Run.log_code` of the current run (skipped, with one warning)."""
+    _current().log_code(*args, **kwargs)
+
+
+def mark_preempting() -> None:
+    """`Run.mark_preempting` of the current run (skipped, with one warning)."""
+    _current().mark_preempting()
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +101,10 @@ def __getattr__(name: str) -> Any:
         import runledger.core
 
         return getattr(runledger.core, name)
+    if name in _FROM_COMPAT:
+        import runledger.wandb_compat
+
+        return getattr(runledger.wandb_compat, name)
     if name in ("run", "config", "summary"):
         from runledger.core import Config, Current, Summary
 

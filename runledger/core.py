@@ -42,6 +42,7 @@ from runledger.ledger.emit.spool import chain_dir
 from runledger.queries.names import slug
 from runledger.queries.thresholds import NAMES
 from runledger.system import SystemSampler
+from runledger.wandb_compat import Media, WandbRun, mode_of, silent, skipped, skipped_value, where_line
 
 log = logging.getLogger("runledger")
 
@@ -119,17 +120,22 @@ class Config(AttrDict):
     def setdefaults(self, data: dict) -> None:
         self.update({k: v for k, v in data.items() if k not in self})
 
+    def as_dict(self) -> dict:
+        return dict(self)
+
 
 class Summary(AttrDict):
-    """`run.summary`: what `finish` records as the run's summary: each metric's last logged value
-    unless set here."""
+    """`run.summary`: what `finish` records as the run's summary, read back during the run: each metric's
+    last logged value (or what `define_metric` asked for), and what was set here (until logged again)."""
 
 
 def metrics_payload(data: dict, ok_names: set[str], prefix: str = "", out: dict | None = None) -> dict:
     """The `metrics` payload of one `log` call: {"metrics": {name: float | None}} plus, when a value is
-    not finite, "nonfinite": {name: "nan" | "inf" | "-inf"}. A nested dict's names join with "/".
-    Raises LogError naming the first bad name or value. `ok_names`: names already checked (they repeat
-    every step, and checking each once is cheaper)."""
+    not finite, "nonfinite": {name: "nan" | "inf" | "-inf"}, and a string or None (as W&B's log takes
+    them) in "text": {name: str | None}. A nested dict's names join with "/". A value it cannot store yet
+    (a list, an array, a W&B Table, Image or Histogram) is skipped with one warning per kind
+    (`runledger.wandb_compat`). Raises LogError naming the first bad name. `ok_names`: names already
+    checked (they repeat every step, and checking each once is cheaper)."""
     if out is None and not prefix and ok_names.issuperset(data) and len(data) <= MAX_METRICS:
         types = set(map(type, data.values()))  # the common case at C speed: known names, finite floats
         if types <= _NUMBERS and (total := sum(data.values())) - total == 0.0:
@@ -148,20 +154,25 @@ def metrics_payload(data: dict, ok_names: set[str], prefix: str = "", out: dict 
             elif t is dict:
                 metrics_payload(v, ok_names, name + "/", out)
                 continue
-            elif v is None or isinstance(v, (str, bytes)):
-                raise LogError(f"metric {name!r}: {t.__name__} {str(v)[:40]!r} is not a number")
+            elif v is None or isinstance(v, str):
+                out.setdefault("text", {})[name] = None if v is None else str(v)
+                continue
+            elif isinstance(v, Media) or not hasattr(v, "__float__") or getattr(v, "ndim", 0):
+                skipped_value(name, v)
+                continue
             else:
                 try:  # numpy and JAX scalars, 0-d arrays
                     v = float(v)
                 except (TypeError, ValueError):
-                    raise LogError(f"metric {name!r}: a {t.__name__} is not a number (log a scalar)") from None
+                    skipped_value(name, v)
+                    continue
         if v - v == 0.0:
             metrics[name] = v
         else:  # nan (nan - nan is nan), inf, -inf (inf - inf is nan)
             metrics[name] = None
             out.setdefault("nonfinite", {})[name] = "nan" if v != v else ("inf" if v > 0 else "-inf")
-    if len(metrics) > MAX_METRICS:
-        raise LogError(f"{len(metrics)} metrics in one call: at most {MAX_METRICS}")
+    if len(metrics) > MAX_METRICS or len(out.get("text", ())) > MAX_METRICS:
+        raise LogError(f"{max(len(metrics), len(out.get('text', ())))} metrics in one call: at most {MAX_METRICS}")
     return out
 
 
@@ -244,19 +255,23 @@ def _last_step(root: Path, spool: Path, run_id: str) -> int | None:
     return max(steps, default=None)
 
 
-class Run:
-    """One attempt of a run, logging through a sink; made by `init`."""
+class Run(WandbRun):
+    """One attempt of a run, logging through a sink; made by `init`. W&B's other calls of a run (url, dir,
+    save, log_artifact, define_metric, ...) are `runledger.wandb_compat.WandbRun`'s."""
 
     def __init__(self, run_id: str, *, project: str | None, name: str | None, root: Path, sink, attempt: int,
-                 config: dict, tags: list[str], first_step: int, attachment: local.Attachment | None) -> None:
+                 config: dict, tags: list[str], first_step: int, attachment: local.Attachment | None,
+                 mode: str = "online", entity: str | None = None) -> None:
         self.id = self.run_id = run_id
+        self.mode, self.entity = mode, entity
         self.name, self.project, self.root, self.attempt, self.tags = name or run_id, project, root, attempt, tags
         self._sink, self._attachment = sink, attachment
         self._step = first_step  # the next step `log` takes when not given one
         self._pending: dict | None = None  # log(commit=False) data waiting for its step's commit
         self._pending_step: int | None = None
         self._names: set[str] = set()
-        self._last: dict = {}  # each metric's last value: the summary's default
+        self._top = -1  # the highest step this attempt logged: a lower one is dropped (as W&B does)
+        self._dropped = 0
         self.finished = False
         self.config = Config({})
         self.config.update(config)
@@ -280,11 +295,15 @@ class Run:
             raise LogError(f"log takes a dict of names to numbers, not a {type(data).__name__}")
         if step is None:
             step = self._step if self._pending_step is None else self._pending_step
-        elif type(step) is not int or step < 0:
-            if hasattr(step, "__index__") and not isinstance(step, bool) and step.__index__() >= 0:
-                step = step.__index__()
-            else:
-                raise LogError(f"step {step!r} is not an integer >= 0")
+        else:
+            if type(step) is not int or step < 0:
+                if hasattr(step, "__index__") and not isinstance(step, bool) and step.__index__() >= 0:
+                    step = step.__index__()
+                else:
+                    raise LogError(f"step {step!r} is not an integer >= 0")
+            if step < self._top:
+                self._drop_step(step)
+                return
         if self._pending is not None and step != self._pending_step:
             self._commit()
         known = len(self._names)
@@ -311,27 +330,46 @@ class Run:
     def _emit_metrics(self, payload: dict, step: int) -> None:
         with _Deferred.signals():
             self._sink.emit_dict("metrics", payload, step)
-        self._last.update(payload["metrics"])
-        if step >= self._step:  # (a step below the last is recorded too, but the count goes on from the last)
-            self._step = step + 1
+        if len(payload) == 1 and self._defined is None:
+            self.summary.update(payload["metrics"])
+        else:
+            self._summarize({**payload["metrics"], **payload.get("text", {})})
+        if step > self._top:
+            self._top = step
+            if step >= self._step:
+                self._step = step + 1
 
-    def alert(self, title: str, text: str, level: str = AlertLevel.INFO, wait_duration: Any = None) -> None:
-        """Record an alert (W&B's `alert`): INFO, WARN or ERROR (as info, warn, fail)."""
-        severity = _SEVERITY.get(str(getattr(level, "value", level)).upper())
+    def _drop_step(self, step: int) -> None:
+        """A step below the last this attempt logged is dropped, as W&B drops it; counted in the summary's
+        `_dropped_steps` (a resumed attempt may redo the steps of the one before: those are kept)."""
+        self._dropped += 1
+        self.summary["_dropped_steps"] = self._dropped
+        skipped("log of a lower step", f"step {step} is below step {self._top}, the last this attempt logged: dropped, "
+                "as W&B does (counted in the summary's _dropped_steps)")
+
+    def _record(self, kind: str, payload: dict) -> None:
+        """Emit an event of `kind` at the last step logged (the calls beyond log: config, alert, artifact)."""
+        if self.finished:
+            raise LogError(f"run {self.run_id} is finished: start another with runledger.init()")
+        with _Deferred.signals():
+            self._sink.emit_dict(kind, payload, self._step - 1 if self._step else None)
+
+    def alert(self, title: str, text: str | None = None, level: str | None = AlertLevel.INFO, wait_duration: Any = None,
+              webhook_url: str | None = None) -> None:
+        """Record an alert (W&B's and Trackio's `alert`): INFO, WARN or ERROR (as info, warn, fail). A
+        `webhook_url` is not called from here (`runledger notify` delivers alerts): one warning."""
+        severity = _SEVERITY.get(str(getattr(level, "value", level) or AlertLevel.INFO).upper())
         if severity is None:
             raise LogError(f"alert level {level!r}: INFO, WARN or ERROR")
-        with _Deferred.signals():
-            self._sink.emit_dict("alert", {"alert_id": f"{self.run_id}:{self.attempt}:{secrets.token_hex(6)}",
-                                           "agent": self._producer, "rule": str(title), "severity": severity,
-                                           "message": str(text)}, self._step - 1 if self._step else None)
-
-    def define_metric(self, name: str, step_metric: str | None = None, **kw: Any) -> None:
-        """Accepted for W&B scripts; every metric is kept at every step, so there is nothing to define."""
+        if webhook_url is not None:
+            skipped("alert(webhook_url=)", "runledger notify delivers alerts to webhooks; the alert itself is recorded")
+        self._record("alert", {"alert_id": f"{self.run_id}:{self.attempt}:{secrets.token_hex(6)}",
+                               "agent": self._producer, "rule": str(title), "severity": severity,
+                               "message": "" if text is None else str(text)})
 
     def _config_changed(self, changes: dict) -> None:
         if not self.finished:
-            with _Deferred.signals():
-                self._sink.emit_dict("config", {"config": changes}, self._step - 1 if self._step else None)
+            self._record("config", {"config": changes})
 
     @property
     def _producer(self) -> str:
@@ -350,10 +388,11 @@ class Run:
             raise LogError(f"status {status!r}: completed, failed or stopped")
         if self._pending is not None:
             self._commit()
+        self._save_at_end()
         if self._sampler is not None:
             self._sampler.stop()
         self.finished = True
-        summary = {k: v for k, v in {**self._last, **{k: _json_value(v) for k, v in self.summary.items()}}.items()
+        summary = {k: v for k, v in {k: _json_value(v) for k, v in self.summary.items()}.items()
                    if v is None or isinstance(v, (int, float, str, bool))}
         summary = dict(list(summary.items())[-MAX_METRICS:])
         loss = summary.get("loss", summary.get("train/loss"))
@@ -486,7 +525,7 @@ class Current:
 def init(project: str | None = None, name: str | None = None, config: dict | Any = None, tags: list[str] | None = None,
          resume: bool | str | None = None, id: str | None = None, *, root: str | Path | None = None,
          nats: str | None = None, producer: str = PRODUCER, system_metrics: bool | float = True,
-         thresholds: dict[str, float] | None = None, mode: str = "online", **ignored: Any) -> Run:
+         thresholds: dict[str, float] | None = None, mode: str | None = None, **ignored: Any) -> Run:
     """Start a run (or, with `resume`, the run's next attempt) and make it the current one.
 
     project, config, tags: as W&B's. name: the run's display name, not unique (any number of runs may
@@ -505,10 +544,16 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     system_metrics: sample the machine every 10 s (a number: every that many seconds); False: never.
     thresholds: overrides of the health checks' thresholds (`runledger audit health`), by name
         (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
-    mode: "disabled" records nothing (every call still works). W&B's group, job_type and notes are
-    recorded in `run_started` (columns of the `runs` view); its other arguments (entity, dir, reinit,
-    ...) are accepted.
+    mode: "online", "offline" or "disabled" (else settings=Settings(mode=...), $RUNLEDGER_MODE, $WANDB_MODE):
+        "disabled" records nothing and starts nothing (every call still works).
+    group, job_type, notes: W&B's, recorded in `run_started` (columns of the `runs` view). Other W&B
+    arguments (entity, dir, reinit, settings, ...) are accepted. init says on stderr, in one line, the run id, the root and
+    where to look (unless $RUNLEDGER_SILENT or $WANDB_SILENT is set, or settings' silent).
     """
+    try:
+        mode = mode_of(mode, ignored.get("settings"))
+    except ValueError as err:
+        raise LogError(str(err)) from None
     if resume not in _RESUME:
         raise LogError(f"resume={resume!r}: True, False, 'allow', 'must' or 'never'")
     if config is not None and not isinstance(config, dict):
@@ -536,7 +581,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
         raise LogError(f"run id {run_id!r}: 1-64 of a-z 0-9 _ - starting with a letter or digit")
     if mode == "disabled":
         run = Run(run_id, project=project, name=name, root=root, sink=NullSink(), attempt=0, config=config,
-                  tags=list(tags or []), first_step=0, attachment=None)
+                  tags=list(tags or []), first_step=0, attachment=None, mode=mode, entity=ignored.get("entity"))
         Current.started(run)
         return run
     remote = nats or os.environ.get(settings.NATS_ENV) or os.environ.get(settings.CREDS_ENV)
@@ -567,7 +612,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
         raise
     interval = None if system_metrics is False else (10.0 if system_metrics is True else float(system_metrics))
     run = Run(run_id, project=project, name=name, root=root, sink=sink, attempt=attempt, config=config,
-              tags=[str(t) for t in tags or []], first_step=first_step, attachment=attachment)
+              tags=[str(t) for t in tags or []], first_step=first_step, attachment=attachment, mode=mode,
+              entity=ignored.get("entity"))
     started = {"config": dict(run.config), "config_hash": hashlib.sha256(canonical_json(dict(run.config)).encode()).hexdigest(),
                "tags": run.tags, "hardware": {**origin(producer), "python": platform.python_version(),
                                               "platform": platform.platform(), "cpus": os.cpu_count()}}
@@ -582,4 +628,6 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     if interval:
         run._sampler = SystemSampler(sink, interval, root).start()
     Current.started(run)
+    if not silent(ignored.get("settings")):
+        print(where_line(run), file=sys.stderr, flush=True)  # (W&B's "View run at": a user's line, not a log record)
     return run

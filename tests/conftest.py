@@ -64,3 +64,17 @@ def ledger_process(tmp_path, nats_server, root):
     lp.kill()
 
 
+
+
+@pytest.fixture
+def warnings_said(caplog):
+    """The `runledger` logger's warnings, as a function (runledger.wandb_compat warns once per name per
+    process: its record is cleared before and after)."""
+    import logging
+
+    from runledger import wandb_compat
+
+    wandb_compat.WARNED.clear()
+    caplog.set_level(logging.WARNING, logger="runledger")
+    yield lambda: [r.getMessage() for r in caplog.records if r.name == "runledger" and r.levelno == logging.WARNING]
+    wandb_compat.WARNED.clear()

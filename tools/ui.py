@@ -10,7 +10,7 @@ from runledger.tools import checks
 from runledger.tools.args import UsageError, add_nats, add_root
 
 log = logging.getLogger(__name__)
-DEFAULT_PORT = 8765  # (no registered service: a free-looking port near the usual dashboards')
+DEFAULT_PORT = settings.DASHBOARD_PORT
 
 
 def register(sub) -> None:
@@ -83,6 +83,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             port = server.servers[0].sockets[0].getsockname()[1]
             host = f"[{args.host}]" if ":" in args.host else args.host
             token = access.write_token if (args.token is None and access.open_reads) else None
+            settings.record_dashboard(args.root, f"http://{host}:{port}/")  # (for runledger.init's line: no token)
             print(f"http://{host}:{port}/" + (f"?token={token}" if token else ""), flush=True)
             log.info("runledger ui over %s (live updates from %s)%s", args.root, nats_url,
                      "" if token else "; open it with ?token=YOUR_TOKEN once")
@@ -90,5 +91,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     import asyncio
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    finally:
+        settings.forget_dashboard(args.root)
     return 0

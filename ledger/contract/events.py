@@ -442,10 +442,13 @@ def _nonfinite_named(cls, data: Any) -> Any:
 class MetricsLogged(Payload):
     """Any named numbers a loop logged at a step (`runledger.log`). JSON cannot carry NaN or infinity:
     a value that is not finite is null in `metrics` and named in `nonfinite` with its kind, so it is
-    recorded, never dropped."""
+    recorded, never dropped. A string logged under a name, or None (W&B's log takes both), is in
+    `text` (None as null), not in `metrics`."""
 
     metrics: Metrics
     nonfinite: NonFiniteNames = Field(default_factory=dict)
+    text: Annotated[dict[MetricName, str | None], Field(max_length=MAX_METRICS), StoredAsMap()] = Field(
+        default_factory=dict, description="the names logged with a string, or None (null), at this step")
 
     _named = model_validator(mode="before")(classmethod(_nonfinite_named))
 
@@ -456,6 +459,18 @@ class SystemSampled(MetricsLogged):
     MetricsLogged."""
 
     interval_s: Finite | None = None
+
+
+class ArtifactSaved(Payload):
+    """A file the run saved (`runledger.save`, `log_artifact`): where it was and its SHA-256 when recorded
+    (the file itself stays where it is: the ledger keeps its identity, not its bytes)."""
+
+    path: str = Field(description="the file's absolute path on the producer's machine")
+    sha256: Annotated[str, Field(pattern=HASH_RE.pattern)]
+    bytes: NonNeg
+    name: str | None = Field(None, description="the artifact's name (log_artifact), else null")
+    type: str | None = Field(None, description="the artifact's type (e.g. model, dataset), else null")
+    via: Literal["save", "log_artifact"]
 
 
 class ConfigUpdated(Payload):
@@ -490,6 +505,7 @@ REGISTRY: dict[str, Kind] = {
     "metrics": Kind(MetricsLogged, "metric_events", ("worker",)),  # long form: metrics_all, metrics
     "system": Kind(SystemSampled, "system_events", ("worker",)),  # long form: system_metrics
     "config": Kind(ConfigUpdated, "config_updates", ("worker",)),
+    "artifact": Kind(ArtifactSaved, "artifacts", ("worker",)),  # a worker's on its own run (`runledger.save`)
 }
 KINDS: dict[str, type[Payload]] = {kind: k.model for kind, k in REGISTRY.items()}
 VIEWS: dict[str, str] = {kind: k.view for kind, k in REGISTRY.items()}

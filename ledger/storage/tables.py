@@ -196,6 +196,9 @@ class Tables:
                     if f.type == pa.map_(pa.string(), pa.float64()):
                         kind = MapType(key_id=1, key_type=StringType(), value_id=2, value_type=DoubleType(),
                                        value_required=False)  # (ids given anew by add_column)
+                    elif f.type == pa.map_(pa.string(), pa.string()):  # (a MAP field a newer contract added: metrics' text)
+                        kind = MapType(key_id=1, key_type=StringType(), value_id=2, value_type=StringType(),
+                                       value_required=False)
                     elif f.type == pa.float64():
                         kind = DoubleType()
                     elif f.type == pa.string():  # a field the contract gained (run_started.name, say): older rows read null

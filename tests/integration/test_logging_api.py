@@ -83,14 +83,11 @@ def test_bad_input_gets_a_one_line_error_and_loses_nothing_accepted(local_root):
     run = runledger.init(id="bad-input", system_metrics=False)
     runledger.log({"loss": 1.0}, step=0)
     bad = [
-        ({"loss": "high"}, "is not a number"),
-        ({"loss": None}, "is not a number"),
         ({"x" * (MAX_METRIC_NAME + 1): 1.0}, "characters"),
         ({"": 1.0}, "characters"),
         ({"a\nb": 1.0}, "control character"),
         ({1: 1.0}, "is not a string"),
         ({f"k{i}": 1.0 for i in range(MAX_METRICS + 1)}, f"at most {MAX_METRICS}"),
-        ({"loss": np.zeros(3)}, "is not a number"),
         ([("loss", 1.0)], "takes a dict"),
     ]
     for data, reason in bad:
