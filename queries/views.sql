@@ -6,9 +6,27 @@
 create or replace view events as
 {{all_kinds}};
 
--- one row per (run, producer attempt) that started: config, budget, schedule, thresholds
+-- one row per (run, producer attempt) that started: config, budget, schedule, thresholds, and its `state`
+-- (the contract's RUN_STATES): finished (run_finished completed), failed (failed or stopped), crashed (no
+-- run_finished, and its last heartbeat, or its start, older than HEARTBEAT_MISSED = 2.5 of its heartbeat
+-- interval: the process is gone), else running (a run that sends no heartbeat reads running until it finishes)
 create or replace view runs as
-select * from {{kind:run_started}};
+select r.*, case when f.status = 'completed' then 'finished'
+                 when f.status is not null then 'failed'
+                 when coalesce(h.interval_s, r.heartbeat_s) is not null
+                      and greatest(r.ts, h.last_beat) < now() - to_microseconds(cast(2.5e6 * coalesce(h.interval_s, r.heartbeat_s) as bigint))
+                     then 'crashed'
+                 else 'running' end as state
+from {{kind:run_started}} r
+left join (select run_id, producer, attempt, arg_max(status, seq) as status from {{kind:run_finished}} group by all) f
+    using (run_id, producer, attempt)
+left join (select run_id, producer, attempt, max(ts) as last_beat, arg_max(interval_s, seq) as interval_s
+           from {{kind:heartbeat}} group by all) h
+    using (run_id, producer, attempt);
+
+-- the `heartbeat` events of live processes (runledger.init's run, the trainer's worker)
+create or replace view heartbeats as
+select * from {{kind:heartbeat}};
 
 -- the typed `step` events of runledger's own trainer, as stored
 create or replace view step_events as

@@ -161,6 +161,7 @@ MINIMAL = {
     "metrics": {"metrics": {"val/accuracy": 0.5, "router/layer_3/entropy": 2.0}},
     "system": {"metrics": {"cpu/percent": 12.5}},
     "config": {"config": {"lr": 0.001}},
+    "heartbeat": {"host": "node-1", "pid": 4242, "interval_s": 30.0},
 }
 
 
