@@ -35,7 +35,7 @@ from runledger.ledger import local, settings
 from runledger.ledger.redact import redact
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.emit.chains import claim_attempt, next_attempt
+from runledger.ledger.emit.chains import claim_attempt, ledger_attempts, next_attempt
 from runledger.ledger.contract.columns import WIDE_COLUMNS_PER_RUN
 from runledger.ledger.emit.emitter import Emitter, origin, send_leftovers
 from runledger.ledger.emit.heartbeat import Heartbeat, interval_s as heartbeat_interval_s
@@ -511,6 +511,9 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     try:
         spooled = (spool / run_id).exists()  # (before the claim below makes a folder there)
         if fresh:
+            if attachment is not None:  # (the root's ledger may be starting: finish's verdict needs it up)
+                with contextlib.suppress(RuntimeError):
+                    ledger_attempts(run_id, producer, url, LEDGER_WAIT_S)
             attempt = claim_attempt(spool, run_id, producer, 0)
         else:
             attempt, producer = _attempt(run_id, producer, spool, None if offline else url,
