@@ -31,6 +31,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -43,6 +44,7 @@ from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
 from runledger.ledger.bus.natsserver import NOTIFY_DURABLE
 from runledger.ledger.bus.consumers import rewind_to_ack_floor, stream_seq
 from runledger.ledger.ingest.service import decode_message
+from runledger.ledger.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -298,51 +300,77 @@ async def ensure_consumer(js, durable: str, from_start: bool, ack_wait_s: float 
     return ack_wait_s
 
 
-async def serve(routes: list[Route], nats_url: str, durable: str = DURABLE, from_start: bool = False,
-                stop: asyncio.Event | None = None, ready: asyncio.Event | None = None, poll_s: float = POLL_S,
-                report_every_s: float = 60.0, ack_wait_s: float = ACK_WAIT_S) -> Counters:
+async def serve(routes: list[Route], nats_url: str | Callable[[], str | None], durable: str = DURABLE,
+                from_start: bool = False, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None,
+                poll_s: float = POLL_S, report_every_s: float = 60.0, ack_wait_s: float = ACK_WAIT_S) -> Counters:
     """Deliver until `stop` (set by SIGTERM/SIGINT in the CLI). What is not delivered by then stays unacked
     and comes again at the next start. `ready` is set once the consumer exists; `ack_wait_s` is a new
-    consumer's ack_wait (held messages are marked in progress every third of it)."""
+    consumer's ack_wait (held messages are marked in progress every third of it).
+
+    `nats_url` may be a function naming the server each time it is called (None: none now): notify
+    waits for one, and once it names another (a root's embedded server stopped when idle and came back
+    on a new port) it lets the old connection go and takes up its consumer on the new server, where
+    the same JetStream store holds it. The routes' queues and the messages held go on across the move."""
     stop = stop or asyncio.Event()
+    url_of = nats_url if callable(nats_url) else (lambda: nats_url)
     notifier = Notifier(routes)
-    nc = await bus.connect(nats_url, name=durable)
-    tasks: list[asyncio.Task] = []
+    tasks = [asyncio.create_task(s.run(), name=f"route-{s.route.name}") for s in notifier.senders]
+    tasks.append(asyncio.create_task(notifier.keep_in_progress(stop)))
     try:
-        js = nc.jetstream()
-        await bus.ensure_stream(js)
-        notifier.ack_wait_s = await ensure_consumer(js, durable, from_start, ack_wait_s)
-        puller = await bus.Puller(nc, STREAM, durable).start()
-        tasks = [asyncio.create_task(s.run(), name=f"route-{s.route.name}") for s in notifier.senders]
-        tasks.append(asyncio.create_task(notifier.keep_in_progress(stop)))
-        if ready is not None:
-            ready.set()
-        log.info("notify: consumer %s, routes %s", durable, ", ".join(f"{r.name} ({r.format})" for r in routes))
-        reported = time.monotonic()
         while not stop.is_set():
-            room = MAX_PENDING - len(notifier.held)
-            if room <= 0:  # the slowest route is MAX_PENDING messages behind: let it catch up
-                await asyncio.sleep(poll_s)
-                continue
+            got = await bus.connect_when(url_of, stop, durable, poll_s)
+            if got is None:
+                break
+            nc, url = got
             try:
-                msgs = await puller.fetch(min(FETCH_BATCH, room), timeout=poll_s)
-            except bus.PullError as err:
-                log.warning("%s", err)
-                await asyncio.sleep(poll_s)
-                continue
-            for m in msgs:
-                await notifier.take(m)
-            for t in tasks:
-                if t.done() and not t.cancelled() and t.exception():  # a sender's bug: stop loudly, nothing acked
-                    raise t.exception()
-            if time.monotonic() - reported > report_every_s:
-                reported = time.monotonic()
-                log.info("notify: %s; held %d", notifier.counters.line(), len(notifier.held))
+                await _consume(nc, url, url_of, notifier, tasks, durable, from_start, stop, ready, poll_s,
+                               report_every_s, ack_wait_s)
+            finally:
+                try:
+                    await asyncio.wait_for(nc.close(), 5)
+                except Exception as err:  # (asyncio.TimeoutError too) a server gone: nothing to close cleanly
+                    log.debug("closing the connection to %s: %s", url, err)
     finally:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await nc.close()
         log.info("notify stopped: %s; %d messages left unacked for next time", notifier.counters.line(),
                  len(notifier.held))
     return notifier.counters
+
+
+async def _consume(nc, url: str, url_of, notifier: Notifier, tasks: list, durable: str, from_start: bool,
+                   stop: asyncio.Event, ready: asyncio.Event | None, poll_s: float, report_every_s: float,
+                   ack_wait_s: float) -> None:
+    """Deliver from one connection until `stop`, or until `url_of()` names another server."""
+    js = nc.jetstream()
+    await bus.ensure_stream(js)
+    notifier.ack_wait_s = await ensure_consumer(js, durable, from_start, ack_wait_s)
+    puller = await bus.Puller(nc, STREAM, durable).start()
+    if ready is not None:
+        ready.set()
+    log.info("notify: consumer %s at %s, routes %s", durable, redact(url),
+             ", ".join(f"{s.route.name} ({s.route.format})" for s in notifier.senders))
+    reported = time.monotonic()
+    while not stop.is_set():
+        if (now := url_of()) != url:
+            log.info("notify: the server moved from %s to %s: following it", redact(url), redact(now) if now else "none yet")
+            return
+        room = MAX_PENDING - len(notifier.held)
+        if room <= 0:  # the slowest route is MAX_PENDING messages behind: let it catch up
+            await asyncio.sleep(poll_s)
+            continue
+        try:
+            msgs = await puller.fetch(min(FETCH_BATCH, room), timeout=poll_s)
+        except bus.PullError as err:
+            log.warning("%s", err)
+            await asyncio.sleep(poll_s)
+            continue
+        for m in msgs:
+            await notifier.take(m)
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception():  # a sender's bug: stop loudly, nothing acked
+                raise t.exception()
+        if time.monotonic() - reported > report_every_s:
+            reported = time.monotonic()
+            log.info("notify: %s; held %d", notifier.counters.line(), len(notifier.held))

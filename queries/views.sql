@@ -8,10 +8,24 @@ create or replace view events as
 
 -- one row per (run, producer attempt) that started: config, budget, schedule, thresholds; `name` the
 -- run's display name (not unique: run_id is the id), else the name another attempt of the run gave,
--- else run_id (a run started before names were kept); W&B's "group", job_type and notes
+-- else run_id (a run started before names were kept); W&B's "group", job_type and notes; and its `state`
+-- (the contract's RUN_STATES): finished (run_finished completed), failed (failed or stopped), crashed (no
+-- run_finished, and its last heartbeat, or its start, older than HEARTBEAT_MISSED = 2.5 of its heartbeat
+-- interval: the process is gone), else running (a run that sends no heartbeat reads running until it finishes)
 create or replace view runs as
-select * replace (coalesce(s.name, min(s.name) over (partition by s.run_id), s.run_id) as name)
-from {{kind:run_started}} s;  -- (s.name: the macro metric(name) below binds through this view)
+select r.* replace (coalesce(r.name, min(r.name) over (partition by r.run_id), r.run_id) as name),
+       case when f.status = 'completed' then 'finished'
+            when f.status is not null then 'failed'
+            when coalesce(h.interval_s, r.heartbeat_s) is not null
+                 and greatest(r.ts, h.last_beat) < now() - to_microseconds(cast(2.5e6 * coalesce(h.interval_s, r.heartbeat_s) as bigint))
+                then 'crashed'
+            else 'running' end as state
+from {{kind:run_started}} r  -- (r.name: the macro metric(name) below binds through this view)
+left join (select run_id, producer, attempt, arg_max(status, seq) as status from {{kind:run_finished}} group by all) f
+    using (run_id, producer, attempt)
+left join (select run_id, producer, attempt, max(ts) as last_beat, arg_max(interval_s, seq) as interval_s
+           from {{kind:heartbeat}} group by all) h
+    using (run_id, producer, attempt);
 
 -- one row per run: its id, its name (its first attempt's), project and start: what a name is looked up in
 create or replace view run_names as
@@ -33,6 +47,10 @@ create or replace macro run_of(run) as (
                    || ' (give one''s id)') end
     from run_names
     where run_id = run or name = run);
+
+-- the `heartbeat` events of live processes (runledger.init's run, the trainer's worker)
+create or replace view heartbeats as
+select * from {{kind:heartbeat}};
 
 -- the typed `step` events of runledger's own trainer, as stored
 create or replace view step_events as

@@ -32,10 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from runledger.ledger import local, settings
+from runledger.ledger.redact import redact
 from runledger.ledger.contract.canonical import canonical_json
-from runledger.ledger.emit.chains import next_attempt
+from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.emit.chains import claim_attempt, ledger_attempts, next_attempt
 from runledger.ledger.contract.columns import WIDE_COLUMNS_PER_RUN
 from runledger.ledger.emit.emitter import Emitter, origin, send_leftovers
+from runledger.ledger.emit.heartbeat import Heartbeat, interval_s as heartbeat_interval_s
 from runledger.ledger.contract.events import MAX_LABEL, MAX_METRIC_NAME, MAX_METRICS, NAME_RE
 from runledger.ledger.emit.sink import NullSink
 from runledger.ledger.emit.spool import chain_dir
@@ -48,6 +51,8 @@ log = logging.getLogger("runledger")
 
 PRODUCER = "main"  # the producer name of a run's own process (several processes of one run: pass producer=)
 LEDGER_WAIT_S = 60.0  # for the ledger to say a run's attempts (the local one may be starting)
+REMOTE_LEDGER_WAIT_S = 5.0  # the same for a server of $RUNLEDGER_NATS, whose ledger runs already or not at all
+REACH_S = 3.0  # for a server of $RUNLEDGER_NATS to accept a connection; else the run starts offline
 FINISH_TIMEOUT_S = 60.0  # for the ledger to store what the run logged
 _BAD_NAME = re.compile(r"[\x00-\x1f\x7f]")
 _NUMBERS = frozenset({float, int})
@@ -207,17 +212,17 @@ def new_run_id(name: str | None, project: str | None) -> str:
     return f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{suffix[:6]}"
 
 
-def _which_run(root: Path, name: str | None, project: str | None, resume: bool | str | None) -> str:
-    """The run `init` starts or goes on with when given no id: with `resume` and a name, the one run of
-    that name in that project (a run stored before names were kept: the one whose id is the name made an
-    id, as it was given then); else a new one."""
+def _which_run(root: Path, name: str | None, project: str | None, resume: bool | str | None) -> tuple[str, bool]:
+    """The run `init` starts or goes on with when given no id, and whether it is new: with `resume` and a
+    name, the one run of that name in that project (a run stored before names were kept: the one whose id
+    is the name made an id, as it was given then); else a new one."""
     if name is None or resume in (None, False, "never"):
-        return new_run_id(name, project)
+        return new_run_id(name, project), True
     from runledger.queries.names import runs_named  # (DuckDB: only to look a name up)
 
     found = runs_named(root, name, project)
     if len(found) == 1:
-        return found[0]
+        return found[0], False
     if not found and resume == "must":
         raise LogError(f"no run is named {name!r} in project {project!r}, and resume='must'")
     if found:
@@ -226,7 +231,7 @@ def _which_run(root: Path, name: str | None, project: str | None, resume: bool |
                            "pass id= to say which")
         log.warning("%d runs are named %r in project %r (%s): starting a new one; pass id= to go on with one of them",
                     len(found), name, project, ", ".join(found))
-    return new_run_id(name, project)
+    return new_run_id(name, project), True
 
 
 def _code_commit() -> str | None:
@@ -278,6 +283,8 @@ class Run(WandbRun):
         object.__setattr__(self.config, "_run", self)
         self.summary = Summary()
         self._sampler: SystemSampler | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._offline = False  # init found no server (or mode="offline"): the spool holds the events
 
     # -- logging
 
@@ -391,6 +398,8 @@ class Run(WandbRun):
         self._save_at_end()
         if self._sampler is not None:
             self._sampler.stop()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         self.finished = True
         summary = {k: v for k, v in {k: _json_value(v) for k, v in self.summary.items()}.items()
                    if v is None or isinstance(v, (int, float, str, bool))}
@@ -405,11 +414,13 @@ class Run(WandbRun):
         if reason:
             payload["reason"] = reason[:2000]
         self._sink.emit_dict("run_finished", payload, self._step - 1 if self._step else None)
-        ok = self._sink.close(timeout) if isinstance(self._sink, Emitter) else self._sink.close()
+        if self._offline and not (isinstance(self._sink, Emitter) and self._sink.publisher.connected_once):
+            timeout = 0.0  # its server never answered: the events are in the spool, as init said
+        ok = self._sink.close(timeout, not self._offline) if isinstance(self._sink, Emitter) else self._sink.close()
         if self._attachment is not None:
             self._attachment.release()
         Current.finished(self)
-        if not ok:
+        if not ok and not self._offline:
             log.warning("run %s: the ledger has not confirmed every event yet; they stay in the spool and are sent later",
                         self.run_id)
         return ok
@@ -571,12 +582,13 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     if unknown:
         raise LogError(f"unknown thresholds {', '.join(unknown)} (known: {', '.join(sorted(NAMES))})")
     root = Path(settings.root(root))
+    fresh = id is None  # a new id: no chain of it exists anywhere, so attempt 0 is its own
     if id is not None:
         run_id = str(id)
     elif mode == "disabled":
         run_id = new_run_id(name, project)
     else:
-        run_id = _which_run(root, name, project, resume)
+        run_id, fresh = _which_run(root, name, project, resume)
     if not NAME_RE.fullmatch(run_id):
         raise LogError(f"run id {run_id!r}: 1-64 of a-z 0-9 _ - starting with a letter or digit")
     if mode == "disabled":
@@ -585,24 +597,37 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
         Current.started(run)
         return run
     remote = nats or os.environ.get(settings.NATS_ENV) or os.environ.get(settings.CREDS_ENV)
-    attachment = None if remote else local.attach(root)
-    url = settings.nats_url(nats) if remote else attachment.url
+    url = settings.nats_url(nats) if remote and mode != "offline" else None
+    offline = f"mode={mode}" if mode == "offline" else ""  # why this run is spooled only, at first
+    if url is not None and not bus.reachable(url, REACH_S):
+        offline = f"nothing answers at {redact(url)}"
+    attachment = None if remote or offline else local.attach(root)
+    url = attachment.url if attachment else url
     spool = settings.spool_dir(root)
     attempt = None
+    asked = producer
     try:
         spooled = (spool / run_id).exists()  # (before the claim below makes a folder there)
-        attempt = next_attempt(run_id, producer, spool, nats_url=url, wait_s=LEDGER_WAIT_S)  # claimed; 0: none known
-        exists = attempt > 0 or spooled
+        if fresh:
+            if attachment is not None:  # (the root's ledger may be starting: finish's verdict needs it up)
+                with contextlib.suppress(RuntimeError):
+                    ledger_attempts(run_id, producer, url, LEDGER_WAIT_S)
+            attempt = claim_attempt(spool, run_id, producer, 0)
+        else:
+            attempt, producer = _attempt(run_id, producer, spool, None if offline else url,
+                                         LEDGER_WAIT_S if attachment else REMOTE_LEDGER_WAIT_S)
+        exists = attempt > 0 or spooled or (producer != asked and _stored(root, run_id))
         if exists and resume in (None, False, "never"):
             raise LogError(f"run {run_id!r} exists; pass resume=True to go on with it, or another name")
-        if not exists and resume == "must":
+        if not exists and resume == "must" and producer == asked:
             raise LogError(f"run {run_id!r} does not exist, and resume='must'")
         first_step = 0
         if exists:
-            send_leftovers(spool, url, run_id)
+            if not offline:
+                send_leftovers(spool, url, run_id)
             last = _last_step(root, spool, run_id)
             first_step = 0 if last is None else last + 1
-        sink = Emitter(run_id, producer, attempt, url, spool)
+        sink = Emitter(run_id, producer, attempt, None if mode == "offline" else url, spool)
     except BaseException:
         if attempt is not None:
             with contextlib.suppress(OSError):  # the attempt claimed and never started is free again
@@ -616,7 +641,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
               entity=ignored.get("entity"))
     started = {"config": dict(run.config), "config_hash": hashlib.sha256(canonical_json(dict(run.config)).encode()).hexdigest(),
                "tags": run.tags, "hardware": {**origin(producer), "python": platform.python_version(),
-                                              "platform": platform.platform(), "cpus": os.cpu_count()}}
+                                              "platform": platform.platform(), "cpus": os.cpu_count()},
+               "heartbeat_s": (beat_s := heartbeat_interval_s())}
     if project:
         started["project"] = str(project)
     started.update(labels)  # name, group, job_type, notes: those given
@@ -627,7 +653,50 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     sink.emit_dict("run_started", started, first_step if first_step else None)
     if interval:
         run._sampler = SystemSampler(sink, interval, root).start()
+    run._heartbeat = Heartbeat(sink, beat_s).start()  # (system_metrics=False or not: liveness is not a metric)
+    run._offline = bool(offline)
+    if offline or producer != asked:
+        _say_offline(run, offline, bool(remote), producer != asked)
     Current.started(run)
     if not silent(ignored.get("settings")):
         print(where_line(run), file=sys.stderr, flush=True)  # (W&B's "View run at": a user's line, not a log record)
     return run
+
+
+def _attempt(run_id: str, producer: str, spool: Path, url: str | None, wait_s: float) -> tuple[int, str]:
+    """(attempt, producer) of a run given by its id: the ledger's next attempt (claimed) when a ledger at
+    `url` answers within `wait_s`; else (offline, `url` None, or no ledger) attempt 0 of a producer name made
+    for this process (`{producer}-offline-{random}`), which no chain anywhere can hold: an attempt guessed
+    from this machine alone might be one another machine already took."""
+    if url is not None:
+        try:
+            return next_attempt(run_id, producer, spool, nats_url=url, wait_s=wait_s), producer  # claimed
+        except RuntimeError as err:  # no ledger answers
+            log.debug("%s", err)
+    own = f"{producer[:40]}-offline-{secrets.token_hex(4)}"
+    return claim_attempt(spool, run_id, own, 0), own
+
+
+def _stored(root: Path, run_id: str) -> bool:
+    """Whether the ledger under `root` holds events of the run (read from its files, not asked)."""
+    from runledger.ledger.storage.reads import read_events  # (pyarrow: only for a run given by id, offline)
+
+    try:
+        return read_events(root, run_id=run_id, columns=["seq"]).num_rows > 0
+    except (OSError, ValueError):
+        return False
+
+
+def _say_offline(run: Run, why: str, remote: bool, own_producer: bool) -> None:
+    """The one line that says where an offline run's events are and how they get sent."""
+    chain = f" as producer {run._producer}, attempt 0 (the attempt number is the ledger's to say)" if own_producer else ""
+    if not why:  # the server answers but no ledger does: the events are published all the same
+        print(f"runledger: no ledger answered: run {run.run_id} goes on{chain}", file=sys.stderr, flush=True)
+        return
+    sync = f"`runledger sync --root {run.root}" + (" --nats URL`" if remote else "`")
+    if not remote:
+        when = f"by the root's ledger at the next online init on this root, or by {sync}"
+    else:
+        when = ("as soon as the server answers, else by " if why != "mode=offline" else "by ") + sync
+    print(f"runledger: offline ({why}): run {run.run_id} is kept in {settings.spool_dir(run.root) / run.run_id}{chain}; "
+          f"it is sent {when}", file=sys.stderr, flush=True)

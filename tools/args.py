@@ -48,6 +48,21 @@ def resolve_nats(args: argparse.Namespace) -> str:
         raise UsageError(f"the server URL from the settings: {err}") from None
 
 
+def server_of(args: argparse.Namespace):
+    """What a long-running command (notify, agents) follows: a function naming the server each time it is
+    called. The server the flags or the environment name, else the root's: its embedded server stops
+    when idle and may come back on another port, so it is looked up each time (None while none runs;
+    nats://127.0.0.1:4222 while the root has never had one)."""
+    if getattr(args, "nats", None) or getattr(args, "creds", None) or os.environ.get(settings.NATS_ENV) \
+            or os.environ.get(settings.CREDS_ENV):
+        url = resolve_nats(args)
+        return lambda: url
+    from runledger.ledger.bus import natsserver
+
+    root = getattr(args, "root", None) or settings.root()
+    return lambda: natsserver.running_url(root) or (None if settings.nats_dir(root).exists() else settings.DEFAULT_NATS_URL)
+
+
 # options whose value may hold a secret, and where the secret belongs instead
 SECRET_OPTIONS = {"nats": ("--nats", "--creds FILE"), "catalog": ("--catalog", "--catalog-file FILE")}
 

@@ -76,6 +76,33 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Send what the root's spool holds unsent (an offline run's events, a killed producer's) to the
+    server: --nats/$RUNLEDGER_NATS/--creds, else the root's embedded one (started if need be)."""
+    from runledger.ledger import local
+    from runledger.ledger.bus import jetstream as bus
+    from runledger.ledger.emit.emitter import leftover_chains, send_leftovers
+
+    remote = args.nats or args.creds or os.environ.get(settings.NATS_ENV) or os.environ.get(settings.CREDS_ENV)
+    spool = settings.spool_dir(args.root)
+    chains = leftover_chains(spool, args.run)
+    if not chains:
+        print(f"nothing to send in {spool}")
+        return 0
+    attachment = None if remote else local.attach(args.root)
+    url = resolve_nats(args) if remote else attachment.url
+    try:
+        if remote and not bus.reachable(url):
+            raise UsageError(f"nothing answers at {redact.redact(url)}: the spool is kept as it is")
+        sent = send_leftovers(spool, url, args.run)
+    finally:
+        if attachment is not None:
+            attachment.release()
+    left = leftover_chains(spool, args.run)
+    print(f"sent {sent} events of {len(chains)} chains from {spool}" + (f"; {len(left)} chains still unsent" if left else ""))
+    return 1 if left else 0
+
+
 async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) -> None:
     """Create the stream now (a cluster needs a few seconds to elect a JetStream leader)."""
     import asyncio
@@ -472,6 +499,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("down", help="stop the embedded local server and ledger of a root (`runledger.init` starts them)")
     add_root(s)
     s.set_defaults(func=cmd_down)
+
+    s = sub.add_parser("sync", help="send what the root's spool holds unsent (an offline run's events) to the server")
+    add_root(s)
+    add_nats(s)
+    s.add_argument("--run", default=None, metavar="RUN_ID", help="only this run's chains")
+    s.set_defaults(func=cmd_sync)
 
     for family in (train, ladder, audit, agents, report, ui, importing, notify, status):  # (their modules, light:
         family.register(sub)  # each imports what its commands need when one runs)

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import signal
 
-from runledger.tools.args import UsageError, add_nats, add_root, resolve_nats
+from runledger.tools.args import UsageError, add_nats, add_root, server_of
 
 
 def register(sub) -> None:
@@ -39,7 +39,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(routes, resolve_nats(args), durable, args.from_start, stop)
+        await serve(routes, server_of(args), durable, args.from_start, stop)
 
     asyncio.run(main())
     return 0

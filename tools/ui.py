@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from runledger.ledger import settings
 from runledger.tools import checks
@@ -11,6 +12,7 @@ from runledger.tools.args import UsageError, add_nats, add_root
 
 log = logging.getLogger(__name__)
 DEFAULT_PORT = settings.DASHBOARD_PORT
+PORT_TRIES = 20  # a port taken: the next free one of this many
 
 
 def register(sub) -> None:
@@ -18,7 +20,7 @@ def register(sub) -> None:
     add_root(s)
     add_nats(s)
     s.add_argument("--host", type=checks.line, default="127.0.0.1", help="address to bind (default loopback; any other needs a token)")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; if taken, the next free one; 0: any free one)")
     s.add_argument("--token", default=None, help="read-write token every request must carry (made up if not given; "
                                                  "prefer --token-file: a command line is readable by every local user)")
     s.add_argument("--read-token", default=None, help="a read-only token (cannot approve or reject; prefer --token-file)")
@@ -52,6 +54,32 @@ def quiet_stop(server_class):
     return Server
 
 
+def listen(host: str, port: int, tries: int = PORT_TRIES):
+    """A socket bound to `host` on `port`, or, where that is taken, on the next free one of the `tries`
+    after it (port 0: one the OS picks); returns (socket, port). Bound here, not by uvicorn, so that no
+    other process takes the port between looking and binding."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for p in range(port, port + tries) if port else [0]:
+        if p > 65535:
+            break
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, p))
+        except OSError as err:
+            sock.close()
+            if err.errno == errno.EADDRINUSE:
+                continue
+            raise UsageError(f"cannot listen on {host}:{p}: {err.strerror}") from None
+        sock.listen(2048)
+        sock.set_inheritable(True)
+        return sock, sock.getsockname()[1]
+    raise UsageError(f"ports {port} to {port + tries - 1} on {host} are all taken: pass --port")
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -67,6 +95,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
         access = configure(args.host, args.token, args.read_token, args.token_file)
     except (ValueError, OSError) as err:
         raise UsageError(str(err)) from None
+    sock, port = listen(args.host, args.port)
+    if port != args.port and args.port:  # (said first: a script reading the address from stdout still reads it first there)
+        print(f"runledger ui: port {args.port} is taken; serving on {port} instead", file=sys.stderr, flush=True)
     nats_url = settings.nats_url(args.nats, args.creds, args.root)
     app = create_app(args.root, nats_url, access)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
@@ -76,7 +107,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     async def serve():
         import asyncio
 
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started:

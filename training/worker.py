@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from runledger.ledger.emit.emitter import origin
+from runledger.ledger.emit.emitter import Emitter, origin
+from runledger.ledger.emit.heartbeat import Heartbeat
 from runledger.ledger.contract.events import (CheckpointSaved, DataRecorded, DecisionApplied, EvalCompleted, RunFinished, RunStarted)
 from runledger.ledger.emit.sink import EventSink, NullSink
 from runledger.training import checkpoint, data
@@ -216,13 +217,14 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
         schedule = {**schedule, "context_extension": {"at_step": int(extend[0]), "seq_len": int(extend[1])}}
     producer = sink.producer  # who emits: name, host and pid (issue 22: names may clash)
     who = {"origin": origin(producer)} if isinstance(producer, str) else {}
+    beat = Heartbeat(sink) if isinstance(sink, Emitter) else None  # a live worker says so (a list in tests need not)
     emit(RunStarted(
         config=cfg.to_dict(), config_hash=chash, code_commit=code_commit(), preset=preset,
         token_budget=int(schedule["horizon_steps"]) * T, tokens_per_step=T, schedule=schedule,
         data_mixture=mixture,
         planned_tokens_per_s=planned_tokens_per_s or cfg.planned_mfu * peak / fpt,
         thresholds={k: float(v) for k, v in (thresholds or {}).items()},
-        hardware={**hardware(mesh), **who}, peak_flops=peak, flops_per_token=fpt,
+        hardware={**hardware(mesh), **who}, heartbeat_s=beat.interval if beat else None, peak_flops=peak, flops_per_token=fpt,
         resumed_from=None if start.parent else resumed_from, parent=start.parent,
     ), step=first - 1)
     emit(DataRecorded.model_validate(
@@ -325,7 +327,14 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
         elif k >= ext["at_step"] - PROBE_LEAD and k % PROBE_EVERY == 0:
             probe(k)
 
-    train_step = compiled(cfg)
+    if beat is not None:
+        beat.start()
+    try:  # (compiling takes a while: the worker beats meanwhile)
+        train_step = compiled(cfg)
+    except BaseException:
+        if beat is not None:
+            beat.stop()
+        raise
     log.info("%s: steps %d..%d", run_id, first, last)
     k = first
     try:
@@ -368,9 +377,13 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
             save(k, "final")
     except BaseException as err:
         done = max(k - 1, 0)
+        if beat is not None:
+            beat.stop()
         emit(RunFinished(status="failed" if isinstance(err, Exception) else "stopped", final_step=done,
                          tokens_seen=done * T, reason=f"{type(err).__name__}: {err}"[:500]), step=done)
         raise
+    if beat is not None:
+        beat.stop()
     result.state, result.final_step, result.tokens_seen = state, k, k * T
     final_loss = next((v for s, v in sorted(result.losses.items(), reverse=True) if v is not None), None)
     emit(RunFinished(status=result.status, final_step=k, tokens_seen=k * T, final_loss=final_loss), step=k)

@@ -17,6 +17,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy,
 from nats.js.errors import BadRequestError, NotFoundError
 
 from runledger.ledger import settings
+from runledger.ledger.redact import redact
 from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
 from runledger.ledger.bus.natsserver import MAX_PAYLOAD, inbox_prefix
 
@@ -76,20 +77,81 @@ def inbox_for(url: str) -> str:
 
 
 async def listening(url: str, timeout: float = 1.0) -> bool:
-    """Whether any server `url` lists accepts a TCP connection: nats-py's first connect tries a server
-    that refuses again and again until its caller's timeout, so a caller that must answer soon asks this
-    first."""
+    """Whether any server `url` lists answers as a NATS server does (its INFO line, sent on accepting a
+    connection) within `timeout`: nats-py's first connect tries a server that refuses again and again
+    until its caller's timeout, so a caller that must answer soon asks this first. (A port that accepts
+    and says nothing, such as a proxy's or a blackholed address's, is no server.)"""
     from urllib.parse import urlsplit
 
     for u in (u.strip() for u in url.split(",") if u.strip()):
         parts = urlsplit(u if "://" in u else f"nats://{u}")
+        writer = None
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port or 4222), timeout)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port or 4222), timeout)
+            greeting = await asyncio.wait_for(reader.read(5), timeout)
         except (OSError, asyncio.TimeoutError, ValueError):
             continue
-        writer.close()
-        return True
+        finally:
+            if writer is not None:
+                writer.close()
+        if greeting.upper().startswith(b"INFO"):
+            return True
     return False
+
+
+async def connect_when(url_of, stop: asyncio.Event, name: str, poll_s: float = 1.0, **kw) -> tuple[nats.NATS, str] | None:
+    """(connection, url) to the server `url_of()` names (called again each `poll_s`: it may name none yet, or
+    another once a root's embedded server came back on a new port), once one answers; None once `stop`
+    is set first. Never stuck in a connect a stop cannot end (nats-py's first connect to a server that is
+    not there tries again forever)."""
+    said = None
+    while not stop.is_set():
+        url = url_of()
+        if url and await listening(url, poll_s):
+            try:
+                return await asyncio.wait_for(connect(url, name=name, **kw), 5 * poll_s + 5), url
+            except Exception as err:  # (asyncio.TimeoutError too) it went away meanwhile: look again
+                log.debug("connecting to %s: %s", url, err)
+        elif url != said:
+            log.info("%s: waiting for a server%s", name, f" at {redact(url)}" if url else "")
+            said = url
+        try:
+            await asyncio.wait_for(stop.wait(), poll_s)
+        except asyncio.TimeoutError:
+            pass
+    return None
+
+
+def run_aside(coro, timeout: float):
+    """Run `coro` on its own event loop in a daemon thread and return its result, waiting at most
+    `timeout` (TimeoutError). The caller may be inside an event loop of its own, Ctrl-C reaches it while
+    it waits, and a thread still stuck in a connect never holds up the interpreter's exit."""
+    import threading
+
+    out: dict = {}
+
+    def main() -> None:
+        try:
+            out["value"] = asyncio.run(coro)
+        except BaseException as err:  # handed to the caller
+            out["error"] = err
+
+    t = threading.Thread(target=main, name="runledger-aside", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise TimeoutError(f"no answer within {timeout:.0f}s")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a server `url` lists accepts a TCP connection within `timeout` (each)."""
+    try:
+        return run_aside(listening(url, timeout), timeout * max(1, url.count(",") + 1) + 1.0)
+    except TimeoutError:
+        return False
 
 
 async def _report_error(err: Exception) -> None:

@@ -45,6 +45,7 @@ def subject_for(run_id: str, kind: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 INT64_MAX = 2**63 - 1  # integers are stored in int64 Parquet columns
 NonNeg = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
@@ -153,6 +154,7 @@ class RunStarted(Payload):
     planned_tokens_per_s: Finite | None = None
     deadline_s: Finite | None = None
     hardware: Json = Field(default_factory=dict)
+    heartbeat_s: Positive | None = Field(None, description="the interval of the run's `heartbeat` events; null: it sends none")
     peak_flops: Finite | None = None
     flops_per_token: Finite | None = None
     thresholds: dict[str, Finite] = Field(default_factory=dict, description="overrides of the anchors")
@@ -473,6 +475,21 @@ class ArtifactSaved(Payload):
     via: Literal["save", "log_artifact"]
 
 
+# A run's state (the `state` column of the `runs` view, queries/views.sql), named here once:
+RUN_STATES = ("running", "finished", "failed", "crashed")  # finished: completed; failed: failed or stopped
+HEARTBEAT_MISSED = 2.5  # crashed: no run_finished, and the last heartbeat older than this many of its intervals
+
+
+class Heartbeat(Payload):
+    """A process of a run is alive (`runledger.init`'s run, the trainer's worker): sent every `interval_s`
+    while it lives. A run with no `run_finished` whose last heartbeat is older than HEARTBEAT_MISSED of
+    its intervals is `crashed` (RUN_STATES), not `running`."""
+
+    host: str
+    pid: NonNeg
+    interval_s: Positive
+
+
 class ConfigUpdated(Payload):
     """Config keys set after the run started (`run.config[k] = v`): the keys and their new values."""
 
@@ -506,6 +523,7 @@ REGISTRY: dict[str, Kind] = {
     "system": Kind(SystemSampled, "system_events", ("worker",)),  # long form: system_metrics
     "config": Kind(ConfigUpdated, "config_updates", ("worker",)),
     "artifact": Kind(ArtifactSaved, "artifacts", ("worker",)),  # a worker's on its own run (`runledger.save`)
+    "heartbeat": Kind(Heartbeat, "heartbeats", ("worker",)),  # a worker's for its own run (liveness)
 }
 KINDS: dict[str, type[Payload]] = {kind: k.model for kind, k in REGISTRY.items()}
 VIEWS: dict[str, str] = {kind: k.view for kind, k in REGISTRY.items()}

@@ -15,13 +15,11 @@ events under one seq: the ledger quarantines the second as a conflict and `verif
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError, NoServersError, TimeoutError as NatsTimeout
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.storage import reads
@@ -30,6 +28,7 @@ from runledger.ledger.redact import redact
 
 ASK_TIMEOUT_S = 2.0  # one request to the ledger
 ASK_RETRY_S = 0.25  # while waiting for a ledger to answer
+CONNECT_S = 2.0  # bus.connect's connect_timeout
 
 
 async def ask_ledger(nc, run_id: str, producer: str) -> dict | None:
@@ -54,8 +53,10 @@ def ledger_attempts(run_id: str, producer: str, nats_url: str, wait_s: float = 0
 
     deadline = time.monotonic() + wait_s
     while True:
-        with ThreadPoolExecutor(1) as pool:  # its own loop: the caller may be inside one
-            status = pool.submit(asyncio.run, ask()).result()
+        try:  # its own loop, on a daemon thread: the caller may be inside one, and Ctrl-C reaches it
+            status = bus.run_aside(ask(), ASK_TIMEOUT_S + CONNECT_S + 1.0)
+        except (OSError, TimeoutError, NatsTimeout, NoServersError):  # no server (yet): as no ledger
+            status = None
         if status is not None:
             return [int(a) for a in status["chains"]]
         if time.monotonic() > deadline:

@@ -51,7 +51,7 @@ class Emitter(ChainSink):
     """Emit events for one (run_id, producer, attempt) chain through NATS; see the module docstring."""
 
     def __init__(
-        self, run_id: str, producer: str | None = None, attempt: int | None = 0, nats_url: str = bus.DEFAULT_URL,
+        self, run_id: str, producer: str | None = None, attempt: int | None = 0, nats_url: str | None = bus.DEFAULT_URL,
         spool_dir: str | Path = "./runledger-data/spool", max_spool_bytes: int = 512 << 20,
         batch: bool = True, confirm: bool = True,
     ) -> None:
@@ -65,7 +65,11 @@ class Emitter(ChainSink):
         self.spool = Spool(self.dir, max_spool_bytes, f"; is NATS at {nats_url} reachable?")
         super().__init__(run_id, producer, attempt, self.spool.seq, self.spool.prev_hash)
         self._lock = self.spool.lock  # one lock for the chain: sealing and spooling are one step
-        self.publisher = Publisher(self.spool, run_id, producer, attempt, nats_url, batch).start()
+        self.publisher = Publisher(self.spool, run_id, producer, attempt, nats_url, batch)
+        if nats_url is not None:  # None: offline, the spool only (sent later: `runledger sync`, send_leftovers)
+            self.publisher.start()
+        else:
+            self.publisher.stopped.set()
 
     @property
     def conflicts(self) -> set[int]:
@@ -103,15 +107,16 @@ class Emitter(ChainSink):
             time.sleep(0.005)
         return True
 
-    def close(self, timeout: float = 30.0) -> bool:
+    def close(self, timeout: float = 30.0, say_unsent: bool = True) -> bool:
         """Flush (up to `timeout`), ask the ledger for its verdict on this chain (within the same
         `timeout`, if a ledger answers), then stop and free the chain. True only if JetStream has every
         event and the ledger has reported no conflict; unacknowledged events stay in the spool."""
         deadline = time.monotonic() + timeout
         ok = self.flush(timeout)
-        self.publisher.stop(deadline if ok and self.confirm else None, max(10.0, deadline - time.monotonic() + 5))
+        if self.nats_url is not None:
+            self.publisher.stop(deadline if ok and self.confirm else None, max(10.0, deadline - time.monotonic() + 5))
         self.spool.close()
-        if not ok:
+        if not ok and self.nats_url is not None and say_unsent:
             log.warning("emitter %s/%s closed with %d events unacknowledged (kept in %s)",
                         self.run_id, self.producer, self._seq - self.spool.acked_upto, self.dir)
         if self.conflicts:

@@ -37,6 +37,7 @@ MAX_INFLIGHT = 256  # unacknowledged messages in flight
 ACK_TIMEOUT_S = 5.0  # resend a message whose PubAck has not come by then
 FSYNC_INTERVAL_S = 0.2
 CONFIRM_POLL_S = 0.05  # stop(): how often to ask the ledger how far it has got
+CONNECT_PROBE_S = 1.0  # (re)connecting: how long a TCP probe of the server may take
 IO_SLICE_S = 0.001  # while busy: the event loop runs this long per round...
 TICK_S = 0.01  # ...and the thread sleeps this long between rounds
 IDLE_POLL_S = 0.01  # idle, it looks for new events this often: the producer never wakes it (a wake-up per
@@ -61,6 +62,7 @@ class Publisher:
         self.confirmed = False  # the ledger had processed everything published before stop()
         self.refused: set[str] = set()  # subjects the server refused us (see _on_error)
         self.published = 0  # messages acknowledged by JetStream (for progress and benches)
+        self.connected_once = False  # it has reached the server (an offline run's finish waits only then)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._next_key = 0
@@ -94,10 +96,14 @@ class Publisher:
     async def _connect(self):
         while not self.closing.is_set():
             nc = None
-            try:
-                nc = await bus.connect(self.nats_url, name=f"emitter-{self.producer}", error_cb=self._on_error)
+            try:  # (nats-py's first connect to a server that is not there tries again forever, deaf to stop())
+                if not await bus.listening(self.nats_url, CONNECT_PROBE_S):
+                    raise ConnectionRefusedError(f"nothing listens at {self.nats_url}")
+                nc = await asyncio.wait_for(bus.connect(self.nats_url, name=f"emitter-{self.producer}",
+                                                        error_cb=self._on_error), CONNECT_PROBE_S * 5)
                 js = nc.jetstream(publish_async_max_pending=MAX_INFLIGHT * 2)
                 await bus.ensure_stream(js)
+                self.connected_once = True
                 return nc, js
             except Exception as err:  # server down, or no stream yet: keep the events spooled, try again
                 log.debug("emitter: NATS at %s not ready (%s)", self.nats_url, err)

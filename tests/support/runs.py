@@ -162,6 +162,7 @@ MINIMAL = {
     "system": {"metrics": {"cpu/percent": 12.5}},
     "config": {"config": {"lr": 0.001}},
     "artifact": {"path": "/data/model.pt", "sha256": "0" * 64, "bytes": 7, "via": "save"},
+    "heartbeat": {"host": "node-1", "pid": 4242, "interval_s": 30.0},
 }
 
 
