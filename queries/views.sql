@@ -261,15 +261,33 @@ select * from metrics_long('metrics_wide');
 create or replace view metrics as
 select run_id, attempt, step, key, value, time, nonfinite from metrics_long('metric_events_latest');
 
+-- the error of `metric(name)` for a name no run logged: the logged names closest to it
+create or replace macro metric_unknown(name) as
+'metric(' || to_json(name)::varchar || '): no run logged this name' || coalesce(
+    '; did you mean ' || (select string_agg(to_json(key)::varchar, ', ' order by score desc, key)
+                         from (select key, jaro_winkler_similarity(lower(name), lower(key)) as score
+                               from (select distinct key from metrics_all)
+                               order by score desc, key limit 3)
+                         where score >= 0.8) || '?',
+    ' (`select distinct key from metrics` lists the names logged)');
+
 -- one metric by its name, each step from the latest attempt that logged it: `select step, value from
--- metric('train/loss') where run_id = 'r'`. It reads that metric's own column, where the long form
--- above unpivots every name first: the fast way to ask for one metric (value null where not logged).
+-- metric('train/loss') where run_id = 'r'`, the rows of `metrics` whose key is the name (a value, or
+-- null with `nonfinite` saying why), read from that metric's own column, where the long form above
+-- unpivots every name first: the fast way to ask for one metric. A name no run logged is an error
+-- naming the names closest to it (a typo: `metric('train/los')`), never an empty answer.
 create or replace macro metric(name) as table
-select run_id, attempt, step, time, value, case when value is null then nonfinite[name] end as nonfinite
-from (select *, coalesce(in_column, "metrics/"[name]) as value
-      from (select *, coalesce(*columns(lambda c: starts_with(c, 'metrics/') and metric_key(substr(c, 9)) = name
-                                                  or c = 'no_metric')) as in_column
-            from metric_events_latest));
+with logged as (
+    select run_id, attempt, step, time, value, case when value is null then nonfinite[name] end as nonfinite
+    from (select *, coalesce(in_column, "metrics/"[name]) as value
+          from (select *, coalesce(*columns(lambda c: starts_with(c, 'metrics/') and metric_key(substr(c, 9)) = name
+                                                      or c = 'no_metric')) as in_column
+                from metric_events_latest))
+    where value is not null or nonfinite[name] is not null)
+select * from logged
+union all
+select null, null, null, null, null, error(metric_unknown(name))
+where not exists (select 1 from logged);
 
 -- the machine's metrics (`runledger.init(system_metrics=...)`), as stored ("metrics/NAME" columns) and in
 -- long form: CPU, memory, disk, network (psutil), GPUs (NVML), JAX devices' memory

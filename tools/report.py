@@ -2,7 +2,8 @@
 run's plots and tables, all read from the ledger: loss against the forecast in force and its band (the
 plan as registered until a decision changed it, then that decision's revision, each revision marked), grad norm,
 drop fraction per layer, MFU, LR with the decisions marked on it, data mixture realised vs declared,
-the decision trail and the health table.
+every metric the run logged (`runledger.log`), grouped by its prefix (`train/`, `eval/`, ...), the
+decision trail and the health table.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ W, H, PAD = 540, 230, 46
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 # each plot's data color, distinct so a screenshot can tell the plots were drawn (tests/{unit,e2e}/test_report.py)
 SERIES = {"loss": "#d62728", "forecast": "#1f77b4", "grad_norm": "#2ca02c", "mfu": "#9467bd", "lr": "#ff7f0e"}
+METRIC_POINTS = 1000  # points drawn of one logged metric at most (every k-th step past that: the file stays small)
 
 
 def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
@@ -170,7 +172,9 @@ def gather(root: Path, run_id: str) -> dict:
         health = run_suite(root, "health", run_id)
     except Exception as err:  # the report still shows everything else
         log.warning("health suite unavailable: %s", err)
-    return {"steps": steps, "tps": tps, "forecasts": forecasts, "revisions": revisions, "layers": layers, "drop_totals": totals,
+    logged = _rows(con, "select key, step, value from metrics where run_id = $r and value is not null "
+                        "order by key, step", r=run_id)
+    return {"metrics": logged, "steps": steps, "tps": tps, "forecasts": forecasts, "revisions": revisions, "layers": layers, "drop_totals": totals,
             "decisions": decisions, "realised": realised, "declared": declared, "health": health}
 
 
@@ -185,6 +189,36 @@ table{border-collapse:collapse;font-size:12px;margin-top:6px} td,th{border:1px s
 th{background:#f5f5f5} .s-ok{color:#2a7} .s-warn{color:#c80} .s-fail{color:#c00;font-weight:bold} .s-skip{color:#888}
 .empty p{color:#888}
 """
+
+
+def metric_groups(rows: list[dict]) -> dict[str, dict[str, tuple[list, list]]]:
+    """Every metric logged (rows of key, step, value), grouped by prefix (the name up to its last `/`;
+    "" for a name without one): prefix -> name -> (steps, values), at most METRIC_POINTS of each."""
+    series: dict[str, tuple[list, list]] = {}
+    for r in rows:
+        xs, ys = series.setdefault(r["key"], ([], []))
+        xs.append(r["step"])
+        ys.append(r["value"])
+    groups: dict[str, dict[str, tuple[list, list]]] = {}
+    for name, (xs, ys) in sorted(series.items()):
+        every = -(-len(xs) // METRIC_POINTS)
+        picked = (xs[::every] + xs[-1:], ys[::every] + ys[-1:]) if every > 1 else (xs, ys)
+        groups.setdefault(name.rpartition("/")[0], {})[name] = picked
+    return groups
+
+
+def metric_charts(rows: list[dict]) -> str:
+    """The section of every metric the run logged, a chart each, grouped by prefix."""
+    groups = metric_groups(rows)
+    if not groups:
+        return "<p>No metrics logged with <code>runledger.log</code>.</p>"
+    out = []
+    for prefix, named in groups.items():
+        charts = [line_chart(name, [(name, xs, ys, PALETTE[i % len(PALETTE)])], y_label=name.rpartition("/")[2])
+                  for i, (name, (xs, ys)) in enumerate(named.items())]
+        out.append(f"<h3>{html.escape(prefix + '/' if prefix else '(no prefix)')}</h3><div class='grid-2'>"
+                   + "".join(charts) + "</div>")
+    return "".join(out)
 
 
 def render(run_id: str, d: dict) -> str:
@@ -224,6 +258,7 @@ def render(run_id: str, d: dict) -> str:
              f"<h1>Run {html.escape(run_id)}</h1><p>{len(steps)} steps in the ledger; every figure below is read "
              "from it and can be re-derived with <code>runledger sql</code>.</p>",
              "<h2>Training</h2><div class='grid-2'>" + "".join(charts) + "</div>",
+             "<h2>Metrics logged</h2>", metric_charts(d.get("metrics", [])),
              "<h2>Forecast plans</h2>",
              table(["revision", "decision_id", "from_step", "horizon_tokens", "points", "supported"],
                    [[r[c] for c in ("revision", "decision_id", "from_step", "horizon_tokens", "points", "supported")]
