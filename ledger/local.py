@@ -7,7 +7,8 @@ dies), starts the root's supervisor unless one runs, and returns the server's UR
 (`python -m runledger.ledger.local ROOT`, detached from the caller) starts nats-server (`natsserver.up`, or
 takes the one `runledger nats up` left running), serves the ledger (`service.serve`) and, every
 POLL_S, sends what dead producers left in the root's spool (`emitter.send_leftovers`) and looks at
-its clients. Once no client has been alive for `idle_s` and the ledger has taken every message, it
+its clients; every PRUNE_SPOOL_S it lets go of the spool lines of closed chains the ledger has stored
+since they closed (`emitter.prune_stored`). Once no client has been alive for `idle_s` and the ledger has taken every message, it
 stops: the ledger drains, the server it started stops, and it exits. `down(root)` stops it now.
 
 Starting and stopping happen under the start lock, so a process attaching while the supervisor stops
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 IDLE_S = float(os.environ.get("RUNLEDGER_IDLE_S", 60))  # no client alive this long: the supervisor stops
 POLL_S = 1.0  # how often the supervisor looks at its clients and the spool
+PRUNE_SPOOL_S = 10.0  # how often it lets go of the spool lines of closed chains the ledger has stored since
 START_TIMEOUT_S = 60.0  # nats-server and the ledger up
 
 
@@ -263,6 +265,8 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
     idle_since = time.monotonic()
     start_lock = None
     unopenable: set = set()  # spool chains that cannot be opened (logged once)
+    not_stored: dict = {}  # spool chains the ledger had not stored when asked (emitter.prune_stored)
+    next_prune = 0.0
     sweep_failed = ""  # the last failure of the spool sweep (logged when it changes)
     while not stop.is_set() and not ledger.done():
         try:
@@ -271,6 +275,9 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
             pass
         try:
             await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url, unopenable=unopenable)
+            if time.monotonic() >= next_prune:  # closed chains the ledger stored since: their spool lines go
+                next_prune = time.monotonic() + PRUNE_SPOOL_S
+                await asyncio.to_thread(emitter.prune_stored, settings.spool_dir(root), url, not_stored)
         except Exception as err:  # damaged local state: the supervisor and its ledger go on
             if str(err) != sweep_failed:
                 log.warning("sending the spool's leftovers failed (tried again each %.0fs): %s", POLL_S, err)

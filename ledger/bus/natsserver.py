@@ -130,7 +130,8 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
     agent   decision/alert for any run; its own consumers only (`agents`, and `agents-{run}` for the
             `runs` the server knows), never the ledger's; asking the ledger about chains
     ledger  consuming only: the stream's and consumers' API and acks, no event subjects; it answers
-            LEDGER_API requests (allow_responses: replies only to requests it was sent)
+            LEDGER_API requests (allow_responses: replies only to requests it was sent); the only role
+            that may purge the stream (what every durable consumer acked: runledger.ledger.bus.retention)
     notify  consuming only, with its own consumer (`notify`): no event subjects, never another's consumer
     reader  nothing on NATS (readers use the Parquet ledger through SQL)
     """
@@ -149,7 +150,7 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
                 "subscribe": inbox}
     if role == "ledger":
         return {"publish": {"allow": ["$JS.API.INFO", f"$JS.API.STREAM.CREATE.{STREAM}", f"$JS.API.STREAM.UPDATE.{STREAM}",
-                                      stream_info, "$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>", *partition_subjects()]},
+                                      stream_info, f"$JS.API.STREAM.PURGE.{STREAM}", "$JS.API.STREAM.NAMES", "$JS.API.CONSUMER.>", f"$JS.ACK.{STREAM}.>", *partition_subjects()]},
                 "subscribe": {"allow": [*inbox["allow"], f"{LEDGER_API}.>"]},
                 "allow_responses": True}
     if role == "notify":

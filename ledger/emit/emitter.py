@@ -10,7 +10,8 @@ One process per chain: the spool holds its folder's lock, and a second Emitter o
 fails at construction, naming the holder. Across machines the lock cannot reach, two producers on one
 chain hand out the same seqs with different content; the ledger keeps the first and quarantines the
 other as a conflict, and `close()` asks the ledger so that both producers are told: it returns False
-and `conflicts` names the seqs. Without a producer name the Emitter makes a unique one (host, pid,
+and `conflicts` names the seqs. Once the ledger said it stored the whole chain, `close()` lets go
+of its spool lines (`Spool.close(stored=True)`). Without a producer name the Emitter makes a unique one (host, pid,
 random suffix); without an attempt it asks the ledger for the next one (`runledger.ledger.emit.chains.next_attempt`).
 """
 
@@ -31,7 +32,7 @@ from runledger.ledger.emit.publisher import Publisher
 from runledger.ledger.emit.sink import ChainSink
 from runledger.ledger.emit.spool import Spool, SpoolFull, chain_dir
 
-__all__ = ["Emitter", "SpoolFull", "origin", "send_leftovers", "unique_producer"]
+__all__ = ["Emitter", "SpoolFull", "origin", "prune_stored", "send_leftovers", "unique_producer"]
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,10 @@ class Emitter(ChainSink):
         ok = self.flush(timeout)
         if self.nats_url is not None:
             self.publisher.stop(deadline if ok and self.confirm else None, max(10.0, deadline - time.monotonic() + 5))
-        self.spool.close()
+        # the ledger's tables hold every event of the chain: the spool's copy goes (Spool.close)
+        stored = (ok and self.nats_url is not None and self.confirmed and not self.conflicts
+                  and self.publisher.stored_upto >= self._seq)
+        self.spool.close(stored=stored)
         if not ok and self.nats_url is not None and say_unsent:
             log.warning("emitter %s/%s closed with %d events unacknowledged (kept in %s)",
                         self.run_id, self.producer, self._seq - self.spool.acked_upto, self.dir)
@@ -187,3 +191,76 @@ def send_leftovers(spool_dir: str | Path, nats_url: str, run_id: str | None = No
             if pending:
                 log.info("sent %d events that %s:%s:%d had left in its spool", pending, run, producer, attempt)
     return sent
+
+
+def unconfirmed_chains(spool_dir: str | Path, seen: dict | None = None) -> list[tuple[str, str, int, int]]:
+    """Chains in a spool whose lines may all be stored by now, though no one was told: closed (no process
+    holds them, their acknowledged bound recorded after their last line), segments still there. (run,
+    producer, attempt, acknowledged bound). With `seen` (chain -> the `acked` file's mtime when last
+    found not stored), a chain not changed since is left out."""
+    found = []
+    for d in sorted(Path(spool_dir).glob("*/*/*")):
+        segments = sorted(d.glob("seg-*.jsonl"))
+        acked = d / "acked"
+        if not d.name.isdigit() or not segments or not acked.exists():
+            continue
+        mtime = acked.stat().st_mtime_ns
+        chain = (d.parent.parent.name, d.parent.name, int(d.name))
+        if mtime < segments[-1].stat().st_mtime_ns or (seen is not None and seen.get(chain) == mtime):
+            continue
+        try:
+            upto = int(acked.read_text())
+        except (OSError, ValueError):
+            continue
+        if not locks.is_held(d / "lock"):
+            found.append((*chain, upto))
+    return found
+
+
+def prune_stored(spool_dir: str | Path, nats_url: str, seen: dict | None = None) -> int:
+    """Let go of the spool lines of closed chains the ledger has stored since (a run finished before
+    the ledger confirmed it, a dead producer's chain sent by `send_leftovers`): each is asked of the
+    ledger, and opened (its lock taken) and pruned only if the ledger stored every seq it holds. Returns
+    the chains pruned; `seen` remembers the others until their spool changes."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from runledger.ledger.emit.chains import ask_ledger
+
+    chains = unconfirmed_chains(spool_dir, seen)
+    if not chains:
+        return 0
+
+    async def ask() -> dict:
+        nc = await bus.connect(nats_url, name="spool-prune", max_reconnect_attempts=0)
+        try:
+            return {(run, producer): await ask_ledger(nc, run, producer) for run, producer in {c[:2] for c in chains}}
+        finally:
+            await nc.close()
+
+    with ThreadPoolExecutor(1) as pool:  # its own loop: the caller may be inside one
+        answers = pool.submit(asyncio.run, ask()).result()
+    pruned = 0
+    for run, producer, attempt, upto in chains:
+        status = answers.get((run, producer)) or {}
+        mine = status.get("chains", {}).get(str(attempt), {})
+        d = chain_dir(spool_dir, run, producer, attempt)
+        if mine.get("conflicts") or mine.get("stored_upto", 0) < upto:
+            if seen is not None and (d / "acked").exists():
+                seen[(run, producer, attempt)] = (d / "acked").stat().st_mtime_ns
+            continue
+        try:
+            spool = Spool(d, 1 << 62)
+        except (locks.Busy, OSError, ValueError):
+            continue
+        # every line it holds stored, and every one acknowledged by JetStream (so the ledger has seen each
+        # and would have named a conflict: a line never sent is not taken as stored under its seq)
+        stored = spool.seq <= mine["stored_upto"] and not spool.pending
+        spool.close(stored=stored)
+        pruned += stored
+        if not stored and seen is not None:
+            seen[(run, producer, attempt)] = (d / "acked").stat().st_mtime_ns
+        if stored:
+            log.info("spool chain %s/%s/%d: the ledger stored its %d events; its spool lines are gone", run, producer,
+                     attempt, spool.seq)
+    return pruned

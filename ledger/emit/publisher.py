@@ -60,6 +60,7 @@ class Publisher:
         self.confirm_by: float | None = None  # stop(): wait for the ledger's verdict until then
         self.conflicts: set[int] = set()  # seqs of this chain where the ledger found a different event
         self.confirmed = False  # the ledger had processed everything published before stop()
+        self.stored_upto = 0  # every seq of this chain below it is stored in the ledger's tables (known at stop())
         self.refused: set[str] = set()  # subjects the server refused us (see _on_error)
         self.published = 0  # messages acknowledged by JetStream (for progress and benches)
         self.connected_once = False  # it has reached the server (an offline run's finish waits only then)
@@ -222,6 +223,7 @@ class Publisher:
             self.conflicts.update(s for s in mine.get("conflicts", []) if s < self.spool.seq)
             if status["ack_floor"] >= target:
                 self.confirmed = True
+                self.stored_upto = int(mine.get("stored_upto", 0))
                 return
             if time.monotonic() > deadline:
                 log.warning("emitter %s/%s: the ledger had not caught up with the stream by close()'s deadline",

@@ -11,6 +11,14 @@ dies), and a second Spool on the same chain fails at construction, naming the ho
 Layout: {spool_dir}/{run_id}/{producer}/{attempt}/seg-{first_seq}.jsonl (one canonical envelope per
 line), `acked` (every seq below this number is acknowledged) and `lock`; `damaged/` holds the lines
 found damaged on reopening (not JSON, not this chain's envelope, torn), each beside its `.reason`.
+
+Once the ledger's tables hold every event of the chain (its producer asked the ledger at close), the
+spool's copy goes (`close(stored=True)`): first `stored` is written (`{seq} {hash}`: every seq below
+`seq` is stored, `hash` the last one's), then the segments are removed. The folder stays with those
+few bytes, so that the chain goes on from there if its producer opens it again, and its attempt stays
+taken. A process killed between the two leaves segments whose lines are below `stored`: reopening
+skips them (they are stored: nothing is sent twice) and removes them (nothing is lost: only stored
+lines go).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from runledger.ledger.storage.files import fsync_dir
 log = logging.getLogger(__name__)
 
 SEGMENT_EVENTS = 20_000  # events per spool segment file
+STORED = "stored"  # in a chain's folder: `{seq} {hash}`, every seq below seq in the ledger's tables
 
 
 class SpoolFull(RuntimeError):
@@ -70,7 +79,9 @@ class Spool:
             self.unacked_bytes = 0
             self.acked: set[int] = set()  # acknowledged seqs above acked_upto
             self.acked_upto = self._read_acked()
-            self.seq, self.prev_hash = 0, ""  # the next seq, and the hash before it
+            self.seq, self.prev_hash = self._read_stored()  # the next seq, and the hash before it
+            self.stored_upto = self.seq  # every seq below it is in the ledger's tables, its line gone
+            self.acked_upto = max(self.acked_upto, self.stored_upto)
             self._seg_fd: int | None = None
             self._seg_bytes = 0  # the open segment's size
             self._seg_first = 0
@@ -151,13 +162,17 @@ class Spool:
             if int(nxt.stem[4:]) <= self.acked_upto:
                 seg.unlink(missing_ok=True)
 
-    def close(self) -> None:
-        """Sync and close the open segment, record the acknowledged bound, free the chain."""
+    def close(self, stored: bool = False) -> None:
+        """Sync and close the open segment, record the acknowledged bound, free the chain. With
+        `stored` (the ledger's tables hold every event appended), the segments go (see the module
+        docstring)."""
         with self.lock:
             self._sync_segment()
             if self._seg_fd is not None:
                 os.close(self._seg_fd)
                 self._seg_fd = None
+        if stored and self.seq > self.stored_upto:
+            self.prune()
         self.write_acked()
         segments = self.segments()
         if self.unacknowledged() and segments:  # left to send: the last segment newer than `acked`, so that
@@ -165,8 +180,37 @@ class Spool:
             os.utime(segments[-1], ns=(acked_ns + 1, acked_ns + 1))
         self._chain_lock.release()
 
+    def prune(self) -> None:
+        """Record that every event appended is stored (`stored`, durably), then remove the segments."""
+        tmp = self.dir / f".{STORED}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{self.seq} {self.prev_hash}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.dir / STORED)
+        fsync_dir(self.dir)
+        self.stored_upto = self.seq
+        self.acked_upto = max(self.acked_upto, self.seq)
+        for seg in self.segments():
+            seg.unlink(missing_ok=True)
+        fsync_dir(self.dir)
+
     def segments(self) -> list[Path]:
         return sorted(self.dir.glob("seg-*.jsonl"))
+
+    def _read_stored(self) -> tuple[int, str]:
+        """(seq, hash) from `stored`: every seq below `seq` is stored, `hash` the last one's; (0, "")
+        when the ledger has not been found to hold the chain."""
+        try:
+            seq, hash = (self.dir / STORED).read_text().split()
+            if int(seq) > 0 and HASH_RE.fullmatch(hash):
+                return int(seq), hash
+            raise ValueError(f"{seq} {hash}")
+        except FileNotFoundError:
+            return 0, ""
+        except (OSError, ValueError) as err:  # damaged: the segments left say where the chain is
+            log.warning("spool %s: its stored file is damaged (%s); going by the segments", self.dir, err)
+            return 0, ""
 
     def _read_acked(self) -> int:
         try:
@@ -186,6 +230,11 @@ class Spool:
             kept: list[bytes] = []
             damaged: list[tuple[bytes, str]] = []
             torn = lines.pop()  # what follows the last newline: a line emit never returned for
+            if self.stored_upto:  # a prune cut off: lines of stored events are skipped, and go
+                lines = [line for line in lines if not self._stored(line)]
+                if not lines and not torn:
+                    seg.unlink()
+                    continue
             for line in lines:
                 env, problem = self._envelope(line)
                 if problem:
@@ -204,7 +253,12 @@ class Spool:
             log.info("spool %s: %d unacknowledged events will be published again", self.dir, len(self.pending))
         self.acked_upto = min(self.acked_upto, self.seq)
 
-    def _envelope(self, line: bytes) -> tuple[dict, str | None]:
+    def _stored(self, line: bytes) -> bool:
+        """Whether `line` is an event of this chain below `stored_upto` (in the ledger's tables)."""
+        env, problem = self._envelope(line, ordered=False)
+        return problem is None and env["seq"] < self.stored_upto
+
+    def _envelope(self, line: bytes, ordered: bool = True) -> tuple[dict, str | None]:
         """The line's envelope, or the reason it is not the next envelope of this chain."""
         try:
             env = json.loads(line)
@@ -219,7 +273,7 @@ class Spool:
             return {}, "not an envelope: seq, kind, event_id or hash is missing or of the wrong type"
         if env["kind"] not in KINDS or not HASH_RE.fullmatch(env["hash"]):
             return {}, f"not an envelope: kind {env['kind'][:64]!r} or its hash is not valid"
-        if env["seq"] < self.seq:
+        if ordered and env["seq"] < self.seq:
             return {}, f"seq {env['seq']} is not after the previous line's ({self.seq - 1})"
         return env, None
 

@@ -55,7 +55,7 @@ from runledger.ledger.storage.paths import HALTED_FILE, QUARANTINE
 from runledger.ledger.ingest.batch import check_batch
 from runledger.ledger.contract.canonical import envelope_text, orjson
 from runledger.ledger.contract.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
-from runledger.ledger.bus import consumers
+from runledger.ledger.bus import consumers, retention
 from runledger.ledger.bus.consumers import consumer_seq, pending_after, serve_chain_status
 from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
 from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
@@ -85,6 +85,7 @@ class Counters:
     write_retries: int = 0
     compactions: int = 0
     commits: int = 0
+    pruned: int = 0  # stream messages let go once every durable consumer had acked them (runledger.ledger.bus.retention)
     # the last commits' waits: seconds from the arrival of a commit's first batch to its ack
     ack_waits: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
     # the last commits' own time: the files into the tables, the heads, the position (Ledger.commit)
@@ -610,7 +611,8 @@ async def stream_problem(js, root: Path, taken_upto: int | None, first_seen: int
                          created=None, stream: str = STREAM) -> str | None:
     """Why `stream` is not the one the root took messages from up to stream seq `taken_upto` (purged,
     deleted, created anew), or None. `first_seen`, `created`: its first seq and creation time when the
-    ledger bound to it (a purge that removed only what the root had taken shows only in those).
+    ledger bound to it (a purge that removed only what the root had taken shows only in those; a
+    ledger's own prune, which takes only what every durable consumer acked, is not reported).
     `taken_upto` None: the seqs are not compared (a partition's position is not the stream's end)."""
     from nats.js.errors import NotFoundError
 
@@ -630,7 +632,10 @@ async def stream_problem(js, root: Path, taken_upto: int | None, first_seen: int
         return (f"stream {stream} was purged: it begins at seq {state.first_seq}, but root {root} took messages only "
                 f"up to seq {taken_upto}, so seqs {taken_upto + 1}..{state.first_seq - 1} are gone")
     if first_seen is not None and state.first_seq > max(first_seen, 1):  # (a stream with no message yet: 0)
-        return f"stream {stream} was purged while the ledger of {root} served it (its first seq went from {first_seen} to {state.first_seq})"
+        keep = await retention.purged_beyond(js, state.first_seq, stream)  # (a ledger's prune keeps from there on)
+        if keep is not None:
+            return (f"stream {stream} was purged while the ledger of {root} served it (its first seq went from {first_seen} "
+                    f"to {state.first_seq}, past {keep}, the first message a durable consumer had not acked or the last)")
     return None
 
 
@@ -796,8 +801,27 @@ async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None
             log.debug("watch: %s", err)
             return None
 
+    next_prune = 0.0
+    prune_failed = ""
+
+    async def prune() -> None:
+        """Let go of the stream's messages every durable consumer has acked (see retention), at most
+        every PRUNE_EVERY_S; a failure is said once and never stops the ledger (the stream keeps them)."""
+        nonlocal next_prune, prune_failed
+        if ledger.position.partitioned or time.monotonic() < next_prune:
+            return
+        next_prune = time.monotonic() + retention.PRUNE_EVERY_S
+        try:
+            ledger.counters.pruned += await retention.prune(nc, nc.jetstream())
+        except Exception as err:
+            if _error_line(err) != prune_failed:
+                prune_failed = _error_line(err)
+                log.warning("cannot let go of acked stream messages (%s); they stay in the stream", prune_failed)
+
     why = None
     while not stop.is_set():
+        if not unacked:
+            await prune()
         if why is None and time.monotonic() >= next_watch:
             why = await look()
             next_watch = time.monotonic() + WATCH_EVERY_S

@@ -21,7 +21,7 @@ from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.emit.sealing import seal
 from support.processes import LedgerProcess
 from support.reading import reader, wait_for_count
-from support.secure import secure, secure_server, url  # noqa: F401 (fixtures)
+from support.secure import secure, secure_ledger, secure_server, url  # noqa: F401 (fixtures)
 
 STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.1}
 DECISION = {"decision_id": "d1", "agent": "rogue", "rule": "none", "action": "checkpoint_now", "rationale": "test"}
@@ -152,3 +152,45 @@ def test_a_partitioned_ledger_serves_a_secure_server_and_no_other_role_reaches_i
     finally:
         ledger.kill()
         natsserver.down(root)
+
+
+def test_the_ledger_lets_go_of_acked_messages_and_no_other_role_may_purge_the_stream(secure_ledger, tmp_path):
+    """With its own credentials the ledger purges what every durable consumer acked (all but the stream's
+    last message); a worker, an agent, notify and a reader asking the same purge are refused."""
+    import time
+
+    root, urls, ledger = secure_ledger
+    em = Emitter("r1", "worker-0", 0, urls["worker-r1"], tmp_path / "spool")
+    for step in range(3):
+        em.emit_dict("step", STEP, step=step)
+        assert em.flush(30)  # (a message each)
+    assert em.close(timeout=60)
+
+    async def state():
+        nc = await bus.connect(urls["ledger"], max_reconnect_attempts=0)
+        info = await nc.jetstream().stream_info("RUNLEDGER")
+        await nc.close()
+        return info.state
+
+    deadline = time.monotonic() + 60
+    while (s := asyncio.run(state())).messages > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (s.first_seq, s.last_seq, s.messages) == (3, 3, 1), s
+    assert b"cannot let go" not in ledger.log_path.read_bytes()
+
+    for role in ("worker-r1", "agent", "notify", "reader"):
+        errors: list[str] = []
+
+        async def purge():
+            async def on_error(err):
+                errors.append(str(err).lower())
+
+            nc = await nats.connect(urls[role], error_cb=on_error)
+            with pytest.raises(Exception):  # no reply: the server refused the publish
+                await nc.request("$JS.API.STREAM.PURGE.RUNLEDGER", b"{}", timeout=1)
+            await nc.close()
+
+        asyncio.run(purge())
+        assert any("permissions violation for publish" in e for e in errors), (role, errors)
+    assert asyncio.run(state()).messages == 1
+    assert reader(root).execute("select count(*) from steps_all").fetchone()[0] == 3

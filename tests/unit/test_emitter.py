@@ -108,3 +108,58 @@ def test_emit_many_refused_spools_none_of_its_events(tmp_path, no_publisher, pay
     em.close(0.01)
     first, second = (json.loads(line) for line in spooled(em))
     assert second["seq"] == 1 and second["prev_hash"] == first["hash"]
+
+
+def test_a_chain_the_ledger_stored_lets_go_of_its_spool_lines_and_goes_on_from_there(tmp_path, no_publisher):
+    """close(stored=True) (the ledger said its tables hold the whole chain) removes the segments and
+    keeps `stored` (seq and hash): reopened, the chain goes on after its last event, sending nothing again."""
+    em = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)
+    em.emit_dicts("step", [STEP] * 5)
+    last_hash = json.loads(spooled(em)[-1])["hash"]
+    em.spool.mark_acked(list(em.spool.pending))
+    em.spool.close(stored=True)
+    assert not list(em.dir.glob("seg-*")) and (em.dir / "stored").read_text().split() == ["5", last_hash]
+
+    reopened = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)
+    assert (reopened.next_seq, reopened.pending()) == (5, 0)
+    reopened.emit_dict("step", STEP)
+    reopened.close(0.01)
+    (env,) = map(json.loads, spooled(reopened))
+    assert (env["seq"], env["prev_hash"]) == (5, last_hash)
+
+
+def test_a_prune_cut_off_after_it_recorded_the_stored_bound_loses_and_sends_again_nothing(tmp_path, no_publisher,
+                                                                                           monkeypatch):
+    """A crash between `stored` and the segments' removal (here the first unlink fails, as a kill would
+    stop it): reopening skips the stored lines (none is sent again, none is called damaged), removes
+    them, and keeps every line not stored."""
+    from pathlib import Path
+
+    from runledger.ledger.emit import spool as spool_mod
+
+    monkeypatch.setattr(spool_mod, "SEGMENT_EVENTS", 3)  # several segments
+    em = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)
+    for _ in range(7):
+        em.emit_dict("step", STEP)
+    segments = sorted(em.dir.glob("seg-*"))
+    assert len(segments) == 3
+    em.spool.mark_acked(list(em.spool.pending))
+
+    def killed(self, missing_ok=False):
+        raise KeyboardInterrupt("killed while pruning")
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "unlink", killed)
+        with pytest.raises(KeyboardInterrupt):
+            em.spool.close(stored=True)
+    em.spool._chain_lock.release()  # (the OS frees a killed process's lock)
+    assert sorted(em.dir.glob("seg-*")) == segments and (em.dir / "stored").exists()
+
+    reopened = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)
+    assert (reopened.next_seq, reopened.pending()) == (7, 0)
+    assert not list(reopened.dir.glob("seg-*")) and not (reopened.dir / "damaged").exists()
+    reopened.emit_dict("step", STEP)  # a line not stored: kept, and sent
+    reopened.close(0.01)
+    again = Emitter("run-1", "worker-0", 0, NO_SERVER, tmp_path)
+    assert (again.next_seq, [i.seq for i in again.spool.pending]) == (8, [7])
+    again.close(0.01)
