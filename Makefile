@@ -34,8 +34,9 @@ postgres:
 lint: setup
 	$(BIN)/ruff check .
 
+# every tier in 2 pytest-xdist workers, a test file to a worker (its module fixtures start once)
 test: lint browser postgres
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the fast tier, for your own loop: the linter, then tests/unit (no server, process, browser or JAX
 # program: tests/unit/conftest.py refuses them) in 2 pytest-xdist workers, each property test at a tenth

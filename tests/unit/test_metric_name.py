@@ -14,7 +14,7 @@ ROWS = "select run_id, attempt, step, value, nonfinite from {} order by all"
 
 
 @pytest.fixture
-def root(tmp_path):
+def two_runs(tmp_path):
     """Two runs logging different names: run `a` train/loss and train/lr (one loss not finite), run `b`
     eval/loss only."""
     root = tmp_path / "root"
@@ -31,8 +31,8 @@ def root(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["train/loss", "train/lr", "eval/loss"])
-def test_metric_gives_the_rows_of_metrics_for_its_name(root, name):
-    con = queries.connect(root)
+def test_metric_gives_the_rows_of_metrics_for_its_name(two_runs, name):
+    con = queries.connect(two_runs)
     by_macro = con.execute(ROWS.format(f"metric('{name}')")).fetchall()
     by_view = con.execute(ROWS.format(f"metrics where key = '{name}'")).fetchall()
     assert by_macro == by_view
@@ -43,8 +43,8 @@ def test_metric_gives_the_rows_of_metrics_for_its_name(root, name):
         assert ("a", 0, 3, None, "nan") in by_macro
 
 
-def test_a_name_no_run_logged_is_an_error_naming_the_close_ones(root):
-    con = queries.connect(root)
+def test_a_name_no_run_logged_is_an_error_naming_the_close_ones(two_runs):
+    con = queries.connect(two_runs)
     with pytest.raises(duckdb.Error) as err:
         con.execute("select * from metric('train/los')").fetchall()
     message = str(err.value)
@@ -54,5 +54,5 @@ def test_a_name_no_run_logged_is_an_error_naming_the_close_ones(root):
         con.execute("select * from metric('zzzz')").fetchall()
 
 
-def test_a_logged_name_a_run_lacks_is_no_error(root):
-    assert queries.connect(root).execute("select count(*) from metric('eval/loss') where run_id = 'a'").fetchone() == (0,)
+def test_a_logged_name_a_run_lacks_is_no_error(two_runs):
+    assert queries.connect(two_runs).execute("select count(*) from metric('eval/loss') where run_id = 'a'").fetchone() == (0,)

@@ -129,9 +129,11 @@ def test_inits_line_names_the_run_the_root_and_where_to_look_without_a_token(dis
     root.mkdir()
     disabled.root = root
     line = wandb_compat.where_line(disabled)
-    assert line == f"runledger: run off logging to {root}; view it with: runledger ui --root {root}"
+    rid = disabled.run_id  # (a fresh id made of the name "off")
+    assert rid.startswith("off-")
+    assert line == f"runledger: run {rid} (off) logging to {root}; view it with: runledger ui --root {root}"
     settings.record_dashboard(root, "http://127.0.0.1:8999/")  # (this process "serves" it: it runs)
-    assert wandb_compat.where_line(disabled).endswith("view it at http://127.0.0.1:8999/#/run/off")
+    assert wandb_compat.where_line(disabled).endswith(f"view it at http://127.0.0.1:8999/#/run/{rid}")
     facts = json.loads((root / settings.DASHBOARD_FILE).read_text())
     facts["pid"] = 2**22 + 12345  # a process that is gone: its address is not given
     (root / settings.DASHBOARD_FILE).write_text(json.dumps(facts))
