@@ -7,8 +7,8 @@ is deleted, as the ledger does to rewind one), and the ledger prunes it instead 
 commits and while idle): a purge with `seq` = `keep_from`, the lowest ack floor over every durable
 consumer of the stream, plus one. A durable that exists but is stopped (a notify started late) holds
 its messages until it acks them. The stream's last message is always kept: a purge by anyone else
-then always moves its first seq past what a prune may take, which the ledger's watch reports
-(`purged_beyond`). A stream sourced by a partitioned ledger's derived stream (RUNLEDGER_P{K}) is not
+then always moves its first seq past where the ledger's own last prune left it, which the ledger's
+watch reports (service.stream_problem's `pruned_to`). A stream sourced by a partitioned ledger's derived stream (RUNLEDGER_P{K}) is not
 pruned: its source is no durable consumer, and the seq it has read up to is not shown.
 """
 
@@ -60,20 +60,14 @@ async def keep_from(js, stream: str = STREAM) -> tuple[int, int]:
     return state.first_seq, min(min(floors, default=0) + 1, state.last_seq)  # (no durable at all: nothing goes)
 
 
-async def prune(nc, js, stream: str = STREAM) -> int:
-    """Purge what every durable consumer of `stream` has acked (see the module docstring); the number
-    of messages let go."""
+async def prune(nc, js, stream: str = STREAM, not_past: int | None = None) -> tuple[int, int]:
+    """Purge what every durable consumer of `stream` has acked (see the module docstring): (the number
+    of messages let go, the seq the stream now begins at; 0, 0 when nothing went). `not_past`: the
+    highest first seq the pruner left the stream at; a stream beginning past it was purged by someone
+    else, and is left as it is for the pruner's watch to report (a prune now would hide it)."""
     first, keep = await keep_from(js, stream)
-    if keep <= first or await sourced(nc, stream):
-        return 0
+    if keep <= first or (not_past is not None and first > not_past) or await sourced(nc, stream):
+        return 0, 0
     await js.purge_stream(stream, seq=keep)
     log.debug("stream %s: messages %d..%d acked by every durable consumer let go", stream, first, keep - 1)
-    return keep - first
-
-
-async def purged_beyond(js, first_seq: int, stream: str = STREAM) -> int | None:
-    """When `stream` begins at `first_seq`, past where it began before: the first seq a prune may have
-    kept, if the stream begins past it (so someone else purged messages a durable had not acked, or
-    its last message); None if a prune may have taken it there."""
-    _, keep = await keep_from(js, stream)
-    return keep if first_seq > keep else None
+    return keep - first, keep

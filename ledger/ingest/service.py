@@ -86,6 +86,7 @@ class Counters:
     compactions: int = 0
     commits: int = 0
     pruned: int = 0  # stream messages let go once every durable consumer had acked them (runledger.ledger.bus.retention)
+    pruned_to: int = 0  # the stream seq this ledger's last prune kept from (its own purges are not another's)
     # the last commits' waits: seconds from the arrival of a commit's first batch to its ack
     ack_waits: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
     # the last commits' own time: the files into the tables, the heads, the position (Ledger.commit)
@@ -608,12 +609,15 @@ def halt(root: Path, reason: str) -> StreamLost:
 
 
 async def stream_problem(js, root: Path, taken_upto: int | None, first_seen: int | None = None,
-                         created=None, stream: str = STREAM) -> str | None:
+                         created=None, stream: str = STREAM, pruned_to: int = 0) -> str | None:
     """Why `stream` is not the one the root took messages from up to stream seq `taken_upto` (purged,
     deleted, created anew), or None. `first_seen`, `created`: its first seq and creation time when the
     ledger bound to it (a purge that removed only what the root had taken shows only in those; a
     ledger's own prune, which takes only what every durable consumer acked, is not reported).
-    `taken_upto` None: the seqs are not compared (a partition's position is not the stream's end)."""
+    `taken_upto` None: the seqs are not compared (a partition's position is not the stream's end).
+    `pruned_to`: the seq this ledger's own last prune kept from: the ledger is the stream's one pruner
+    (runledger.ledger.bus.retention), so a stream beginning past it was purged by someone else, whether
+    or not the ledger had taken what went."""
     from nats.js.errors import NotFoundError
 
     try:
@@ -631,11 +635,9 @@ async def stream_problem(js, root: Path, taken_upto: int | None, first_seen: int
     elif state.first_seq > taken_upto + 1 and state.last_seq > taken_upto:
         return (f"stream {stream} was purged: it begins at seq {state.first_seq}, but root {root} took messages only "
                 f"up to seq {taken_upto}, so seqs {taken_upto + 1}..{state.first_seq - 1} are gone")
-    if first_seen is not None and state.first_seq > max(first_seen, 1):  # (a stream with no message yet: 0)
-        keep = await retention.purged_beyond(js, state.first_seq, stream)  # (a ledger's prune keeps from there on)
-        if keep is not None:
-            return (f"stream {stream} was purged while the ledger of {root} served it (its first seq went from {first_seen} "
-                    f"to {state.first_seq}, past {keep}, the first message a durable consumer had not acked or the last)")
+    if first_seen is not None and state.first_seq > max(first_seen, pruned_to, 1):  # (a stream with no message yet: 0)
+        return (f"stream {stream} was purged while the ledger of {root} served it (its first seq went from {first_seen} "
+                f"to {state.first_seq}, past {max(first_seen, pruned_to)}, where the ledger's own prune left it)")
     return None
 
 
@@ -672,7 +674,7 @@ class Watch:
             if name not in self.created:
                 await self._first_look(name)
         lost = await stream_problem(self.js, root, None if self.ledger.position.partitioned else self.ledger.taken_upto,
-                                    self.first_seen, self.created.get(STREAM))
+                                    self.first_seen, self.created.get(STREAM), pruned_to=self.ledger.counters.pruned_to)
         for name in self.streams:
             lost = lost or await stream_problem(self.js, root, None, None, self.created.get(name), stream=name)
         if lost:
@@ -811,8 +813,13 @@ async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None
         if ledger.position.partitioned or time.monotonic() < next_prune:
             return
         next_prune = time.monotonic() + retention.PRUNE_EVERY_S
-        try:
-            ledger.counters.pruned += await retention.prune(nc, nc.jetstream())
+        if watching.first_seen is None:  # (the watch's first look comes first: what a purge is told from)
+            return
+        try:  # (a stream that begins past where this ledger left it is not pruned: the watch says why)
+            ours = max(watching.first_seen, ledger.counters.pruned_to, 1)
+            let_go, kept = await retention.prune(nc, nc.jetstream(), not_past=ours)
+            ledger.counters.pruned += let_go
+            ledger.counters.pruned_to = max(ledger.counters.pruned_to, kept)
         except Exception as err:
             if _error_line(err) != prune_failed:
                 prune_failed = _error_line(err)
