@@ -1,11 +1,14 @@
 """The long-running readers of a root follow its embedded server (runledger.ledger.local) across its idle
 stop and restart: the server stops once no client has used it for RUNLEDGER_IDLE_S and comes back on a
 new port with the next `init`; `notify` and `agents` started with only `--root` take up their consumers
-there and act on the next run's events without being restarted."""
+there and act on the next run's events without being restarted. And liveness: a run whose process was
+SIGKILLed reads `crashed` in the `runs` view once its heartbeats stop; a finished one `finished`, a failed
+one `failed` (the contract's RUN_STATES)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -173,3 +176,48 @@ def test_the_agents_alert_on_a_run_started_after_the_embedded_server_came_back_o
             agents.wait()
         if taken is not None:
             taken.close()
+
+
+BEATING_RUN = """
+import runledger, sys, time
+run = runledger.init(project="states", name=sys.argv[1], system_metrics=False)
+run.log({"loss": 1.0})
+print(run.id, flush=True)
+if sys.argv[1] == "failed":
+    raise RuntimeError("the script fails")
+if sys.argv[1] == "killed":
+    while True:
+        time.sleep(1)
+run.finish()
+"""
+
+
+def test_a_sigkilled_run_reads_crashed_once_its_heartbeats_stop_a_finished_one_finished_a_failed_one_failed(embedded_root):
+    root = embedded_root
+    env = embedded_env(root, RUNLEDGER_HEARTBEAT_S="0.5", RUNLEDGER_IDLE_S="60")
+    procs = {how: subprocess.Popen([sys.executable, "-c", BEATING_RUN, how], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True) for how in ("finished", "failed", "killed")}
+    try:
+        ids = {how: p.stdout.readline().strip() for how, p in procs.items()}
+        assert all(ids.values()), {how: p.stderr.read() for how, p in procs.items() if p.poll() is not None}
+
+        def beats(run: str) -> int:
+            return reader(root).execute("select count(*) from heartbeats where run_id = ?", [run]).fetchone()[0]
+        assert until(lambda: beats(ids["killed"]) >= 2)  # it beats while it lives
+        procs["killed"].send_signal(signal.SIGKILL)
+        procs["killed"].wait()
+        for how in ("finished", "failed"):
+            procs[how].wait(WATCHDOG_S)
+
+        def states() -> dict:
+            rows = reader(root).execute("select run_id, state from runs where project = 'states'").fetchall()
+            return {how: dict(rows).get(run) for how, run in ids.items()}
+        expected = {"finished": "finished", "failed": "failed", "killed": "crashed"}
+        until(lambda: states() == expected)
+        assert states() == expected
+        assert beats(ids["killed"]) >= 2 and procs["killed"].returncode == -signal.SIGKILL
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
