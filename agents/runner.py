@@ -34,6 +34,7 @@ from runledger.ledger.contract.events import STREAM, InvalidEvent
 from runledger.ledger.check.replay import replay_run
 from runledger.ledger.bus.consumers import stream_seq
 from runledger.ledger.storage.stored import until_stored
+from runledger.ledger.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped, stall)
 DURABLE = AGENTS_DURABLE  # (the secure server lets the agent role use only these consumers)
 SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence, stalls)
 STORED_WAIT_S = 2.0  # how long to wait for the ledger to have stored the events that woke the agents
+FOLLOW_CLOSE_S = 5.0  # moving to another server: how long the old server's emitters may take to send what they hold
 RECENT_S = 86_400.0  # at start, unfinished runs heard from within a day are watched (one may have stalled)
 
 
@@ -118,7 +120,7 @@ Revise = Callable[[Path, str, set[str]], list[tuple[str, list]]]
 class Runner:
     """The agents process: its emitters (one per run and agent) and what it has sent."""
 
-    def __init__(self, root: str | Path, nats_url: str, revise: Revise | None = None):
+    def __init__(self, root: str | Path, nats_url: str | None, revise: Revise | None = None):
         self.root, self.nats_url = Path(root), nats_url
         self.emitters: dict[tuple[str, str], Emitter] = {}
         self.sent: set[str] = set()
@@ -191,6 +193,15 @@ class Runner:
             log.info("%s %s %s: %s", agent, action.kind, action.action or action.rule, action.rationale)
         return done
 
+    def follow(self, url: str) -> None:
+        """Emit to `url` from now on: the emitters of another server are closed (what they had not sent
+        stays in their spool, which the next emitter of the chain, or the root's supervisor, sends)."""
+        if url != self.nats_url:
+            for em in self.emitters.values():
+                em.close(FOLLOW_CLOSE_S, say_unsent=False)
+            self.emitters.clear()
+            self.nats_url = url
+
     def close(self) -> None:
         for em in self.emitters.values():
             em.close()
@@ -206,52 +217,84 @@ def woke_upto(msgs) -> dict[str, int]:
     return upto
 
 
-async def run_agents(root: str | Path, nats_url: str, run_id: str | None = None, stop: asyncio.Event | None = None,
-                     poll_s: float = 1.0, revise: Revise | None = None, sweep_s: float = SWEEP_S) -> None:
+async def run_agents(root: str | Path, nats_url: str | Callable[[], str | None], run_id: str | None = None,
+                     stop: asyncio.Event | None = None, poll_s: float = 1.0, revise: Revise | None = None,
+                     sweep_s: float = SWEEP_S) -> None:
     """Until `stop`: wake on new events, evaluate the runs they belong to, record decisions (and, with
     `revise`, re-forecast plans that applied decisions changed). Every `sweep_s` each watched run is evaluated
-    even without news: a run that went silent (a stall) wakes nothing."""
+    even without news: a run that went silent (a stall) wakes nothing.
+
+    `nats_url` may be a function naming the server each time it is called (None: none now), as for
+    `runledger.interop.notify.serve`: the agents wait for one, and once it names another (a root's embedded
+    server stopped when idle and came back on a new port) they let the old connection and emitters go and
+    take up their consumer on the new server, where the same JetStream store holds it."""
     stop = stop or asyncio.Event()
-    runner = Runner(root, nats_url, revise)
+    url_of = nats_url if callable(nats_url) else (lambda: nats_url)
+    runner = Runner(root, None, revise)
     durable = DURABLE if run_id is None else f"{DURABLE}-{run_id}"
+    watched: set[str] = set()
+    try:
+        while not stop.is_set():
+            got = await bus.connect_when(url_of, stop, "agents", poll_s)
+            if got is None:
+                break
+            nc, url = got
+            await asyncio.to_thread(runner.follow, url)
+            try:
+                await _consume(nc, url, url_of, runner, root, run_id, durable, watched, stop, poll_s, sweep_s)
+            finally:
+                try:
+                    await asyncio.wait_for(nc.close(), 5)
+                except Exception as err:  # (asyncio.TimeoutError too) a server gone: nothing to close cleanly
+                    log.debug("closing the connection to %s: %s", url, err)
+    finally:
+        await asyncio.to_thread(runner.close)
+
+
+async def _consume(nc, url: str, url_of, runner: Runner, root: str | Path, run_id: str | None, durable: str,
+                   watched: set[str], stop: asyncio.Event, poll_s: float, sweep_s: float) -> None:
+    """The agents on one connection until `stop`, or until `url_of()` names another server."""
     subject = f"runledger.{run_id}.>" if run_id else "runledger.>"
-    nc = await bus.connect(nats_url, name="agents")
     js = nc.jetstream()
     await bus.ensure_stream(js)
     await bus.ensure_consumer(js, durable, filter_subject=subject)
     sub = await bus.Puller(nc, STREAM, durable).start()
-    watched = {r for r in await asyncio.to_thread(recent_runs, root) if run_id in (None, r)}
+    watched |= {r for r in await asyncio.to_thread(recent_runs, root) if run_id in (None, r)}
+    log.info("agents: consumer %s at %s", durable, redact(url))
     previous: set[str] = set(watched)
     last_sweep = time.monotonic()
-    try:
-        while not stop.is_set():
+    while not stop.is_set():
+        if (now := url_of()) != url:
+            log.info("agents: the server moved from %s to %s: following it", redact(url),
+                     redact(now) if now else "none yet")
+            return
+        try:
+            msgs = await sub.fetch(1000, timeout=poll_s)
+        except bus.PullError as err:  # the server is not ready (a leader election, say): try again
+            log.warning("%s", err)
+            await asyncio.sleep(poll_s)
+            msgs = []
+        news = set()
+        for m in msgs:
+            parts = m.subject.split(".")
+            if len(parts) == 3 and parts[2] not in ("decision", "alert"):
+                news.add(parts[1])
+        watched |= news
+        if news:  # judge on the events that woke us: wait (a little) for the ledger to have stored them
+            await until_stored(root, woke_upto(msgs), STORED_WAIT_S)
+        if time.monotonic() - last_sweep > sweep_s:  # silence is news too: look at every run now and then
+            news, last_sweep = set(watched), time.monotonic()
+        # the ledger may not have stored the newest events yet: look again on the next round too
+        failed = set()
+        for r in sorted(news | previous):
             try:
-                msgs = await sub.fetch(1000, timeout=poll_s)
-            except bus.PullError as err:  # the server is not ready (a leader election, say): try again
-                log.warning("%s", err)
-                await asyncio.sleep(poll_s)
-                msgs = []
-            news = set()
-            for m in msgs:
-                parts = m.subject.split(".")
-                if len(parts) == 3 and parts[2] not in ("decision", "alert"):
-                    news.add(parts[1])
-            watched |= news
-            if news:  # judge on the events that woke us: wait (a little) for the ledger to have stored them
-                await until_stored(root, woke_upto(msgs), STORED_WAIT_S)
-            if time.monotonic() - last_sweep > sweep_s:  # silence is news too: look at every run now and then
-                news, last_sweep = set(watched), time.monotonic()
-            # the ledger may not have stored the newest events yet: look again on the next round too
-            failed = set()
-            for r in sorted(news | previous):
-                try:
-                    await asyncio.to_thread(runner.step, r)
-                except duckdb.Error as err:  # a file compacted away mid-query, say: look again next round
-                    log.warning("agents: evaluating run %s failed (%s); trying again", r, str(err).splitlines()[0])
-                    failed.add(r)
-            previous = news | failed
-            for m in msgs:  # the position advances whether or not anything was decided
+                await asyncio.to_thread(runner.step, r)
+            except duckdb.Error as err:  # a file compacted away mid-query, say: look again next round
+                log.warning("agents: evaluating run %s failed (%s); trying again", r, str(err).splitlines()[0])
+                failed.add(r)
+        previous = news | failed
+        for m in msgs:  # the position advances whether or not anything was decided
+            try:
                 await m.ack()
-    finally:
-        await asyncio.to_thread(runner.close)
-        await nc.close()
+            except Exception as err:  # (the server went away: the message comes again, and is recognised)
+                log.warning("agents: ack failed: %s", err)

@@ -12,7 +12,7 @@ import signal
 import uuid
 
 from runledger.tools import checks
-from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats
+from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats, server_of
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await run_agents(args.root, resolve_nats(args), args.run_id, stop, revise=revisions)
+        await run_agents(args.root, server_of(args), args.run_id, stop, revise=revisions)
 
     asyncio.run(main())
     return 0

@@ -104,7 +104,7 @@ async def connect_when(url_of, stop: asyncio.Event, name: str, poll_s: float = 1
     another once a root's embedded server came back on a new port), once one answers; None once `stop`
     is set first. Never stuck in a connect a stop cannot end (nats-py's first connect to a server that is
     not there tries again forever)."""
-    said = None
+    said: object = ...  # (the first look is said, a root with no server yet included)
     while not stop.is_set():
         url = url_of()
         if url and await listening(url, poll_s):

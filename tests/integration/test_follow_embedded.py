@@ -1,0 +1,223 @@
+"""The long-running readers of a root follow its embedded server (runledger.ledger.local) across its idle
+stop and restart: the server stops once no client has used it for RUNLEDGER_IDLE_S and comes back on a
+new port with the next `init`; `notify` and `agents` started with only `--root` take up their consumers
+there and act on the next run's events without being restarted. And liveness: a run whose process was
+SIGKILLed reads `crashed` in the `runs` view once its heartbeats stop; a finished one `finished`, a failed
+one `failed` (the contract's RUN_STATES)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from runledger.ledger import local
+from runledger.ledger.bus import natsserver
+from support import REPO
+from support.reading import reader
+from support.webhooks import Receiver
+
+WATCHDOG_S = 120  # generous: a first nats-server, ledger and run on a loaded machine
+
+ALERTING_RUN = """
+import runledger, sys
+run = runledger.init(project="follow", name=sys.argv[1], system_metrics=False)
+run.log({"loss": 1.0})
+run.alert(sys.argv[1], "the run says so", level="WARN")
+run.finish()
+print(run.id)
+"""
+
+
+HOT_RUN = """
+import runledger, sys
+run = runledger.init(project="follow", name=sys.argv[1], system_metrics=False)
+for step in range(5):
+    run.log({"loss": 1.0, "grad_norm": 1e6}, step=step)
+run.finish()
+print(run.id)
+"""
+
+
+def embedded_env(root: Path, **extra: str) -> dict:
+    """A process on the embedded default of `root`: no server configured, a short idle time."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS")}
+    return {**env, "RUNLEDGER_ROOT": str(root), "RUNLEDGER_IDLE_S": "1", "PYTHONPATH": str(REPO), **extra}
+
+
+def run_to_end(code: str, root: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=embedded_env(root), cwd=REPO,
+                          capture_output=True, text=True, timeout=WATCHDOG_S)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def until(what, timeout: float = WATCHDOG_S, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while not (got := what()) and time.monotonic() < deadline:
+        time.sleep(every)
+    return got
+
+
+def idled_out(root: Path) -> str:
+    """Wait for the root's embedded server to stop by itself (no client left); returns the URL it had,
+    and keeps its port taken (a listening socket, returned too) so that the next one is sure to differ."""
+    url = local.running_url(root)
+    assert url, "the root's embedded server is not up"
+    assert until(lambda: local.running_url(root) is None and natsserver.running_url(root) is None), \
+        (root / "local" / "supervisor.log").read_text()
+    port = int(url.rsplit(":", 1)[1])
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    taken.bind(("127.0.0.1", port))
+    taken.listen(1)
+    return url, taken
+
+
+@pytest.fixture
+def embedded_root(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    for var in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RUNLEDGER_ROOT", str(root))
+    yield root
+    local.down(root)
+
+
+def start_cli(root: Path, log: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", *args, "--root", str(root)], cwd=REPO,
+                            env=embedded_env(root), stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+
+
+def servers_taken_up(log: Path) -> list[str]:
+    """The servers a notify or agents process took up its consumer on, in order (its log's lines)."""
+    return [line.split(" at ", 1)[1].split()[0].rstrip(",") for line in log.read_text().splitlines()
+            if " at nats://" in line and ("notify: consumer" in line or "agents: consumer" in line)]
+
+
+def stop(proc: subprocess.Popen) -> int | None:
+    proc.terminate()
+    try:
+        return proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
+
+def test_notify_delivers_the_alert_of_a_run_started_after_the_embedded_server_came_back_on_a_new_port(embedded_root, tmp_path):
+    root = embedded_root
+    receiver = Receiver().up()
+    routes = tmp_path / "routes.toml"
+    routes.write_text(f'[[route]]\nname = "all"\nurl = "http://127.0.0.1:{receiver.port}/json"\nkinds = ["alert"]\n')
+    held = local.attach(root, idle_s=1)  # the server is up while notify starts (as a run would hold it)
+    log = tmp_path / "notify.log"
+    notify = start_cli(root, log, "notify", "--routes", str(routes))
+    taken = None
+    try:
+        assert until(lambda: "notify: consumer" in log.read_text()), log.read_text()
+        first = run_to_end(ALERTING_RUN, root, "before")
+        assert until(lambda: len(receiver.keys("/json")) == 1), log.read_text()
+        held.release()
+        old_url, taken = idled_out(root)  # nothing holds it: it stops; notify keeps running
+        second = run_to_end(ALERTING_RUN, root, "after")  # init starts the root's server again
+        assert until(lambda: len(receiver.keys("/json")) == 2), log.read_text()
+        urls = servers_taken_up(log)
+        assert urls[0] == old_url and len(urls) >= 2 and urls[1] != old_url, urls  # the new port, taken up
+        runs = sorted(body["run_id"] for body in receiver.kept["/json"].values())
+        assert runs == sorted([first, second])
+        assert notify.poll() is None, log.read_text()  # the same notify, never restarted
+        assert "following it" in log.read_text()
+        assert stop(notify) == 0, log.read_text()
+    finally:
+        held.release()
+        if notify.poll() is None:
+            notify.kill()
+            notify.wait()
+        if taken is not None:
+            taken.close()
+        receiver.down()
+
+
+def test_the_agents_alert_on_a_run_started_after_the_embedded_server_came_back_on_a_new_port(embedded_root, tmp_path):
+    root = embedded_root
+    held = local.attach(root, idle_s=1)  # (held while the agents judge a run: its alert is stored at once)
+    log = tmp_path / "agents.log"
+    agents = start_cli(root, log, "agents")
+    taken = None
+
+    def alerted(run: str) -> bool:
+        return reader(root).execute("select count(*) from alerts where run_id = ? and rule = 'grad_norm_high'",
+                                    [run]).fetchone()[0] > 0
+    try:
+        assert until(lambda: "agents: consumer" in log.read_text()), log.read_text()
+        first = run_to_end(HOT_RUN, root, "before")
+        assert until(lambda: alerted(first)), log.read_text()
+        held.release()
+        old_url, taken = idled_out(root)  # nothing holds it: it stops; the agents keep running
+        held = local.attach(root, idle_s=1)  # the root's server again, on another port
+        second = run_to_end(HOT_RUN, root, "after")
+        assert until(lambda: alerted(second)), log.read_text()
+        urls = servers_taken_up(log)
+        assert urls[0] == old_url and len(urls) >= 2 and urls[1] != old_url, urls
+        assert agents.poll() is None, log.read_text()  # the same agents process, never restarted
+        assert stop(agents) == 0, log.read_text()
+    finally:
+        held.release()
+        if agents.poll() is None:
+            agents.kill()
+            agents.wait()
+        if taken is not None:
+            taken.close()
+
+
+BEATING_RUN = """
+import runledger, sys, time
+run = runledger.init(project="states", name=sys.argv[1], system_metrics=False)
+run.log({"loss": 1.0})
+print(run.id, flush=True)
+if sys.argv[1] == "failed":
+    raise RuntimeError("the script fails")
+if sys.argv[1] == "killed":
+    while True:
+        time.sleep(1)
+run.finish()
+"""
+
+
+def test_a_sigkilled_run_reads_crashed_once_its_heartbeats_stop_a_finished_one_finished_a_failed_one_failed(embedded_root):
+    root = embedded_root
+    env = embedded_env(root, RUNLEDGER_HEARTBEAT_S="0.5", RUNLEDGER_IDLE_S="60")
+    procs = {how: subprocess.Popen([sys.executable, "-c", BEATING_RUN, how], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True) for how in ("finished", "failed", "killed")}
+    try:
+        ids = {how: p.stdout.readline().strip() for how, p in procs.items()}
+        assert all(ids.values()), {how: p.stderr.read() for how, p in procs.items() if p.poll() is not None}
+
+        def beats(run: str) -> int:
+            return reader(root).execute("select count(*) from heartbeats where run_id = ?", [run]).fetchone()[0]
+        assert until(lambda: beats(ids["killed"]) >= 2)  # it beats while it lives
+        procs["killed"].send_signal(signal.SIGKILL)
+        procs["killed"].wait()
+        for how in ("finished", "failed"):
+            procs[how].wait(WATCHDOG_S)
+
+        def states() -> dict:
+            rows = reader(root).execute("select run_id, state from runs where project = 'states'").fetchall()
+            return {how: dict(rows).get(run) for how, run in ids.items()}
+        expected = {"finished": "finished", "failed": "failed", "killed": "crashed"}
+        until(lambda: states() == expected)
+        assert states() == expected
+        assert beats(ids["killed"]) >= 2 and procs["killed"].returncode == -signal.SIGKILL
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
