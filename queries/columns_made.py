@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = 'cec2564f8687123c3c500428bc73fbdb'
+DIGEST = '08c801c621d4ddca11e4993919fa4432'
 LAYOUT = r"""
 {
  "kinds": {

@@ -69,6 +69,10 @@ def remove_covered(root: Path, tombstone: dict, tables=None) -> int:
     (a rewrite must not give changed rows a fresh digest: `verify` reports them)."""
     from runledger.ledger.storage.store import tables_of
 
+    from runledger.ledger.contract.roles import is_person
+
+    if not is_person(tombstone["producer"]):  # (quarantined on the way in; `verify` names any stored one)
+        return 0
     root = Path(root)
     tables = tables or tables_of(root)
     run_id, chains = tombstone["run_id"], covered(tombstone["payload"])
