@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '6f16d7bf908b08774addfb39a78efd58'
+DIGEST = '08c801c621d4ddca11e4993919fa4432'
 LAYOUT = r"""
 {
  "kinds": {
@@ -20,7 +20,8 @@ LAYOUT = r"""
   "system": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["nonfinite", "MAP(VARCHAR, VARCHAR)"], ["text", "MAP(VARCHAR, VARCHAR)"], ["interval_s", "DOUBLE"]],
   "config": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["config", "VARCHAR"]],
   "artifact": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["path", "VARCHAR"], ["sha256", "VARCHAR"], ["bytes", "BIGINT"], ["name", "VARCHAR"], ["type", "VARCHAR"], ["via", "VARCHAR"]],
-  "heartbeat": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["host", "VARCHAR"], ["pid", "BIGINT"], ["interval_s", "DOUBLE"]]
+  "heartbeat": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["host", "VARCHAR"], ["pid", "BIGINT"], ["interval_s", "DOUBLE"]],
+  "tombstone": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["chains", "VARCHAR"], ["events", "BIGINT"], ["by", "VARCHAR"], ["authority", "VARCHAR"], ["reason", "VARCHAR"]]
  },
  "envelope": ["event_id", "run_id", "producer", "attempt", "seq", "kind", "time", "ts", "step", "schema_version", "prev_hash", "hash", "payload", "stream_seq", "ingested_at"],
  "quarantine": [["stream_seq", "BIGINT"], ["subject", "VARCHAR"], ["reason", "VARCHAR"], ["raw", "BLOB"], ["received_at", "TIMESTAMPTZ"], ["event_id", "VARCHAR"]],
@@ -40,7 +41,8 @@ LAYOUT = r"""
   "system": "system_events",
   "config": "config_updates",
   "artifact": "artifacts",
-  "heartbeat": "heartbeats"
+  "heartbeat": "heartbeats",
+  "tombstone": "tombstones"
  }
 }
 """

@@ -308,6 +308,11 @@ from (select *, unnest(map_keys("metrics/")) as narrow_key, unnest(map_values("m
       from system_samples where "metrics/" is not null)
 where narrow_value is not null;
 
+-- runs deleted (`runledger delete`): the tombstone of each, kept when the run's other rows went: who,
+-- when, and the chains (producer, attempt, up to seq and hash) and events it covers
+create or replace view tombstones as
+select * from {{kind:tombstone}};
+
 -- config keys set after a run started (`run.config[k] = v`)
 create or replace view config_updates as
 select * from {{kind:config}};
@@ -660,3 +665,29 @@ with f as (
 )
 select *, at_tokens > from_tokens and (until_tokens is null or at_tokens <= until_tokens) as in_force
 from points;
+
+-- one row per run, its attempts a column (`runledger runs`): project, name, id, the state of its latest
+-- attempt, how many attempts, how many steps it logged (metrics or the trainer's steps), the last value
+-- of its first three metric names (by name, each at its latest step), its start and how long it ran (to
+-- its last start, step, metrics, heartbeat or finish)
+create or replace view run_list as
+with a as (
+    select run_id, arg_min(project, ts) as project, coalesce(arg_min(name, ts), run_id) as name,
+           arg_max(state, ts) as state, count(distinct attempt) as attempts, min(ts) as started_at, max(ts) as last_ts
+    from runs group by run_id),
+s as (
+    select run_id, count(distinct step) as steps, max(ts) as last_ts
+    from (select run_id, step, ts from {{kind:metrics}} union all select run_id, step, ts from {{kind:step}})
+    where step is not null group by run_id),
+v as (
+    select run_id, map_from_entries(list({'k': key, 'v': value} order by key)[1:3]) as last_values
+    from (select run_id, key, arg_max(value, step) as value from metrics where value is not null group by all)
+    group by run_id),
+e as (
+    select run_id, max(ts) as last_ts
+    from (select run_id, ts from {{kind:run_finished}} union all select run_id, ts from {{kind:heartbeat}})
+    group by run_id)
+select a.project, a.name, a.run_id, a.state, a.attempts, coalesce(s.steps, 0) as steps, v.last_values, a.started_at,
+       epoch(greatest(a.last_ts, coalesce(s.last_ts, a.last_ts), coalesce(e.last_ts, a.last_ts)) - a.started_at)
+           as duration_s
+from a left join s using (run_id) left join v using (run_id) left join e using (run_id);

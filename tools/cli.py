@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
-from runledger.tools import agents, audit, checks, importing, ladder, notify, report, status, train, ui
+from runledger.tools import agents, audit, checks, chores, importing, ladder, notify, report, status, train, ui
 from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
 log = logging.getLogger("runledger")
@@ -352,7 +352,7 @@ def resolve_run_arg(args: argparse.Namespace) -> None:
         raise UsageError(f"no run has the id or name {given!r} under {args.root}")
 
 
-READS_LEDGER = ("sql", "replay", "verify", "audit", "report")  # commands that read a ledger that must exist
+READS_LEDGER = ("sql", "replay", "verify", "audit", "report", "runs", "du", "delete")  # commands that read a ledger that must exist
 OBSERVES_ROOT = ("status", "down")  # commands that look at a root's processes: a root that is not there is a mistake
 
 
@@ -506,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run", default=None, metavar="RUN_ID", help="only this run's chains")
     s.set_defaults(func=cmd_sync)
 
-    for family in (train, ladder, audit, agents, report, ui, importing, notify, status):  # (their modules, light:
+    for family in (train, ladder, audit, agents, report, ui, importing, notify, status, chores):  # (their modules, light:
         family.register(sub)  # each imports what its commands need when one runs)
     return p
 

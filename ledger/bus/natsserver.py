@@ -32,6 +32,7 @@ from runledger.ledger.contract.validation import check_name
 MAX_PAYLOAD = 8 << 20  # so that oversized events reach the ledger and are quarantined, not refused unseen
 WORKER_KINDS = kinds_of("worker")  # the registry's (runledger.ledger.contract.events.REGISTRY)
 AGENT_KINDS = kinds_of("agent")
+ADMIN_KINDS = kinds_of("admin")
 LEDGER_API = "runledger-ledger"  # requests the ledger answers: {LEDGER_API}.chains.{run_id}.{producer}
 
 
@@ -134,6 +135,9 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
             that may purge the stream (what every durable consumer acked: runledger.ledger.bus.retention)
     notify  consuming only, with its own consumer (`notify`): no event subjects, never another's consumer
     reader  nothing on NATS (readers use the Parquet ledger through SQL)
+    admin   a person deleting runs (`runledger delete`): a tombstone for any run and asking the ledger
+            about chains; no worker or agent kind, no consumer, and no purge (NATS cannot confine a
+            purge to one run's subjects: the ledger's retention lets a deleted run's messages go)
     """
     inbox = {"allow": [f"{inbox_prefix(user_name(role, run_id))}.>"]}
     stream_info = f"$JS.API.STREAM.INFO.{STREAM}"
@@ -157,7 +161,11 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
         return {"publish": {"allow": [stream_info, *consumer_subjects(NOTIFY_DURABLE)]}, "subscribe": inbox}
     if role == "reader":
         return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
-    raise ValueError(f"unknown role {role!r} (worker, agent, ledger, notify, reader)")
+    if role == "admin":
+        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.{k}" for k in ADMIN_KINDS]
+                            + [stream_info, f"{LEDGER_API}.chains.*.*"]},
+                "subscribe": inbox}
+    raise ValueError(f"unknown role {role!r} (worker, agent, ledger, notify, reader, admin)")
 
 
 @dataclass
@@ -350,7 +358,7 @@ def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure
     users = None
     if secure:
         users = Users.load(d / "users.json")
-        for role in ("ledger", "agent", "notify", "reader"):
+        for role in ("ledger", "agent", "notify", "reader", "admin"):
             users.add(role)
         for run in runs:
             users.add("worker", run)

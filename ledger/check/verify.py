@@ -19,7 +19,10 @@ Conflicts are problems too: a different event that came under a stored event_id 
 (two producers wrote one chain), so the stored chain is not the whole story.
 
 Truncation: every chain must reach the head the ledger recorded for it (`runledger.ledger.storage.heads`), so a chain
-whose tail was removed, a chain removed whole, or a run's folder deleted is a problem too.
+whose tail was removed, a chain removed whole, or a run's folder deleted is a problem too. Except
+exactly what a stored tombstone covers (`runledger delete`: `runledger.ledger.storage.removal`): a chain
+gone up to the seq and hash the tombstone names is accepted, and the report names the tombstone;
+anything past it, or gone without a tombstone, is still a problem.
 
 Streaming: the rows are checked a batch at a time, in parts of files (row groups) spread over
 processes (`jobs`, forked from a server that imported the checks once; the largest files first). Each
@@ -78,6 +81,7 @@ class Report:
     quarantined: int = 0
     quarantine_reasons: Counter = field(default_factory=Counter)
     heads: dict[str, dict] = field(default_factory=dict)  # "run:producer:attempt" -> the recorded head (seq, hash)
+    tombstones: list[str] = field(default_factory=list)  # what is missing because a tombstone covers it, one line each
     checked: int = 0  # events read and checked this time (all of them, unless `since`)
     checked_files: int = 0
     since: str | None = None  # when the verify this one continued was done
@@ -90,6 +94,7 @@ class Report:
     def summary(self) -> dict:
         return {"ok": self.ok, "events": self.events, "files": self.files, "chains": self.chains,
                 "quarantined": self.quarantined, "problems": self.problems, "heads": self.heads,
+                "tombstones": self.tombstones,
                 "checked_events": self.checked, "checked_files": self.checked_files, "since": self.since}
 
     def text(self) -> str:
@@ -100,13 +105,15 @@ class Report:
                          f"verify of {self.since}")
         for reason, n in self.quarantine_reasons.most_common(10):
             lines.append(f"  quarantine: {n} × {reason}")
+        lines += [f"  deleted: {t}" for t in self.tombstones]
         if self.problems:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [f"  - {p}" for p in self.problems[:MAX_LISTED]]
             if len(self.problems) > MAX_LISTED:
                 lines.append(f"  … and {len(self.problems) - MAX_LISTED} more")
         else:
-            lines.append("ok: every hash, chain and typed column checks out")
+            lines.append("ok: every hash, chain and typed column checks out"
+                         + (f"; missing only what {len(self.tombstones)} tombstone(s) cover" if self.tombstones else ""))
         return "\n".join(lines)
 
 
@@ -493,6 +500,7 @@ def _check_heads(root: Path, walk: chainwalk.ChainWalk, recorded: dict, unreadab
                                    "next serves it")
         return
     report.problems += unreadable
+    gone = _tombstoned(root, report)
     for run_id in sorted(runs - recorded.keys()):
         if not heads.run_file(root, run_id).exists():
             report.problems.append(f"run {run_id}: events are stored but no chain heads are recorded for it "
@@ -501,6 +509,8 @@ def _check_heads(root: Path, walk: chainwalk.ChainWalk, recorded: dict, unreadab
         for (producer, attempt), (seq, h) in sorted(chains.items()):
             key, chain = (run_id, producer, attempt), f"{run_id}:{producer}:{attempt}"
             have = stored.get(key)
+            if have is None and _covers(gone.get(key), seq, h):
+                continue
             if have is None:
                 report.problems.append(f"chain {chain}: the ledger stored it up to seq {seq}, but none of it is here "
                                        "(deleted?)")
@@ -514,6 +524,8 @@ def _check_heads(root: Path, walk: chainwalk.ChainWalk, recorded: dict, unreadab
         if key[0] not in plan.whole_runs:
             continue
         at, chain = walk.hash_at(key, seq), ":".join(map(str, key))
+        if at is None and key not in stored and _covers(gone.get(key), seq, h):
+            continue
         if at is None:
             report.problems.append(f"chain {chain}: verified up to seq {seq} before ({since.written_at}), but it does "
                                    f"not reach it now (cut short since?)")
@@ -522,6 +534,31 @@ def _check_heads(root: Path, walk: chainwalk.ChainWalk, recorded: dict, unreadab
                                    f"({since.written_at}) as the head of {chain} (replaced since?)")
     report.heads = {f"{run}:{p}:{a}": {"seq": s, "hash": h}
                     for run, chains in recorded.items() for (p, a), (s, h) in chains.items()}
+
+
+def _tombstoned(root: Path, report: Report) -> dict[tuple[str, str, int], tuple[int, str]]:
+    """(run_id, producer, attempt) -> (seq, hash): the chains stored tombstones cover; each tombstone named in
+    `report.tombstones`. Only a person's tombstone counts (producer `cli`: the ledger quarantines any other)."""
+    from runledger.ledger.contract.roles import is_person
+    from runledger.ledger.storage import removal
+
+    out: dict[tuple[str, str, int], tuple[int, str]] = {}
+    for t in removal.stored_tombstones(root):
+        if not is_person(t["producer"]):
+            report.problems.append(f"{t['event_id']}: a tombstone from {t['producer']!r}, not a person's; not honoured")
+            continue
+        chains = removal.covered(t["payload"])
+        for (producer, attempt), head in chains.items():
+            out[(t["run_id"], producer, attempt)] = max(head, out.get((t["run_id"], producer, attempt), head))
+        p = t["payload"]
+        report.tombstones.append(f"run {t['run_id']}: tombstone {t['event_id']} by {p['by']} ({p['authority']}) at "
+                                 f"{t['time']}: {p['events']} events in {len(chains)} chains, removed as it says")
+    return out
+
+
+def _covers(covered: tuple[int, str] | None, seq: int, h: str) -> bool:
+    """Whether a tombstone's (seq, hash) of a chain covers its recorded head (seq, h): up to it, the same event."""
+    return covered is not None and (covered[0] > seq or covered == (seq, h))
 
 
 def _summarise_quarantine(root: Path, report: Report, at: paths.Cut | None) -> None:

@@ -496,6 +496,29 @@ class ConfigUpdated(Payload):
     config: Json
 
 
+class CoveredChain(Payload):
+    """One chain a tombstone covers: its events from seq 0 up to `seq`, whose hash is `hash`."""
+
+    producer: Annotated[str, Field(pattern=NAME_RE.pattern)]
+    attempt: NonNeg
+    seq: NonNeg
+    hash: Annotated[str, Field(pattern=HASH_RE.pattern)]
+
+
+class RunDeleted(Payload):
+    """A person deleted a run's events (`runledger delete`): the tombstone, stored under the run's id
+    (producer `cli`) and kept when the run's other rows are taken out of the tables. It names exactly
+    what went: each chain up to a seq and hash (the heads the ledger had recorded), and how many events
+    that is; `verify` accepts that much missing and no more. `by`: who, as `authority` knows them (the
+    OS user on the embedded default, the credential's user on a secure server)."""
+
+    chains: list[CoveredChain] = Field(min_length=1)
+    events: NonNeg = Field(description="the events the chains hold (seq 0 to seq of each)")
+    by: Annotated[str, Field(min_length=1, max_length=256)]
+    authority: Literal["os_user", "nats_user"]
+    reason: str | None = None
+
+
 # --------------------------------------------------------------------------------------------
 # The registry of kinds
 # --------------------------------------------------------------------------------------------
@@ -524,6 +547,7 @@ REGISTRY: dict[str, Kind] = {
     "config": Kind(ConfigUpdated, "config_updates", ("worker",)),
     "artifact": Kind(ArtifactSaved, "artifacts", ("worker",)),  # a worker's on its own run (`runledger.save`)
     "heartbeat": Kind(Heartbeat, "heartbeats", ("worker",)),  # a worker's for its own run (liveness)
+    "tombstone": Kind(RunDeleted, "tombstones", ("admin",)),  # `runledger delete`: see runledger.ledger.storage.removal
 }
 KINDS: dict[str, type[Payload]] = {kind: k.model for kind, k in REGISTRY.items()}
 VIEWS: dict[str, str] = {kind: k.view for kind, k in REGISTRY.items()}

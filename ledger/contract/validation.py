@@ -129,6 +129,8 @@ def speaker_problem(kind: str, producer: str, payloads: list) -> str | None:
             agent = p.get("agent") if isinstance(p, dict) else None
             if agent != producer and not (is_person(producer) and isinstance(agent, str) and agent.startswith(PERSON_PREFIX)):
                 return f"an alert speaks for its producer: payload.agent {agent!r} is not the producer {producer!r}"
+    elif kind == "tombstone" and not is_person(producer):
+        return f"a tombstone is a person's (`runledger delete`, producer 'cli'), not producer {producer!r}'s"
     elif kind in WORKER_ONLY_KINDS and is_agent_or_person(producer):
         return f"producer {producer!r} is an agent's or a person's name, and a {kind!r} event is a worker's"
     return None
@@ -255,7 +257,7 @@ def check_envelope(obj: Any, parsed: bool = False, payload_checked: bool = False
     check_time(obj["time"])
     if not payload_checked:
         check_payload(obj["kind"], obj["payload"])
-    if (obj["kind"] == "alert" or obj["kind"] in WORKER_ONLY_KINDS) and \
+    if (obj["kind"] in ("alert", "tombstone") or obj["kind"] in WORKER_ONLY_KINDS) and \
             (problem := speaker_problem(obj["kind"], obj["producer"], [obj["payload"]])):
         raise InvalidEvent(problem)
     unhashed = obj.copy()

@@ -48,6 +48,7 @@ from nats.js.errors import NotFoundError
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.storage import heads, index, locks, reads, store
+from runledger.ledger.storage import removal
 from runledger.ledger.storage.compaction import compact_partition
 from runledger.ledger.storage.positions import root_id
 from runledger.ledger.storage.rows import Rows, StoredEvent, events_table, group_events
@@ -236,6 +237,9 @@ class Ledger:
         self._uncertain = False  # a commit failed: some of `_pending` may be in the tables already
         self.last_commit: tuple[str, int] | None = None  # (when, ledger snapshot number) of the last commit
         self.backlog: int | None = None  # messages still pending on the consumer as of the last fetch
+        self._tombstones: list[dict] = []  # tombstones written since the last commit: their runs' rows go after it
+        if not self.position.partitioned:  # (a partition's writer removes only what it stores: see commit)
+            self._remove_deleted(removal.stored_tombstones(self.root))
         log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
 
     def _load_heads(self) -> dict[str, dict[heads.Chain, heads.Head]]:
@@ -364,6 +368,8 @@ class Ledger:
             decoded.written_groups.add((kind, run_id))
             self.counters.stored += len(rows.envs)
             self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in rows.envs])
+            if kind == removal.TOMBSTONE:
+                self._tombstones += rows.envs
             self._heads_moved |= heads.advance(self.heads, rows.envs)
         if decoded.rejected and not decoded.quarantine_written:
             path = store.write_quarantine(self.root, decoded.rejected, now, self.tables)
@@ -416,6 +422,20 @@ class Ledger:
             self.position.save(self.root, self._taken)
             self.taken_upto = self._taken
         self.counters.commit_s.append(time.perf_counter() - started)
+        if self._tombstones:
+            self._remove_deleted(self._tombstones)
+            self._tombstones = []
+
+    def _remove_deleted(self, tombstones: list[dict]) -> None:
+        """Take the rows each stored tombstone covers out of the tables (runledger.ledger.storage.removal). A
+        failure is said and left: the tombstone is stored, and the next start applies it again."""
+        for t in tombstones:
+            try:
+                removal.remove_covered(self.root, t, self.tables)
+            except Exception as err:
+                _raise_if_unavailable(err)
+                log.error("run %s: the rows tombstone %s covers are not removed yet: %s", t["run_id"], t["event_id"],
+                          _error_line(err))
 
     def _not_committed(self, pending: dict[str, list[Path]]) -> dict[str, list[Path]]:
         """The files of `pending` that no table's current snapshot holds (after a commit that failed)."""

@@ -257,16 +257,17 @@ class Tables:
                 t.refresh()
                 time.sleep(0.05 * (attempt + 1))
 
-    def replace(self, name: str, old: list[Path], new: list[Path]) -> None:
+    def replace(self, name: str, old: list[Path], new: list[Path], summary: dict[str, str] | None = None) -> None:
         """Commit a snapshot in which the files `new` hold the rows of `old` (compaction, or a repair that
-        drops identical second copies). `old` stays on disk for the readers that hold it (see expire)."""
+        drops identical second copies), or, with a `summary` naming a tombstone, the rows of `old` it does
+        not cover (`runledger.ledger.storage.removal`). `old` stays on disk for the readers that hold it (see expire)."""
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
         from pyiceberg.table.snapshots import Operation
         from pyiceberg.table.update.snapshot import _OverwriteFiles
 
         t = self.table(name)
         gone = {str(p) for p in old}
-        props = {COMMIT_KEY: str(self.commit_no), COMPACTION_KEY: "true"}
+        props = {COMMIT_KEY: str(self.commit_no), **(summary or {COMPACTION_KEY: "true"})}
 
         def swap(tx) -> None:
             current = tx.table_metadata.current_snapshot()
