@@ -503,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sync", help="send what the root's spool holds unsent (an offline run's events) to the server")
     add_root(s)
     add_nats(s)
-    s.add_argument("--run", default=None, metavar="RUN_ID", help="only this run's chains")
+    s.add_argument("--run", type=checks.run_id, default=None, metavar="RUN_ID", help="only this run's chains")
     s.set_defaults(func=cmd_sync)
 
     for family in (train, ladder, audit, agents, report, ui, importing, notify, status, chores):  # (their modules, light:

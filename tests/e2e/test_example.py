@@ -38,7 +38,7 @@ def test_the_optax_example_is_recorded_exactly_verifies_and_passes_the_health_au
     logged = json.loads(dump.read_text())
     run_id = logged["run_id"]
     expected = {(int(step), key): stored_as(value) for step, metrics in logged["logged"].items() for key, value in metrics.items()}
-    assert run_id == "optax-mlp-test" and len(logged["logged"]) == STEPS and len(expected) > 17 * STEPS
+    assert run_id.startswith("optax-mlp-test-") and len(logged["logged"]) == STEPS  # (a fresh id made of the name) and len(expected) > 17 * STEPS
 
     # every key at every step, exactly (float equality), nothing more, nothing doubled
     sql = f"select count(*) from metrics where run_id = '{run_id}'"
@@ -46,8 +46,8 @@ def test_the_optax_example_is_recorded_exactly_verifies_and_passes_the_health_au
     rows = reader(local_root).execute("select step, key, value, nonfinite from metrics where run_id = ?", [run_id]).fetchall()
     assert len(rows) == len(expected)
     assert {(step, key): (value, nonfinite) for step, key, value, nonfinite in rows} == expected
-    (config,), = reader(local_root).execute("select config from runs where run_id = ?", [run_id]).fetchall()
-    assert json.loads(config)["steps"] == STEPS
+    (config, name), = reader(local_root).execute("select config, name from runs where run_id = ?", [run_id]).fetchall()
+    assert json.loads(config)["steps"] == STEPS and name == "optax-mlp-test"
     (status, summary), = reader(local_root).execute("select status, summary from runs_finished where run_id = ?",
                                                     [run_id]).fetchall()
     best = max(m.get("eval/accuracy", 0.0) for m in logged["logged"].values())

@@ -20,8 +20,9 @@ WATCHDOG_S = 15
 SCRIPT = """
 import runledger, sys
 run = runledger.init(project="p", system_metrics=False)
-print("logging", flush=True)
-i = 0
+run.log({"loss": 1.0})
+print("logging", flush=True)  # (after a first step: the signal may come at once)
+i = 1
 while True:
     run.log({"loss": 1.0 / (i + 1)})
     i += 1
