@@ -261,12 +261,18 @@ class Notifier:
             log.warning("ack of stream seq %d failed: %s", held.seq, err)
 
     async def keep_in_progress(self, stop: asyncio.Event) -> None:
-        """Every third of ack_wait, tell JetStream each held message is still being worked on."""
+        """Every third of ack_wait, tell JetStream each held message is still being worked on. (It wakes at
+        least every second: the consumer's ack_wait, learnt once notify is connected, may be shorter than
+        the one it began with.)"""
+        marked = time.monotonic()
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), self.ack_wait_s * IN_PROGRESS_SHARE)
+                await asyncio.wait_for(stop.wait(), min(self.ack_wait_s * IN_PROGRESS_SHARE, 1.0))
             except asyncio.TimeoutError:
                 pass
+            if time.monotonic() - marked < self.ack_wait_s * IN_PROGRESS_SHARE:
+                continue
+            marked = time.monotonic()
             for held in list(self.held.values()):
                 try:
                     await held.msg.in_progress()
@@ -313,7 +319,7 @@ async def serve(routes: list[Route], nats_url: str | Callable[[], str | None], d
     the same JetStream store holds it. The routes' queues and the messages held go on across the move."""
     stop = stop or asyncio.Event()
     url_of = nats_url if callable(nats_url) else (lambda: nats_url)
-    notifier = Notifier(routes)
+    notifier = Notifier(routes, ack_wait_s=ack_wait_s)
     tasks = [asyncio.create_task(s.run(), name=f"route-{s.route.name}") for s in notifier.senders]
     tasks.append(asyncio.create_task(notifier.keep_in_progress(stop)))
     try:
