@@ -243,10 +243,7 @@ async def run_agents(root: str | Path, nats_url: str | Callable[[], str | None],
             try:
                 await _consume(nc, url, url_of, runner, root, run_id, durable, watched, stop, poll_s, sweep_s)
             finally:
-                try:
-                    await asyncio.wait_for(nc.close(), 5)
-                except Exception as err:  # (asyncio.TimeoutError too) a server gone: nothing to close cleanly
-                    log.debug("closing the connection to %s: %s", url, err)
+                await bus.close(nc, url)
     finally:
         await asyncio.to_thread(runner.close)
 

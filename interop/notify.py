@@ -332,10 +332,7 @@ async def serve(routes: list[Route], nats_url: str | Callable[[], str | None], d
                 await _consume(nc, url, url_of, notifier, tasks, durable, from_start, stop, ready, poll_s,
                                report_every_s, ack_wait_s)
             finally:
-                try:
-                    await asyncio.wait_for(nc.close(), 5)
-                except Exception as err:  # (asyncio.TimeoutError too) a server gone: nothing to close cleanly
-                    log.debug("closing the connection to %s: %s", url, err)
+                await bus.close(nc, url)
     finally:
         for t in tasks:
             t.cancel()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from pathlib import Path
 
 import psutil
+
+from runledger.ledger.emit.periodic import Periodic
 
 log = logging.getLogger("runledger.system")
 
@@ -71,30 +72,18 @@ def sample(disk: Path, process: psutil.Process) -> dict[str, float]:
     return {k: float(v) for k, v in m.items()}
 
 
-class SystemSampler:
+class SystemSampler(Periodic):
     """Samples every `interval_s` into `sink` as `system` events, until `stop()`."""
 
     def __init__(self, sink, interval_s: float, disk: Path) -> None:
-        self.sink, self.interval_s = sink, interval_s
+        super().__init__(interval_s, "runledger-system")
+        self.sink = sink
         self.disk = disk if disk.exists() else Path.cwd()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="runledger-system", daemon=True)
+        self._process: psutil.Process | None = None
 
-    def start(self) -> "SystemSampler":
-        self._thread.start()
-        return self
+    def begin(self) -> None:
+        self._process = psutil.Process()
+        psutil.cpu_percent(), self._process.cpu_percent()  # the first call only sets the baseline
 
-    def _loop(self) -> None:
-        process = psutil.Process()
-        psutil.cpu_percent(), process.cpu_percent()  # the first call only sets the baseline
-        while not self._stop.wait(self.interval_s):
-            try:
-                metrics = sample(self.disk, process)
-                self.sink.emit_dict("system", {"metrics": metrics, "interval_s": self.interval_s})
-            except Exception as err:  # a sample that fails is skipped, never raised into the training loop
-                log.debug("system sample skipped: %s", err)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+    def tick(self) -> None:
+        self.sink.emit_dict("system", {"metrics": sample(self.disk, self._process), "interval_s": self.interval})

@@ -122,6 +122,15 @@ async def connect_when(url_of, stop: asyncio.Event, name: str, poll_s: float = 1
     return None
 
 
+async def close(nc: nats.NATS, url: str, timeout_s: float = 5.0) -> None:
+    """Close a connection from `connect_when` within `timeout_s`: a server gone meanwhile leaves nothing
+    to close cleanly, which is said at debug level, not raised."""
+    try:
+        await asyncio.wait_for(nc.close(), timeout_s)
+    except Exception as err:  # (asyncio.TimeoutError too)
+        log.debug("closing the connection to %s: %s", redact(url), err)
+
+
 def run_aside(coro, timeout: float):
     """Run `coro` on its own event loop in a daemon thread and return its result, waiting at most
     `timeout` (TimeoutError). The caller may be inside an event loop of its own, Ctrl-C reaches it while

@@ -9,12 +9,10 @@ skipped with a debug line, never raised into the loop.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
-import threading
 
-log = logging.getLogger(__name__)
+from runledger.ledger.emit.periodic import Periodic
 
 HEARTBEAT_ENV = "RUNLEDGER_HEARTBEAT_S"
 HEARTBEAT_S = 30.0  # (Levanter's phase heartbeat is of the same order)
@@ -29,27 +27,13 @@ def interval_s() -> float:
     return value if 0 < value < float("inf") else HEARTBEAT_S
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """Emits `heartbeat` into `sink` every `interval` seconds, until `stop()`."""
 
     def __init__(self, sink, interval: float | None = None) -> None:
-        self.sink, self.interval = sink, interval or interval_s()
+        super().__init__(interval or interval_s(), "runledger-heartbeat")
+        self.sink = sink
         self.payload = {"host": socket.gethostname(), "pid": os.getpid(), "interval_s": float(self.interval)}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="runledger-heartbeat", daemon=True)
 
-    def start(self) -> "Heartbeat":
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.sink.emit_dict("heartbeat", self.payload)
-            except Exception as err:  # (a full spool, say): skipped, never raised into the loop
-                log.debug("heartbeat skipped: %s", err)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+    def tick(self) -> None:
+        self.sink.emit_dict("heartbeat", self.payload)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from runledger.ledger import local
 from support import REPO
 from support.processes import runledger
 from support.reading import reader
@@ -77,17 +76,6 @@ WANDB_QUICKSTART = """
 """
 
 
-@pytest.fixture
-def user_root(tmp_path, monkeypatch):
-    """The root the scripts log to through the embedded default, stopped after the test."""
-    root = tmp_path / "root"
-    for var in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("RUNLEDGER_ROOT", str(root))
-    yield root
-    local.down(root)
-
-
 def run_twice(code: str, root: Path, tmp_path: Path) -> None:
     """The script run as a user runs it, then once more, as written (each from a file, in its own folder)."""
     script = tmp_path / "script.py"
@@ -104,9 +92,9 @@ def run_twice(code: str, root: Path, tmp_path: Path) -> None:
     (GROUPED_RUNS, "grouped-runs-demo", [f"{g}-run-{i}" for g in ("baseline", "augmented", "tuned") for i in (1, 2)], 12),
     (FAKE_TRAINING, "fake-training", [f"test-run-{i}" for i in range(3)], 8),
 ], ids=["trackio-grouped-runs", "trackio-fake-training"])
-def test_a_trackio_example_runs_twice_and_both_runs_of_each_name_are_stored(user_root, tmp_path, code, project, names, steps):
-    run_twice(code, user_root, tmp_path)
-    db = reader(user_root)
+def test_a_trackio_example_runs_twice_and_both_runs_of_each_name_are_stored(local_root, tmp_path, code, project, names, steps):
+    run_twice(code, local_root, tmp_path)
+    db = reader(local_root)
     rows = db.execute("select run_id, name, project, \"group\" from runs").fetchall()
     by_name: dict[str, list[str]] = {}
     for run_id, name, proj, group in rows:
@@ -120,12 +108,12 @@ def test_a_trackio_example_runs_twice_and_both_runs_of_each_name_are_stored(user
     assert finished == [("completed", 2 * len(names))]
     per_run = db.execute("select run_id, count(distinct step) from metrics group by run_id").fetchall()
     assert sorted(n for _, n in per_run) == [steps] * (2 * len(names))
-    assert runledger("verify", "--root", str(user_root)).returncode == 0
+    assert runledger("verify", "--root", str(local_root)).returncode == 0
 
 
-def test_the_wandb_quickstart_runs_twice_and_both_runs_are_stored(user_root, tmp_path):
-    run_twice(WANDB_QUICKSTART, user_root, tmp_path)
-    db = reader(user_root)
+def test_the_wandb_quickstart_runs_twice_and_both_runs_are_stored(local_root, tmp_path):
+    run_twice(WANDB_QUICKSTART, local_root, tmp_path)
+    db = reader(local_root)
     rows = db.execute("select run_id, name, project, config from runs").fetchall()
     assert len(rows) == 2 and len({r[0] for r in rows}) == 2  # distinct ids
     for run_id, name, project, _config in rows:
@@ -135,7 +123,7 @@ def test_the_wandb_quickstart_runs_twice_and_both_runs_are_stored(user_root, tmp
     assert sorted(n for _, n in counts) == [8, 8]
 
 
-def test_a_command_takes_a_name_one_run_has_and_refuses_one_that_several_have_listing_them(user_root, tmp_path):
+def test_a_command_takes_a_name_one_run_has_and_refuses_one_that_several_have_listing_them(local_root, tmp_path):
     import runledger as api
 
     ids = []
@@ -149,7 +137,7 @@ def test_a_command_takes_a_name_one_run_has_and_refuses_one_that_several_have_li
     once.finish()
     old = api.init(project="names", id="old-style", system_metrics=False)  # run_started without a name
     old.finish()
-    root = str(user_root)
+    root = str(local_root)
 
     for command in (["replay", "twice"], ["report", "twice", "--out", str(tmp_path / "r.html")],
                     ["audit", "health", "twice"], ["lineage", "twice"]):
@@ -172,7 +160,7 @@ def test_a_command_takes_a_name_one_run_has_and_refuses_one_that_several_have_li
     assert r.returncode == 2 and "no events for run 'nobody'" in r.stderr, r.stderr
 
     # an old-style run (its run_started has no name) is named by its id, and found by it
-    db = reader(user_root)
+    db = reader(local_root)
     assert db.execute("select name from run_names where run_id = 'old-style'").fetchall() == [("old-style",)]
     r = runledger("sql", "--root", root, "--format", "csv", "select run_id from runs where run_id = run_of('only once')")
     assert r.returncode == 0 and once.id in r.stdout, r.stderr

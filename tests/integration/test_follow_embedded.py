@@ -16,7 +16,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 from runledger.ledger import local
 from runledger.ledger.bus import natsserver
@@ -81,16 +80,6 @@ def idled_out(root: Path) -> str:
     return url, taken
 
 
-@pytest.fixture
-def embedded_root(tmp_path, monkeypatch):
-    root = tmp_path / "root"
-    for var in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("RUNLEDGER_ROOT", str(root))
-    yield root
-    local.down(root)
-
-
 def start_cli(root: Path, log: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", *args, "--root", str(root)], cwd=REPO,
                             env=embedded_env(root), stdout=open(log, "ab"), stderr=subprocess.STDOUT)
@@ -112,8 +101,8 @@ def stop(proc: subprocess.Popen) -> int | None:
         return None
 
 
-def test_notify_delivers_the_alert_of_a_run_started_after_the_embedded_server_came_back_on_a_new_port(embedded_root, tmp_path):
-    root = embedded_root
+def test_notify_delivers_the_alert_of_a_run_started_after_the_embedded_server_came_back_on_a_new_port(local_root, tmp_path):
+    root = local_root
     receiver = Receiver().up()
     routes = tmp_path / "routes.toml"
     routes.write_text(f'[[route]]\nname = "all"\nurl = "http://127.0.0.1:{receiver.port}/json"\nkinds = ["alert"]\n')
@@ -146,8 +135,8 @@ def test_notify_delivers_the_alert_of_a_run_started_after_the_embedded_server_ca
         receiver.down()
 
 
-def test_the_agents_alert_on_a_run_started_after_the_embedded_server_came_back_on_a_new_port(embedded_root, tmp_path):
-    root = embedded_root
+def test_the_agents_alert_on_a_run_started_after_the_embedded_server_came_back_on_a_new_port(local_root, tmp_path):
+    root = local_root
     held = local.attach(root, idle_s=1)  # (held while the agents judge a run: its alert is stored at once)
     log = tmp_path / "agents.log"
     agents = start_cli(root, log, "agents")
@@ -192,8 +181,8 @@ run.finish()
 """
 
 
-def test_a_sigkilled_run_reads_crashed_once_its_heartbeats_stop_a_finished_one_finished_a_failed_one_failed(embedded_root):
-    root = embedded_root
+def test_a_sigkilled_run_reads_crashed_once_its_heartbeats_stop_a_finished_one_finished_a_failed_one_failed(local_root):
+    root = local_root
     env = embedded_env(root, RUNLEDGER_HEARTBEAT_S="0.5", RUNLEDGER_IDLE_S="60")
     procs = {how: subprocess.Popen([sys.executable, "-c", BEATING_RUN, how], env=env, cwd=REPO, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True) for how in ("finished", "failed", "killed")}
