@@ -140,6 +140,7 @@ def record_dashboard(root_dir: str | Path, url: str) -> Path | None:
     file = Path(root_dir) / DASHBOARD_FILE
     tmp = file.with_name(f".{DASHBOARD_FILE}.{os.getpid()}")
     try:
+        file.parent.mkdir(parents=True, exist_ok=True)  # (a dashboard opened before the root's first run)
         tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "host": socket.gethostname()}))
         os.replace(tmp, file)
     except OSError:

@@ -141,6 +141,8 @@ def test_inits_line_names_the_run_the_root_and_where_to_look_without_a_token(dis
     settings.record_dashboard(root, "http://127.0.0.1:8999/")
     settings.forget_dashboard(root)
     assert not (root / settings.DASHBOARD_FILE).exists()
+    later = tmp_path / "no-run-yet" / "root"  # a dashboard opened before the root's first run: recorded all the same
+    assert settings.record_dashboard(later, "http://127.0.0.1:8998/") and settings.dashboard_url(later) == "http://127.0.0.1:8998/"
 
 
 def test_silent_by_the_environment_or_the_settings(monkeypatch):
