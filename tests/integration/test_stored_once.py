@@ -21,7 +21,7 @@ from runledger.ledger import settings
 from runledger.ledger.bus import retention
 from runledger.ledger.contract.events import STREAM
 from support import REPO
-from support.processes import verify
+from support.processes import verify, wait_serving
 from support.reading import reader
 
 WATCHDOG_S = 60
@@ -33,6 +33,7 @@ def segments(client_root, run_id: str) -> list:
 
 def test_a_finished_run_the_ledger_stored_leaves_no_spool_lines(ledger_process, nats_server, root, tmp_path, monkeypatch):
     ledger_process.start()
+    wait_serving(ledger_process)  # (else init may find no ledger yet, and finish's True is JetStream's alone)
     monkeypatch.setenv("RUNLEDGER_NATS", nats_server.url)
     monkeypatch.setenv("RUNLEDGER_ROOT", str(tmp_path / "client"))  # the client's spool; the ledger's root is `root`
     run = runledger.init(project="p", id="pruned", system_metrics=False)
@@ -80,6 +81,7 @@ def test_the_stream_keeps_a_message_until_every_durable_consumer_acked_it(ledger
 
     asyncio.run(make_notify())
     ledger_process.start()
+    wait_serving(ledger_process)  # (else init may find no ledger yet, and finish's True is JetStream's alone)
     monkeypatch.setenv("RUNLEDGER_NATS", nats_server.url)
     monkeypatch.setenv("RUNLEDGER_ROOT", str(tmp_path / "client"))
     run = runledger.init(project="p", id="kept", system_metrics=False)
