@@ -10,10 +10,8 @@ screenshot there (the README's first screen).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,11 +20,10 @@ import numpy as np
 import pytest
 
 from support import REPO
+from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
 from support.processes import LedgerProcess, free_port
 from support.reading import wait_for_count
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 TOKEN, READ_TOKEN = "write-token-0123456789abcdef", "read-token-0123456789abcdef"
 LOSS_RGB = (0xD6, 0x27, 0x28)  # the first series' color (app.js COLORS[0]): attempt 0's loss line
 WATCHDOG_S = 30.0  # a hang guard, not a promise of speed
@@ -123,36 +120,6 @@ def served(tmp_path_factory):
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """Debian's headless chromium through chromedriver (a test that takes it is slow: a browser starts)."""
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("Debian's chromium and chromium-driver are not installed (make test installs them when run as root)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", "--disable-sync", "--window-size=1400,1000",
-                f"--user-data-dir={tempfile.mkdtemp()}"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    yield driver
-    driver.quit()
-
-
-def wait(driver, condition, timeout: float = 20.0, what: str = ""):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, what)
-
-
-def chart_points(driver, title: str) -> int:
-    return driver.execute_script(
-        "const c = (window.rlCharts || []).find(c => c.title === arguments[0]); return c ? c.points() : -1;", title)
 
 
 @pytest.mark.slow  # (the served fixture starts nats-server, a ledger and the UI: processes)
