@@ -3,6 +3,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the integrations' tests train on the CPU: torch's CPU build, from a local wheel folder where pip's find-links
+# ($$PIP_FIND_LINKS) names one, else from PyTorch's CPU index (PyPI's Linux torch is the multi-GB CUDA build)
+TORCH := 2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
 .PHONY: setup browser postgres demo lint test test-fast bench clean
 
@@ -11,7 +15,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[train,lineage,dev]'
+	$(BIN)/python -m pip install --quiet torch==$(TORCH) $(if $(PIP_FIND_LINKS),,--index-url $(TORCH_CPU_INDEX))
+	$(BIN)/python -m pip install --quiet -e '.[train,lineage,dev,integrations]'
 	touch $(STAMP)
 
 demo: setup

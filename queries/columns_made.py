@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '08c801c621d4ddca11e4993919fa4432'
+DIGEST = '73ac48f3bc88f8af9db1a884ac066caa'
 LAYOUT = r"""
 {
  "kinds": {

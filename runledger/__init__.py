@@ -13,7 +13,9 @@ The module-level functions act on the current run (the last `init`), like W&B's,
 with `import runledger as wandb`: init, log, config, summary, alert, finish, define_metric, run, and the
 other calls W&B scripts make (save, log_artifact, Artifact, Table, Image, Histogram, plot, watch, login,
 Settings, Api, sweep, ...: `runledger.wandb_compat`, each working or skipped with one warning).
-See `runledger.core` for what each call records, and `runledger.levanter` for Levanter's tracker.
+See `runledger.core` for what each call records (`log_checkpoint`: a saved checkpoint's content hash),
+`runledger.levanter` for Levanter's tracker and `runledger.integrations` for the Hugging Face Trainer's callback,
+Lightning's logger and Keras' callback.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["AlertLevel", "Api", "Artifact", "Config", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
-           "alert", "define_metric", "finish", "init", "log", "log_artifact", "log_code", "login", "mark_preempting", "plot",
+           "alert", "define_metric", "finish", "init", "log", "log_artifact", "log_checkpoint", "log_code", "login", "mark_preempting", "plot",
            "save", "sweep", "unwatch", "use_artifact", "watch"]
 # Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
 # (tests/{unit,integration}/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
@@ -71,6 +73,12 @@ def define_metric(name: str, step_metric: str | None = None, **kw: Any) -> None:
 def save(glob_str: Any = None, base_path: Any = None, policy: str = "live") -> list[str]:
     """`Run.save` of the current run: each matching file's path and SHA-256 recorded."""
     return _current().save(glob_str, base_path, policy)
+
+
+def log_checkpoint(path: Any, step: int | None = None, *, seconds: float | None = None, reason: str = "periodic",
+                   tokens_seen: int | None = None) -> dict:
+    """`Run.log_checkpoint` of the current run: a `checkpoint` event with the saved file's or folder's content hash."""
+    return _current().log_checkpoint(path, step, seconds=seconds, reason=reason, tokens_seen=tokens_seen)
 
 
 def log_artifact(artifact_or_path: Any, name: str | None = None, type: str | None = None, aliases: Any = None,

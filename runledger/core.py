@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runledger.content import content_of
 from runledger.ledger import local, settings
 from runledger.ledger.redact import redact
 from runledger.ledger.contract.canonical import canonical_json
@@ -285,6 +286,7 @@ class Run(WandbRun):
         self._sampler: SystemSampler | None = None
         self._heartbeat: Heartbeat | None = None
         self._offline = False  # init found no server (or mode="offline"): the spool holds the events
+        self._config_hash: str | None = None  # of this attempt's run_started: its checkpoints carry it
 
     # -- logging
 
@@ -373,6 +375,34 @@ class Run(WandbRun):
         self._record("alert", {"alert_id": f"{self.run_id}:{self.attempt}:{secrets.token_hex(6)}",
                                "agent": self._producer, "rule": str(title), "severity": severity,
                                "message": "" if text is None else str(text)})
+
+    def log_checkpoint(self, path: str | os.PathLike, step: int | None = None, *, seconds: float | None = None,
+                       reason: str = "periodic", tokens_seen: int | None = None) -> dict:
+        """Record a `checkpoint` event for the checkpoint saved at `path` (a file or a folder, already written):
+        its absolute path, bytes and content hash (`runledger.content.content_of`: a file's SHA-256, a folder's
+        over its files' manifest), the config hash of this attempt's `run_started` (the `config_match` audit
+        holds them equal), `seconds` the save took where the caller timed it (else null), at `step` (default: the
+        last step logged). reason: periodic, requested, final or rollback. Returns the payload recorded."""
+        if self.finished:
+            raise LogError(f"run {self.run_id} is finished: start another with runledger.init()")
+        if reason not in ("periodic", "requested", "final", "rollback"):
+            raise LogError(f"checkpoint reason {reason!r}: periodic, requested, final or rollback")
+        if self._disabled:
+            return {}
+        facts = content_of(path)
+        payload = {"path": str(Path(path).resolve()), "bytes": facts["bytes"], "content_hash": facts["sha256"],
+                   "config_hash": self._config_hash, "reason": reason}
+        if seconds is not None:
+            payload["seconds"] = float(seconds)
+        if tokens_seen is not None:
+            payload["tokens_seen"] = int(tokens_seen)
+        if step is None:
+            step = self._step - 1 if self._step else None
+        elif type(step) is not int or step < 0:
+            raise LogError(f"step {step!r} is not an integer >= 0")
+        with _Deferred.signals():
+            self._sink.emit_dict("checkpoint", payload, step)
+        return payload
 
     def _config_changed(self, changes: dict) -> None:
         if not self.finished:
@@ -536,7 +566,8 @@ class Current:
 def init(project: str | None = None, name: str | None = None, config: dict | Any = None, tags: list[str] | None = None,
          resume: bool | str | None = None, id: str | None = None, *, root: str | Path | None = None,
          nats: str | None = None, producer: str = PRODUCER, system_metrics: bool | float = True,
-         thresholds: dict[str, float] | None = None, mode: str | None = None, **ignored: Any) -> Run:
+         thresholds: dict[str, float] | None = None, mode: str | None = None, resumed_from: dict | None = None,
+         **ignored: Any) -> Run:
     """Start a run (or, with `resume`, the run's next attempt) and make it the current one.
 
     project, config, tags: as W&B's. name: the run's display name, not unique (any number of runs may
@@ -555,6 +586,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     system_metrics: sample the machine every 10 s (a number: every that many seconds); False: never.
     thresholds: overrides of the health checks' thresholds (`runledger audit health`), by name
         (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
+    resumed_from: the checkpoint this attempt goes on from, {"path", "step", "content_hash"} (as
+        `log_checkpoint` recorded it): in `run_started`, where the `checkpoint_lineage` audit matches it.
     mode: "online", "offline" or "disabled" (else settings=Settings(mode=...), $RUNLEDGER_MODE, $WANDB_MODE):
         "disabled" records nothing and starts nothing (every call still works).
     group, job_type, notes: W&B's, recorded in `run_started` (columns of the `runs` view). Other W&B
@@ -648,9 +681,13 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     started.update(labels)  # name, group, job_type, notes: those given
     if thresholds:
         started["thresholds"] = {k: float(v) for k, v in thresholds.items()}
+    if resumed_from:
+        started["resumed_from"] = {"path": str(resumed_from["path"]), "step": int(resumed_from["step"]),
+                                   "content_hash": str(resumed_from["content_hash"])}
     if commit := _code_commit():
         started["code_commit"] = commit
     sink.emit_dict("run_started", started, first_step if first_step else None)
+    run._config_hash = started["config_hash"]
     if interval:
         run._sampler = SystemSampler(sink, interval, root).start()
     run._heartbeat = Heartbeat(sink, beat_s).start()  # (system_metrics=False or not: liveness is not a metric)

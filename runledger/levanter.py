@@ -32,7 +32,6 @@ On a multi-host run only JAX process 0 records (as Levanter's W&B and TensorBoar
 """
 
 import dataclasses
-import hashlib
 import logging
 import numbers
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional, Union
 
 import runledger
+from runledger.content import content_of
 from runledger.core import PRODUCER, Run, run_id_for
 
 log = logging.getLogger("runledger.levanter")
@@ -126,22 +126,12 @@ class RunledgerTracker(*((_Tracker,) if _Tracker is not None else ())):
 
 
 def _content_of(path: str) -> dict:
-    """{"bytes", "sha256"} of a local file; of a directory, with "files", the sha256 of its manifest;
-    {"sha256": None} for a path that is not on this machine."""
-    p = Path(path)
-    if "://" in path or not p.exists():
+    """{"bytes", "sha256"} of a local file; of a directory, with "files", the sha256 of its manifest
+    (`runledger.content.content_of`); {"sha256": None} for a path that is not on this machine."""
+    if "://" in path or not Path(path).exists():
         log.warning("artifact %s is not on this machine: recorded by its path only", path)
         return {"sha256": None}
-    if p.is_file():
-        with open(p, "rb") as f:
-            return {"bytes": p.stat().st_size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
-    files = sorted((f for f in p.rglob("*") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
-    manifest, size = [], 0
-    for f in files:
-        with open(f, "rb") as fh:
-            manifest.append(f"{hashlib.file_digest(fh, 'sha256').hexdigest()}  {f.relative_to(p).as_posix()}\n")
-        size += f.stat().st_size
-    return {"bytes": size, "files": len(files), "sha256": hashlib.sha256("".join(manifest).encode()).hexdigest()}
+    return content_of(path)
 
 
 def _primary() -> bool:

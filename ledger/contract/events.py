@@ -217,7 +217,8 @@ class EvalCompleted(Payload):
 class CheckpointSaved(Payload):
     path: str
     bytes: NonNeg
-    seconds: Finite
+    seconds: Finite | None = Field(None, description="how long the save took; null where the saver did not time it "
+                                                   "(a framework's checkpoint recorded after it was written)")
     content_hash: str
     config_hash: str | None = None
     tokens_seen: NonNeg | None = None
