@@ -81,6 +81,8 @@ def test_a_lightning_run_holds_what_its_csv_logger_wrote_and_its_checkpoints(loc
     files = sorted((tmp_path / "ckpt").glob("*.ckpt"))
     assert len(files) == 2 and sorted(p for _, _, p, _, _ in saved) == [str(f) for f in files]
     assert {p: h for _, _, p, h, _ in saved} == {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    # each at the last step logged before its save (Lightning's log axis: epoch 0's val_loss is at step 3)
+    assert [s for _, s, _, _, _ in saved] == [max(s for s, _ in expected if s < 4), max(s for s, _ in expected)] == [3, 7]
     (status,), = reader(local_root).execute("select status from runs_finished where run_id = ?", [run_id]).fetchall()
     assert status == "completed"
     attempts = reader(local_root).execute("select distinct attempt from events where run_id = ?", [run_id]).fetchall()
