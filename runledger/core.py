@@ -389,7 +389,10 @@ class Run(WandbRun):
             raise LogError(f"checkpoint reason {reason!r}: periodic, requested, final or rollback")
         if self._disabled:
             return {}
-        facts = content_of(path)
+        try:
+            facts = content_of(path)
+        except FileNotFoundError as err:
+            raise LogError(f"checkpoint {err}") from None
         payload = {"path": str(Path(path).resolve()), "bytes": facts["bytes"], "content_hash": facts["sha256"],
                    "config_hash": self._config_hash, "reason": reason}
         if seconds is not None:
