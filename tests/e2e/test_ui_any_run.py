@@ -195,3 +195,35 @@ def test_the_health_checklist_lists_only_the_checks_whose_inputs_the_run_logged(
     line = wait(chromium, lambda d: d.find_elements("id", "health-none"), what="the one-line message")[0].text
     assert line.startswith("No health check applies to this run: it logged none of their inputs")
     assert not chromium.find_elements("css selector", "#health table")
+
+
+def test_a_chart_drawn_against_time_and_smoothed_takes_live_points(any_run, chromium):
+    """A chart not drawn against the step asks for its points again when new ones are stored (no reload)."""
+    from selenium.webdriver.support.ui import Select
+
+    from runledger.ledger.contract.events import MetricsLogged, RunStarted
+    from runledger.ledger.emit.emitter import Emitter
+
+    worker = Emitter("growing", "worker-0", 0, any_run.nats.url, any_run.tmp / "spool")
+    try:
+        worker.emit(RunStarted(config={}, config_hash="0" * 64), step=0)
+        for k in range(1, 6):
+            worker.emit(MetricsLogged(metrics={"train/loss": 1.0 / k}), step=k)
+        assert worker.flush(timeout=30)
+        wait_for_count(any_run.root, "select count(*) from metric_events where run_id = 'growing'", 5, timeout=60)
+        open_run(chromium, any_run, "growing")
+        wait(chromium, lambda d: "live" in d.find_element("id", "live").get_attribute("class").split(), what="live feed")
+        chromium.execute_script("window.__notReloaded = true; const s = document.getElementById('smoothing');"
+                                "s.value = '0.5'; s.dispatchEvent(new Event('input'))")
+        Select(chromium.find_element("id", "x-axis")).select_by_value("rel")
+        wait(chromium, lambda d: d.execute_script("return window.rlCharts[0].el.dataset.x === 'rel'"), what="x = relative time")
+        worker.emit(MetricsLogged(metrics={"train/loss": 0.1}), step=6)
+        assert worker.flush(timeout=30)
+        # (five points logged within a millisecond share a pixel against time: its lowest and highest are drawn)
+        wait(chromium, lambda d: d.execute_script("return window.rlCharts[0].tables.get('attempt 0')[1].slice(-1)[0]") == 0.1,
+             timeout=30, what="the new step, asked for again")
+        assert chromium.execute_script("return window.__notReloaded === true && window.rlCharts[0].el.dataset.x === 'rel'")
+        labels = chromium.execute_script("return window.rlCharts[0].plot.series.map(s => s.label)")
+        assert labels[1:] == ["attempt 0", "attempt 0 (smoothed)"]
+    finally:
+        worker.close(timeout=5)

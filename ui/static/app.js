@@ -312,13 +312,14 @@ class RunChart extends Chart {
     this.smoothing = 0;
   }
   layered(fn) {
-    if (!(this.smoothing > 0) || !this.tables.size) return fn();
+    if (this.layering || !(this.smoothing > 0) || !this.tables.size) return fn(); // (an update that draws anew: layered once)
     const raw = this.tables, colors = this.opts.colors, base = colors || COLORS, names = [...raw.keys()];
     const both = new Map(raw);
     for (const n of names) { const [xs, ys] = raw.get(n); both.set(`${n} (smoothed)`, [xs, twema(xs, ys, this.smoothing)]); }
     this.opts.colors = [...names.map((n, i) => base[i % base.length] + "44"), ...names.map((n, i) => base[i % base.length])];
     this.tables = both;
-    try { return fn(); } finally { this.tables = raw; this.opts.colors = colors; this.el.dataset.points = String(this.points()); }
+    this.layering = true;
+    try { return fn(); } finally { this.layering = false; this.tables = raw; this.opts.colors = colors; this.el.dataset.points = String(this.points()); }
   }
   draw() { if (this.shown) this.layered(() => super.draw()); else this.el.dataset.points = String(this.points()); }
   update() { if (this.shown) this.layered(() => super.update()); else this.el.dataset.points = String(this.points()); }
