@@ -187,6 +187,12 @@ def test_the_demo_runs_page_keeps_its_moe_and_forecast_panels(served, chromium):
         return [c('Loss vs forecast band').band[0].length, c('Learning rate, decisions marked').markers.length]""")
     assert panels == [3, 1]  # the three forecast points; the proposed decision marked
     assert chart_points(chromium, "MFU") == 55 and not chromium.find_elements("css selector", ".chart .empty")
+    # no capacity panel: the run's one capacity decision is proposed, not applied; an applied one's factors are drawn
+    cf = chromium.execute_script("""return capacityFactors([
+        {action: 'set_capacity_factor', status: 'applied', decided_at_step: 8, applied_at_step: 10, params: {cf_recv: 1.5},
+         before: {dispatch: 'capacity', cf_send: 1.25, cf_recv: 1.25}, after: {dispatch: 'capacity', cf_send: 1.25, cf_recv: 1.5}},
+        {action: 'set_capacity_factor', status: 'refused', decided_at_step: 20, applied_at_step: 21, params: {cf: 3}}])""")
+    assert cf == {"cf_send": [[8, 10], [1.25, 1.25]], "cf_recv": [[8, 10], [1.25, 1.5]]}
     # against tokens (the run's tokens_per_step, 1000): the points, the band and the marks move together
     Select(chromium.find_element("id", "x-axis")).select_by_value("tokens")
     wait(chromium, lambda d: d.execute_script("return window.rlCharts.every(c => c.el.dataset.x === 'tokens')"), what="x = tokens")

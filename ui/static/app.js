@@ -280,7 +280,7 @@ function pxOf(chart) { return Math.max(200, Math.round((chart.el.clientWidth || 
 // typed evals in "eval"; the system samples in "System"
 function sectionOf(source, key) {
   if (source === "system") return "System";
-  if (source === "drops" || /(^|\/)(router_entropy|[^/]*capacity[^/]*)$/.test(key)) return "MoE";
+  if (source === "drops" || source === "capacity" || /(^|\/)(router_entropy|lb_loss|z_loss|[^/]*capacity[^/]*)$/.test(key)) return "MoE";
   if (source === "eval") return "eval";
   const i = key.indexOf("/");
   return i > 0 ? key.slice(0, i) : "Charts";
@@ -325,6 +325,25 @@ class RunChart extends Chart {
   update() { if (this.shown) this.layered(() => super.update()); else this.el.dataset.points = String(this.points()); }
 }
 let runObserver = null; // draws a run page's charts as they come into view
+// The MoE capacity factors the run's applied set_capacity_factor decisions set ({cf_send, cf_recv}: [steps, values],
+// each from its value before the first), or null where none was applied
+function capacityFactors(decisions) {
+  const applied = decisions.filter(d => d.action === "set_capacity_factor" && d.status === "applied" && d.applied_at_step !== null)
+    .sort((a, b) => a.applied_at_step - b.applied_at_step);
+  if (!applied.length) return null;
+  const out = {};
+  for (const side of ["cf_send", "cf_recv"]) {
+    const xs = [], ys = [];
+    const before = (applied[0].before || {})[side];
+    if (typeof before === "number" && applied[0].decided_at_step !== null && applied[0].decided_at_step < applied[0].applied_at_step) { xs.push(applied[0].decided_at_step); ys.push(before); }
+    for (const d of applied) {
+      const v = [(d.after || {})[side], (d.params || {})[side], (d.params || {}).cf].find(v => typeof v === "number");
+      if (v !== undefined && (!xs.length || d.applied_at_step > xs[xs.length - 1])) { xs.push(d.applied_at_step); ys.push(v); }
+    }
+    if (xs.length) out[side] = [xs, ys];
+  }
+  return Object.keys(out).length ? out : null;
+}
 
 async function viewRun(run) {
   if (runObserver) runObserver.disconnect();
@@ -371,6 +390,8 @@ async function viewRun(run) {
     }
   }
   if ((info.kinds || []).includes("drops")) specs.push({source: "drops", keys: ["drop_fraction"], title: "Token drop fraction per layer", section: "MoE"});
+  const cf = capacityFactors(info.decisions);
+  if (cf) specs.push({source: null, keys: ["capacity factor"], title: "Capacity factor, as decisions set it", section: "MoE", steps: cf});
   // the sections, each collapsible with its name and chart count: the user's metrics first ("Charts", then by
   // prefix), then the MoE panels and the system samples
   const holder = document.getElementById("charts");
@@ -390,7 +411,7 @@ async function viewRun(run) {
   for (const s of specs) {
     const sec = sections.get(s.section);
     const c = {chart: new RunChart(sec.grid, s.title), source: s.source, keys: s.keys, axis: s.axis || null, section: s.section, xq: "step",
-               band: s.band || null, markers: s.markers || null};
+               band: s.band || null, markers: s.markers || null, steps: s.steps || null};
     c.chart.el.dataset.keys = s.keys.join("\n");
     sec.charts.push(c);
     charts.push(c);
@@ -411,6 +432,7 @@ async function viewRun(run) {
       const scale = c.xq === "step" ? 1 : c.xq === "tokens" ? tps : 0; // the band and decision marks are at steps
       c.chart.band = c.band && scale ? [c.band[0].map(x => x * scale), c.band[1], c.band[2]] : null;
       c.chart.markers = c.markers && scale ? c.markers.map(([x, label]) => [x * scale, label]) : [];
+      if (c.steps) { c.chart.tables.clear(); if (scale) for (const [n, [xs, ys]] of Object.entries(c.steps)) c.chart.set(n, xs.map(x => x * scale), ys); }
       if (!c.source) continue;
       (groups[`${c.source}|${c.xq}`] = groups[`${c.source}|${c.xq}`] || []).push(c);
     }
