@@ -280,7 +280,7 @@ function pxOf(chart) { return Math.max(200, Math.round((chart.el.clientWidth || 
 // typed evals in "eval"; the system samples in "System"
 function sectionOf(source, key) {
   if (source === "system") return "System";
-  if (source === "drops" || source === "capacity" || /(^|\/)(router_entropy|lb_loss|z_loss|[^/]*capacity[^/]*)$/.test(key)) return "MoE";
+  if (source === "drops" || /(^|\/)(router_entropy|lb_loss|z_loss|[^/]*capacity[^/]*)$/.test(key)) return "MoE";
   if (source === "eval") return "eval";
   const i = key.indexOf("/");
   return i > 0 ? key.slice(0, i) : "Charts";
@@ -444,7 +444,7 @@ async function viewRun(run) {
         const q = new URLSearchParams({source, keys: keys.slice(i, i + 256).join(","), px: pxOf(cs[0].chart)});
         if (xq !== "step") q.set("x", xq);
         const data = await api(`/api/run/${encodeURIComponent(run)}/series?` + q.toString());
-        since = Math.min(since, data.seq);
+        if (mine === 1) since = Math.min(since, data.seq); // (the live feed's start: the first answers' position)
         Object.assign(got, data.keys);
       }
       if (mine !== asked) return;
