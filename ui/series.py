@@ -53,13 +53,15 @@ class Series:
             out = None
         if not (isinstance(out, dict) and isinstance(out.get("keys"), dict) and set(out["keys"]) == set(keys)):
             with self.snapshot.scoped([run_id], files=files) as cur:
-                cols = columns_of(source, keys, cur)
+                exprs = columns_of(source, keys, cur, run_id)
+                cols = [f"v{i}" for i in range(len(exprs))]  # (a name past the bound on columns: an expression)
                 x, params, min_width = x_axis(cur, run_id, source, xaxis)
                 rows = view
                 if xaxis.startswith("metric:"):  # the step metric's value logged at the same step (by any call)
                     rows = f"(select *, max({x}) over (partition by attempt, step) as rl_x from {view} where run_id = $run)"
                     x = "rl_x"
-                out = minmax(cur, f"select attempt as grp, {x} as x, stream_seq, {', '.join(quote(c) for c in cols)} "
+                out = minmax(cur, f"select attempt as grp, {x} as x, stream_seq, "
+                             f"{', '.join(f'{e} as {c}' for e, c in zip(exprs, cols))} "
                              f"from {rows} where run_id = $run and {x} is not null",
                              {"run": run_id, **params}, cols, keys, px, x0, x1, min_width)
             self._keep(kept, out)
@@ -122,7 +124,7 @@ def x_axis(cur, run_id: str, source: str, xaxis: str) -> tuple[str, dict, float]
             raise ValueError("the run has no tokens_per_step (run_started) to draw against tokens")
         return f"({step} * $tps)", {"tps": int(tps)}, float(tps)
     if xaxis.startswith("metric:") and source == "metrics":
-        return quote(columns_of("metrics", [xaxis.removeprefix("metric:")], cur)[0]), {}, 1e-9
+        return columns_of("metrics", [xaxis.removeprefix("metric:")], cur, run_id)[0], {}, 1e-9
     raise ValueError(f"unknown x axis {xaxis[:60]!r} (one of {', '.join(X_AXES)}, or metric:NAME for the metrics source)")
 
 

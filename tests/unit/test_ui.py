@@ -217,3 +217,29 @@ def test_the_checklist_and_the_health_counts_hold_only_the_checks_whose_inputs_t
         bare = c.get("/api/run/bare/audit/health").json()
         assert bare["results"] == [] and len(bare["not_applicable"]) == len(CHECK_INPUTS)
         assert counts["bare"] == {"ok": 0, "warn": 0, "fail": 0, "skip": 0}
+
+
+def test_a_run_of_more_names_than_columns_has_a_chart_for_each_and_their_live_points(tmp_path):
+    """A run's names past the table's bound on columns (in the MAP column) are charted like the others."""
+    from runledger.ledger.contract.columns import WIDE_COLUMNS_PER_RUN
+    from runledger.ledger.storage import positions
+    from runledger.ui.data import Reader
+
+    names = [f"layers/{i:03d}/grad_norm" for i in range(WIDE_COLUMNS_PER_RUN + 36)]
+    led = Ledger(tmp_path / "root")
+    led.emit("wide", "run_started", {"config": {}, "config_hash": "0" * 64}, 0, T0)
+    for k in range(1, 4):
+        led.emit("wide", "metrics", {"metrics": {n: float(k + i) for i, n in enumerate(names)}}, k, T0)
+    led.write()
+    positions.write_position(tmp_path / "root", 4)
+    reader = Reader(tmp_path / "root")
+    try:
+        assert reader.run_info("wide")["keys"]["metrics"] == names  # (the first 64 as columns, the rest in the MAP)
+        last, past = names[-1], names[WIDE_COLUMNS_PER_RUN]
+        got = reader.series("wide", "metrics", [names[0], past, last], 100)["keys"]
+        assert got[past]["0"] == ([1, 2, 3], [65.0, 66.0, 67.0]) and got[last]["0"] == ([1, 2, 3], [100.0, 101.0, 102.0])
+        assert reader.series("wide", "metrics", [last], 100, xaxis=f"metric:{past}")["keys"][last]["0"][0] == [65.0, 66.0, 67.0]
+        live = reader.new_points("wide", 1)["metrics"]
+        assert live[last]["0"] == ([1, 2, 3], [100.0, 101.0, 102.0]) and live[names[0]]["0"] == ([1, 2, 3], [1.0, 2.0, 3.0])
+    finally:
+        reader.close()
