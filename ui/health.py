@@ -100,10 +100,10 @@ class HealthCounts:
         return cache.path(self.snapshot.root, f"health-{checks}", PARTS_VERSION)
 
     def health(self, run_ids: list[str]) -> dict[str, dict]:
-        """run_id -> its health checklist's counts {ok, warn, fail, skip} (the runs page's column: the checks
-        that apply to it only), for every run asked: the runs not counted yet (or whose files, or the forecasts, changed since) in
-        one pass of the health suite over all of them at once (queries/health/*.sql over the files of
-        those runs and of what their checks compare with: `scope`), not one audit per run."""
+        """run_id -> its health checklist's counts {ok, warn, fail, skip} (the runs page's column: of the
+        checks that apply to it only), for every run asked: the runs not counted yet (or whose files, or the
+        forecasts, changed since) in one pass of the health suite over all of them at once (queries/health/*.sql
+        over the files of those runs and of what their checks compare with: `scope`), not one audit per run."""
         from runledger.queries.audit import STATUSES, query_names, shadow
 
         files = self.snapshot.run_files()
