@@ -40,7 +40,7 @@ KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a qui
 MAX_COMPARE = 20  # runs overlaid on the compare view
 MAX_HEALTH = 200  # runs whose health counts one request asks for (the runs page asks for the rows it shows)
 DECIDE_TIMEOUT_S = 30.0  # how long a review waits for NATS to acknowledge it (else it stays spooled)
-MAX_KEYS = 64  # chart keys one series request asks for
+MAX_KEYS = 256  # chart keys one series request asks for (a page asks for a source's keys at once)
 MAX_TEXT = 1000  # characters of a filter, a ladder's name, a decision id or a reason
 MAX_QUERY = 10_000  # characters of a console query (a GET: uvicorn takes about 16 KB of request line)
 MAX_X = 1e15  # |x| of a zoomed range: steps, or seconds since the epoch, are far below it
@@ -177,11 +177,12 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         if len(keys) > MAX_KEYS:
             raise BadInput(f"at most {MAX_KEYS} keys at a time")
         px, x0, x1 = _int(q.get("px"), "px", 600, 1, 100_000), _float(q.get("x0"), "x0"), _float(q.get("x1"), "x1")
+        xaxis = _text(q.get("x") or "step", "x", 300)  # step, tokens, time, rel or metric:NAME (runledger.ui.series.x_axis)
         try:
             if source == "drops":
-                out = await run_in_threadpool(reader.layer_drops, run, px, x0, x1)
+                out = await run_in_threadpool(reader.layer_drops, run, px, x0, x1, xaxis)
             else:
-                out = await run_in_threadpool(reader.series, run, source, keys, px, x0, x1)
+                out = await run_in_threadpool(reader.series, run, source, keys, px, x0, x1, xaxis)
         except (KeyError, ValueError) as err:
             return _error(400, str(err))
         return _json(out)
@@ -191,7 +192,9 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         if suite not in ("health", "provenance", "forecast"):
             return _error(404, f"no suite {suite!r}")
         try:
-            return _json({"suite": suite, "results": await run_in_threadpool(reader.audit, run, suite)})
+            results = await run_in_threadpool(reader.audit, run, suite)
+            extra = {"not_applicable": await run_in_threadpool(reader.not_applicable, run)} if suite == "health" else {}
+            return _json({"suite": suite, "results": results, **extra})
         except (duckdb.Error, ValueError) as err:
             return _error(500, f"the {suite} audit failed: {str(err).splitlines()[0]}")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runledger import queries
-from runledger.ui import compare, console, keys, ladders, points, run, series
+from runledger.ui import compare, console, health, keys, ladders, points, run, series
 from runledger.ui.audits import Audits
 from runledger.ui.health import HealthCounts
 from runledger.ui.runs import FIRST_PAGE, RunsIndex
@@ -74,17 +74,24 @@ class Reader(Snapshot):
         return keys.keys(self, run_id, cur)
 
     def series(self, run_id: str, source: str, keys: list[str], px: int = 600,
-               x0: float | None = None, x1: float | None = None) -> dict:
-        return self.charts.series(run_id, source, keys, px, x0, x1)
+               x0: float | None = None, x1: float | None = None, xaxis: str = "step") -> dict:
+        return self.charts.series(run_id, source, keys, px, x0, x1, xaxis)
 
-    def layer_drops(self, run_id: str, px: int = 600, x0: float | None = None, x1: float | None = None) -> dict:
-        return series.layer_drops(self, run_id, px, x0, x1)
+    def layer_drops(self, run_id: str, px: int = 600, x0: float | None = None, x1: float | None = None,
+                    xaxis: str = "step") -> dict:
+        return series.layer_drops(self, run_id, px, x0, x1, xaxis)
 
     def new_points(self, run_id: str, since: int, upto: int | None = None) -> dict:
         return points.new_points(self, run_id, since, upto)
 
     def audit(self, run_id: str, suite: str) -> list[dict]:
-        return self.audits.audit(run_id, suite)
+        """The run's audit panel; the health checklist cut to the checks that apply to the run (`not_applicable`)."""
+        out = self.audits.audit(run_id, suite)
+        return health.applicable(out, self.counts.inputs(run_id))[0] if suite == "health" else out
+
+    def not_applicable(self, run_id: str) -> list[dict]:
+        """The health checks left off the run's checklist, each with the inputs the run did not log."""
+        return health.applicable(self.audits.audit(run_id, "health"), self.counts.inputs(run_id))[1]
 
     # ------------------------------------------------------------------------------ compare, ladder, SQL
     def configs(self, run_ids: list[str]) -> dict[str, dict]:

@@ -3,7 +3,7 @@ reads them once per wake per run and hands them to every stream of that run)."""
 
 from __future__ import annotations
 
-from runledger.ui.keys import SOURCE_KINDS, SOURCES, key_name, numeric_columns
+from runledger.ui.keys import NARROW, SOURCE_KINDS, SOURCES, key_name, numeric_columns
 from runledger.ui.snapshot import Snapshot, load, quote
 
 MAX_LIVE_ROWS = 50_000  # events one live push reads; past it the page is told to draw itself again
@@ -33,14 +33,17 @@ def new_points(snapshot: Snapshot, run_id: str, since: int, upto: int | None = N
             if SOURCE_KINDS[source] not in out["kinds"]:
                 continue
             cols = numeric_columns(source, cur)
-            cur.execute(f"select attempt, {x}, stream_seq, {', '.join(quote(c) for c in cols)} from {view} "
+            names = [key_name(source, c) for c in cols]
+            narrow = source in ("metrics", "system") and NARROW in {r[0] for r in cur.execute(f"describe {view}").fetchall()}
+            picked = [quote(c) for c in cols] + ([quote(NARROW)] if narrow else [])  # (and the names past the bound)
+            cur.execute(f"select attempt, {x}, stream_seq, {', '.join(picked)} from {view} "
                         f"where run_id = ? and stream_seq > ? and stream_seq <= ? and {x} is not null order by stream_seq",
                         [run_id, since, upto])
             for row in cur.fetchall():
-                for c, v in zip(cols, row[3:]):
+                values = list(zip(names, row[3:3 + len(cols)])) + (list((row[-1] or {}).items()) if narrow else [])
+                for name, v in values:
                     if v is not None:
-                        xs, ys = out.setdefault(source, {}).setdefault(key_name(source, c), {}).setdefault(
-                            str(row[0]), ([], []))
+                        xs, ys = out.setdefault(source, {}).setdefault(name, {}).setdefault(str(row[0]), ([], []))
                         xs.append(row[1])
                         ys.append(v)
         if "drops" not in out["kinds"]:

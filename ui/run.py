@@ -1,7 +1,9 @@
-"""What a run's page shows first: its attempts, chart keys, decision trail and forecast band."""
+"""What a run's page shows first: its attempts, chart keys (and the x axis `define_metric` gave each), the kinds
+of events it has, its decision trail and forecast band."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 
 from runledger.ui.keys import keys
@@ -11,9 +13,37 @@ from runledger.ui.snapshot import Snapshot, load, rows_of
 def run_info(snapshot: Snapshot, run_id: str) -> dict:
     """The run's attempts, chart keys, decision trail and forecast band, read on one cursor scoped to it."""
     with snapshot.scoped([run_id]) as cur:
+        found = keys(snapshot, run_id, cur)
         return {"run_id": run_id, "attempts": rows_of(cur.execute(load("run_attempts"), {"run": run_id})),
-                "keys": keys(snapshot, run_id, cur), "decisions": decisions(snapshot, run_id, cur),
+                "keys": found, "decisions": decisions(snapshot, run_id, cur),
+                "step_metrics": step_metrics(cur, run_id, found.get("metrics", [])),
+                "kinds": sorted(snapshot.run_files().get(run_id, {})),  # (the page draws an MoE panel where drops came)
                 "forecast": rows_of(cur.execute(load("forecast_band"), {"run": run_id})), "position": snapshot.position}
+
+
+def step_metrics(cur, run_id: str, names: list[str]) -> dict[str, str]:
+    """metric name -> the metric its chart is drawn against: the `step_metric` that `define_metric` (W&B's)
+    set for it, by its name or a pattern ("val/*"), as the run's config holds it (runledger.wandb_compat
+    keeps it under `_wandb.define_metric`, sent by config.update: the latest setting wins). Only a step metric
+    the run logged, never the name itself."""
+    defined: dict[str, dict] = {}
+    for (text,) in cur.execute("select config from (select config, 0 as o, attempt, ts, seq from runs where run_id = $run "
+                               "union all select config, 1, attempt, ts, seq from config_updates where run_id = $run) "
+                               "order by o, ts, attempt, seq", {"run": run_id}).fetchall():
+        try:
+            spec = (json.loads(text or "{}").get("_wandb") or {}).get("define_metric") or {}
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(spec, dict):
+            defined.update({str(k): v for k, v in spec.items() if isinstance(v, dict)})
+    logged, out = set(names), {}
+    for name in names:
+        spec = defined.get(name) or next((v for p, v in defined.items() if ("*" in p or "?" in p)
+                                          and fnmatch.fnmatchcase(name, p)), None)
+        axis = (spec or {}).get("step_metric")
+        if isinstance(axis, str) and axis in logged and axis != name:
+            out[name] = axis
+    return out
 
 
 def decisions(snapshot: Snapshot, run_id: str, cur=None) -> list[dict]:

@@ -27,33 +27,43 @@ class Series:
         self._series: dict[tuple, dict] = {}  # answers of `series`, by their files (oldest first)
 
     def series(self, run_id: str, source: str, keys: list[str], px: int = 600,
-               x0: float | None = None, x1: float | None = None) -> dict:
+               x0: float | None = None, x1: float | None = None, xaxis: str = "step") -> dict:
         """The points of `keys` of one source, per attempt, downsampled in SQL: per pixel bucket of x and
         attempt, the smallest and the largest value, each at its own x (so every spike stays, up or
         down); a bucket holding one point gives that point, so a zoomed range with fewer points than
         pixels is exact. Never sampled.
+        `xaxis` (`x_axis`): what the points are drawn against, the step (a system sample: its time) by default.
         Returns {"keys": {key: {attempt: [[x...], [y...]]}}, "x": [lo, hi], "rows": n, "seq": max stream_seq}."""
         if source not in SOURCES:
             raise ValueError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
-        view, x, min_width = SOURCES[source]
+        view = SOURCES[source][0]
         files = self.snapshot.run_files()
-        key = (run_id, source, tuple(keys), int(px), x0, x1, frozenset(files.get(run_id, {}).get(SOURCE_KINDS[source], [])))
+        key = (run_id, source, tuple(keys), int(px), x0, x1, frozenset(files.get(run_id, {}).get(SOURCE_KINDS[source], [])),
+               xaxis)
         if key in self._series:  # the same points of the same files: a finished run's page opened again
             return self._series[key]
         # ... or by an earlier start of the dashboard: the answer is kept in the cache folder by its files' paths
         # (a file never changes once written), so a restart does not read a big run's millions of rows again
         kept = self.cache_dir() / (hashlib.sha256(json.dumps(
-            [*key[:6], sorted(map(cache.identity, key[6])), PARTS_VERSION]).encode()).hexdigest()[:32] + ".json")
+            [*key[:6], sorted(map(cache.identity, key[6])), PARTS_VERSION, *([xaxis] if xaxis != "step" else [])]
+        ).encode()).hexdigest()[:32] + ".json")
         try:
             out = json.loads(kept.read_text())
         except (OSError, ValueError):
             out = None
         if not (isinstance(out, dict) and isinstance(out.get("keys"), dict) and set(out["keys"]) == set(keys)):
             with self.snapshot.scoped([run_id], files=files) as cur:
-                cols = columns_of(source, keys, cur)
-                out = minmax(cur, f"select attempt as grp, {x} as x, stream_seq, {', '.join(quote(c) for c in cols)} "
-                             f"from {view} where run_id = $run and {x} is not null",
-                             {"run": run_id}, cols, keys, px, x0, x1, min_width)
+                exprs = columns_of(source, keys, cur, run_id)
+                cols = [f"v{i}" for i in range(len(exprs))]  # (a name past the bound on columns: an expression)
+                x, params, min_width = x_axis(cur, run_id, source, xaxis)
+                rows = view
+                if xaxis.startswith("metric:"):  # the step metric's value logged at the same step (by any call)
+                    rows = f"(select *, max({x}) over (partition by attempt, step) as rl_x from {view} where run_id = $run)"
+                    x = "rl_x"
+                out = minmax(cur, f"select attempt as grp, {x} as x, stream_seq, "
+                             f"{', '.join(f'{e} as {c}' for e, c in zip(exprs, cols))} "
+                             f"from {rows} where run_id = $run and {x} is not null",
+                             {"run": run_id, **params}, cols, keys, px, x0, x1, min_width)
             self._keep(kept, out)
         while len(self._series) >= SERIES_KEPT:
             self._series.pop(next(iter(self._series)))
@@ -77,12 +87,45 @@ class Series:
             log.debug("a series answer is not kept (%s)", err)
 
 
-def layer_drops(snapshot: Snapshot, run_id: str, px: int = 600, x0: float | None = None, x1: float | None = None) -> dict:
+def layer_drops(snapshot: Snapshot, run_id: str, px: int = 600, x0: float | None = None, x1: float | None = None,
+                xaxis: str = "step") -> dict:
     """Drop fraction per layer and attempt (group "ATTEMPT:LAYER"; layer -1: the run's total where no layers were sent)."""
     with snapshot.scoped([run_id]) as cur:
-        return minmax(cur, f"select attempt || ':' || layer as grp, step as x, stream_seq, drop_fraction "
-                      f"from ({load('layer_drops')})",
-                      {"run": run_id}, ["drop_fraction"], ["drop_fraction"], px, x0, x1, 1.0)
+        x, params, min_width = x_axis(cur, run_id, "drops", xaxis)
+        return minmax(cur, f"select attempt || ':' || layer as grp, {x} as x, stream_seq, drop_fraction "
+                      f"from ({load('layer_drops')}) where {x} is not null",
+                      {"run": run_id, **params}, ["drop_fraction"], ["drop_fraction"], px, x0, x1, min_width)
+
+
+X_AXES = ("step", "tokens", "time", "rel")  # and "metric:NAME" (a metric's step_metric)
+
+
+def x_axis(cur, run_id: str, source: str, xaxis: str) -> tuple[str, dict, float]:
+    """What a source's points are drawn against (an SQL expression over its rows, its parameters, the smallest
+    bucket width): "step" (a system sample, which has no step: its time); "tokens", the step times the run's
+    tokens_per_step (a system sample: its time); "time", seconds since the epoch; "rel", seconds since the
+    run's first start; "metric:NAME", the value of the metric NAME logged at the same step (define_metric's
+    step_metric: the metrics source only). Refuses any other (a ValueError: nothing else reaches the SQL)."""
+    step, ts = "step", ("t" if source == "drops" else "epoch(ts)")
+    if xaxis in ("step", "tokens") and source == "system":
+        return ts, {}, 1e-6
+    if xaxis == "step":
+        return step, {}, 1.0
+    if xaxis == "time":
+        return ts, {}, 1e-6
+    if xaxis == "rel":
+        t0 = cur.execute("select epoch(min(ts)) from runs where run_id = ?", [run_id]).fetchone()[0]
+        if t0 is None:
+            t0 = cur.execute("select epoch(min(ts)) from events where run_id = ?", [run_id]).fetchone()[0]
+        return f"({ts} - $t0)", {"t0": t0 or 0.0}, 1e-6
+    if xaxis == "tokens":
+        tps = cur.execute("select max(tokens_per_step) from runs where run_id = ?", [run_id]).fetchone()[0]
+        if not tps:
+            raise ValueError("the run has no tokens_per_step (run_started) to draw against tokens")
+        return f"({step} * $tps)", {"tps": int(tps)}, float(tps)
+    if xaxis.startswith("metric:") and source == "metrics":
+        return columns_of("metrics", [xaxis.removeprefix("metric:")], cur, run_id)[0], {}, 1e-9
+    raise ValueError(f"unknown x axis {xaxis[:60]!r} (one of {', '.join(X_AXES)}, or metric:NAME for the metrics source)")
 
 
 def minmax(cur, relation: str, params: dict, cols: list[str], keys: list[str], px: int,

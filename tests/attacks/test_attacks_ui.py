@@ -371,6 +371,8 @@ def sweep_requests() -> list[tuple[str, str, dict]]:
                 ("GET", f"/api/compare?runs=spiky&px={n}", {})]
     out += [("GET", "/api/run/spiky/series?source=nope&keys=loss", {}), ("GET", "/api/run/spiky/series?source=step&keys=nope", {}),
             ("GET", "/api/run/spiky/series?source=step&keys=" + ",".join(["loss"] * 5000), {}),
+            *[("GET", f"/api/run/spiky/series?source={src}&keys=loss&x={x}", {}) for src in ("step", "metrics", "drops")
+              for x in ("nope", "metric:", "metric:loss%22%3B%20drop", "metric:%27)%20or%201%3D1--", "x" * 5000, "tokens")],
             ("GET", "/api/run/spiky/audit/nope", {}), ("GET", "/api/compare?source=nope", {}),
             ("GET", "/api/compare?runs=" + ",".join(f"r{i}" for i in range(1000)), {}),
             ("GET", "/api/health?runs=" + ",".join(f"r{i}" for i in range(1000)), {}),

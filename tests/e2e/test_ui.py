@@ -147,7 +147,7 @@ def test_clicking_a_run_draws_its_charts_with_data(served, chromium, tmp_path):
     wait(chromium, lambda d: d.execute_script("return document.body.dataset.ready === '1' && location.hash === '#/run/alpha'"))
     assert chart_points(chromium, "Loss vs forecast band") == 55  # 40 steps of attempt 0, 15 of attempt 1
     assert chart_points(chromium, "MFU") == 55
-    assert chart_points(chromium, "metrics: eval/acc") == 55
+    assert chart_points(chromium, "eval/acc") == 55
     assert chart_points(chromium, "Token drop fraction per layer") == 2 * 55  # two layers
     series = chromium.execute_script("return window.rlCharts.find(c => c.title === 'Loss vs forecast band').plot.series.map(s => s.label)")
     assert series[1:3] == ["attempt 0", "attempt 1"]  # attempts shown as attempts
@@ -172,6 +172,41 @@ def test_clicking_a_run_draws_its_charts_with_data(served, chromium, tmp_path):
     assert chart_points(chromium, "Loss vs forecast band") == 11  # steps 10..20 of attempt 0
 
 
+def test_the_demo_runs_page_keeps_its_moe_and_forecast_panels(served, chromium):
+    """The panels of the trainer's data are drawn where the run has that data (the generic run's page, which
+    has none of them: tests/e2e/test_ui_any_run.py)."""
+    from selenium.webdriver.support.ui import Select
+
+    chromium.get(f"{served.base}/?token={TOKEN}#/run/alpha")
+    wait(chromium, lambda d: d.execute_script("return document.body.dataset.ready === '1' && location.hash === '#/run/alpha'"))
+    sections = chromium.execute_script("return [...document.querySelectorAll('details.section')].map(s => s.dataset.section)")
+    assert sections[0] == "Charts" and "MoE" in sections and "eval" in sections  # the run's own metrics first
+    moe = chromium.execute_script("return [...document.querySelectorAll('details.section[data-section=MoE] .chart')].map(c => c.dataset.title)")
+    assert moe == ["Token drop fraction per layer"] and chart_points(chromium, "Token drop fraction per layer") == 2 * 55
+    panels = chromium.execute_script("""const c = t => window.rlCharts.find(c => c.title === t);
+        return [c('Loss vs forecast band').band[0].length, c('Learning rate, decisions marked').markers.length]""")
+    assert panels == [3, 1]  # the three forecast points; the proposed decision marked
+    assert chart_points(chromium, "MFU") == 55 and not chromium.find_elements("css selector", ".chart .empty")
+    # no capacity panel: the run's one capacity decision is proposed, not applied; an applied one's factors are drawn
+    cf = chromium.execute_script("""return capacityFactors([
+        {action: 'set_capacity_factor', status: 'applied', decided_at_step: 8, applied_at_step: 10, params: {cf_recv: 1.5},
+         before: {dispatch: 'capacity', cf_send: 1.25, cf_recv: 1.25}, after: {dispatch: 'capacity', cf_send: 1.25, cf_recv: 1.5}},
+        {action: 'set_capacity_factor', status: 'refused', decided_at_step: 20, applied_at_step: 21, params: {cf: 3}}])""")
+    assert cf == {"cf_send": [[8, 10], [1.25, 1.25]], "cf_recv": [[8, 10], [1.25, 1.5]]}
+    # against tokens (the run's tokens_per_step, 1000): the points, the band and the marks move together
+    Select(chromium.find_element("id", "x-axis")).select_by_value("tokens")
+    wait(chromium, lambda d: d.execute_script("return window.rlCharts.every(c => c.el.dataset.x === 'tokens')"), what="x = tokens")
+    got = chromium.execute_script("""const c = t => window.rlCharts.find(c => c.title === t);
+        return [c('Loss vs forecast band').tables.get('attempt 0')[0].slice(0, 2), c('Loss vs forecast band').band[0],
+                c('Learning rate, decisions marked').markers.map(m => m[0]), c('Token drop fraction per layer').points()]""")
+    assert got == [[1000, 2000], [20_000, 40_000, 60_000], [40_000], 2 * 55]
+    Select(chromium.find_element("id", "x-axis")).select_by_value("time")  # (no band: it is at steps)
+    wait(chromium, lambda d: d.execute_script("return window.rlCharts.every(c => c.el.dataset.x === 'time')"), what="x = time")
+    got = chromium.execute_script("""const c = t => window.rlCharts.find(c => c.title === t);
+        return [c('Loss vs forecast band').band, Math.min(...c('Token drop fraction per layer').tables.get('layer 0 · attempt 0')[0])]""")
+    assert got[0] is None and got[1] > 1e9  # seconds since the epoch (points a pixel apart in time drawn as its lowest and highest)
+
+
 def test_a_step_logged_while_the_page_is_open_appears_without_a_reload(served, chromium):
     chromium.get(f"{served.base}/?token={TOKEN}#/run/alpha")
     wait(chromium, lambda d: chart_points(d, "Loss vs forecast band") >= 55)
@@ -180,7 +215,7 @@ def test_a_step_logged_while_the_page_is_open_appears_without_a_reload(served, c
     before = chart_points(chromium, "Loss vs forecast band")
     served.log_step(served.step + 1)
     wait(chromium, lambda d: chart_points(d, "Loss vs forecast band") == before + 1
-         and chart_points(d, "metrics: eval/acc") == before + 1, timeout=WATCHDOG_S,
+         and chart_points(d, "eval/acc") == before + 1, timeout=WATCHDOG_S,
          what="the new step (typed and free-form) on the page")  # how soon: bench/ui.py, not a test
     assert chromium.execute_script("return window.__notReloaded === true")
 

@@ -166,3 +166,80 @@ def test_a_run_page_takes_a_name_one_run_has_and_lists_the_runs_a_shared_name_na
         shared = c.get("/api/run/twin")
         assert shared.status_code == 400
         assert "ambiguous" in shared.json()["error"] and "twin-aaaa" in shared.json()["error"] and "twin-bbbb" in shared.json()["error"]
+
+
+@pytest.fixture
+def plain_root(tmp_path) -> Path:
+    """A loop's run through `runledger.log` (train/, val/ against `epoch` by define_metric, a layer's grad norm)
+    and a run that sent one metric and nothing else."""
+    led = Ledger(tmp_path / "root")
+    led.emit("mlp", "run_started", {"config": {"lr": 0.1}, "config_hash": "0" * 64}, 0, T0)
+    led.emit("mlp", "config", {"config": {"_wandb": {"define_metric": {"val/*": {"step_metric": "epoch"},
+                                                                       "train/acc": {"step_metric": "nowhere"}}}}}, 0, T0)
+    for k in range(1, 21):
+        row = {"train/loss": 2 - 0.05 * k, "train/acc": 0.5, "layers/0/grad_norm": 3.0}
+        if k % 5 == 0:
+            row.update({"val/loss": 2 - 0.04 * k, "epoch": k / 5})
+        led.emit("mlp", "metrics", {"metrics": row}, k, T0 + timedelta(seconds=2 * k))
+    led.emit("bare", "metrics", {"metrics": {"acc": 0.5}}, 1, T0)
+    led.write()
+    return tmp_path / "root"
+
+
+def test_a_define_metric_step_metric_and_the_pages_x_choice_set_the_x_of_the_points(plain_root):
+    with client(plain_root, "127.0.0.1") as c:
+        info = c.get("/api/run/mlp").json()
+        assert info["step_metrics"] == {"val/loss": "epoch"}  # (train/acc's step metric was never logged: its step)
+        assert "metrics" in info["kinds"] and "drops" not in info["kinds"]
+        series = lambda q: c.get(f"/api/run/mlp/series?source=metrics&keys=val/loss&{q}").json()["keys"]["val/loss"]["0"]  # noqa: E731
+        assert series("") == [[5, 10, 15, 20], [1.8, 1.6, 1.4, 1.2]]
+        assert series("x=metric:epoch") == [[1.0, 2.0, 3.0, 4.0], [1.8, 1.6, 1.4, 1.2]]
+        assert series("x=rel")[0] == [10.0, 20.0, 30.0, 40.0]  # seconds since the run started
+        assert series("x=time")[0][0] == (T0 + timedelta(seconds=10)).timestamp()
+        assert series("x=metric:epoch&x0=2&x1=3") == [[2.0, 3.0], [1.6, 1.4]]  # zoomed on the step metric
+        for bad in ("x=tokens", "x=metric:nowhere", "x=metric:epoch%22", "x=wall"):  # no tokens_per_step; not logged
+            assert c.get(f"/api/run/mlp/series?source=metrics&keys=val/loss&{bad}").status_code == 400, bad
+        assert c.get("/api/run/mlp/series?source=step&keys=loss&x=metric:epoch").status_code == 400
+
+
+def test_the_checklist_and_the_health_counts_hold_only_the_checks_whose_inputs_the_run_logged(plain_root):
+    from runledger.ui.health import CHECK_INPUTS
+
+    with client(plain_root, "127.0.0.1") as c:
+        audit = c.get("/api/run/mlp/audit/health").json()
+        listed = {row[1] for r in audit["results"] for row in r["rows"]}
+        assert listed == {"config_match", "telemetry_silence", "skipped_steps", "loss_floor", "loss_decreasing", "eval_decreasing"}
+        left = {n["check"]: n["missing"] for n in audit["not_applicable"]}
+        assert set(left) | listed == set(CHECK_INPUTS) and not set(left) & listed
+        assert left["grad_norm_max"] == ["grad_norm"] and left["drop_fraction"] == ["token drops"]  # (layers/0/grad_norm is not one)
+        counts = c.get("/api/health?runs=mlp,bare").json()["health"]
+        assert sum(counts["mlp"].values()) == len(listed)  # the runs page counts the same checks
+        bare = c.get("/api/run/bare/audit/health").json()
+        assert bare["results"] == [] and len(bare["not_applicable"]) == len(CHECK_INPUTS)
+        assert counts["bare"] == {"ok": 0, "warn": 0, "fail": 0, "skip": 0}
+
+
+def test_a_run_of_more_names_than_columns_has_a_chart_for_each_and_their_live_points(tmp_path):
+    """A run's names past the table's bound on columns (in the MAP column) are charted like the others."""
+    from runledger.ledger.contract.columns import WIDE_COLUMNS_PER_RUN
+    from runledger.ledger.storage import positions
+    from runledger.ui.data import Reader
+
+    names = [f"layers/{i:03d}/grad_norm" for i in range(WIDE_COLUMNS_PER_RUN + 36)]
+    led = Ledger(tmp_path / "root")
+    led.emit("wide", "run_started", {"config": {}, "config_hash": "0" * 64}, 0, T0)
+    for k in range(1, 4):
+        led.emit("wide", "metrics", {"metrics": {n: float(k + i) for i, n in enumerate(names)}}, k, T0)
+    led.write()
+    positions.write_position(tmp_path / "root", 4)
+    reader = Reader(tmp_path / "root")
+    try:
+        assert reader.run_info("wide")["keys"]["metrics"] == names  # (the first 64 as columns, the rest in the MAP)
+        last, past = names[-1], names[WIDE_COLUMNS_PER_RUN]
+        got = reader.series("wide", "metrics", [names[0], past, last], 100)["keys"]
+        assert got[past]["0"] == ([1, 2, 3], [65.0, 66.0, 67.0]) and got[last]["0"] == ([1, 2, 3], [100.0, 101.0, 102.0])
+        assert reader.series("wide", "metrics", [last], 100, xaxis=f"metric:{past}")["keys"][last]["0"][0] == [65.0, 66.0, 67.0]
+        live = reader.new_points("wide", 1)["metrics"]
+        assert live[last]["0"] == ([1, 2, 3], [100.0, 101.0, 102.0]) and live[names[0]]["0"] == ([1, 2, 3], [1.0, 2.0, 3.0])
+    finally:
+        reader.close()

@@ -273,11 +273,87 @@ async function fillHealth(cells) {
 
 // ------------------------------------------------------------------------------------- one run
 const SPECIAL = {loss: ["loss", "train/loss"], mfu: ["mfu", "train/mfu", "throughput/mfu"], lr: ["lr", "learning_rate", "train/lr", "optim/learning_rate"]};
+const X_AXES = {step: "step", tokens: "tokens", time: "wall time", rel: "relative time"}; // the page's x choice (W&B's)
 function pxOf(chart) { return Math.max(200, Math.round((chart.el.clientWidth || 520) - 60)); }
+// The section a run page's chart goes in (W&B's): its metric name's prefix, the part before the first "/";
+// a name without one in "Charts"; the MoE panels (drops per layer, router entropy, capacity) in "MoE"; the
+// typed evals in "eval"; the system samples in "System"
+function sectionOf(source, key) {
+  if (source === "system") return "System";
+  if (source === "drops" || /(^|\/)(router_entropy|lb_loss|z_loss|[^/]*capacity[^/]*)$/.test(key)) return "MoE";
+  if (source === "eval") return "eval";
+  const i = key.indexOf("/");
+  return i > 0 ? key.slice(0, i) : "Charts";
+}
+function sectionRank(name) { return name === "Charts" ? 0 : name === "MoE" ? 2 : name === "System" ? 3 : 1; }
+// W&B's default smoothing: a time-weighted exponential moving average, debiased. Each point's weight decays
+// by the x distance from the one before, in units of the series' mean spacing (evenly spaced points: a plain
+// EMA of `weight`; a gap counts as the points it skipped). weight 0..0.99; a missing value stays missing.
+function twema(xs, ys, weight) {
+  const out = new Array(ys.length).fill(null);
+  if (xs.length < 2 || !(weight > 0)) return ys.slice();
+  const span = xs[xs.length - 1] - xs[0], unit = span > 0 ? span / (xs.length - 1) : 1;
+  let acc = 0, norm = 0, prev = xs[0];
+  for (let i = 0; i < ys.length; i++) {
+    if (ys[i] === null || !isFinite(ys[i])) continue;
+    const w = Math.pow(weight, Math.max(0, xs[i] - prev) / unit);
+    acc = acc * w + ys[i]; norm = norm * w + 1; prev = xs[i];
+    out[i] = acc / norm;
+  }
+  return out;
+}
+// A chart of the run page: drawn once it comes into view (a run of hundreds of metrics draws what is looked at),
+// with the page's smoothing drawn on top of its points and the raw lines kept faint. The smoothed lines are
+// drawn only, never kept in `tables`: the chart's points stay the exact data.
+class RunChart extends Chart {
+  constructor(parent, title, opts) {
+    super(parent, title, opts);
+    this.shown = false;
+    this.smoothing = 0;
+  }
+  layered(fn) {
+    if (this.layering || !(this.smoothing > 0) || !this.tables.size) return fn(); // (an update that draws anew: layered once)
+    const raw = this.tables, colors = this.opts.colors, base = colors || COLORS, names = [...raw.keys()];
+    const both = new Map(raw);
+    for (const n of names) { const [xs, ys] = raw.get(n); both.set(`${n} (smoothed)`, [xs, twema(xs, ys, this.smoothing)]); }
+    this.opts.colors = [...names.map((n, i) => base[i % base.length] + "44"), ...names.map((n, i) => base[i % base.length])];
+    this.tables = both;
+    this.layering = true;
+    try { return fn(); } finally { this.layering = false; this.tables = raw; this.opts.colors = colors; this.el.dataset.points = String(this.points()); }
+  }
+  draw() { if (this.shown) this.layered(() => super.draw()); else this.el.dataset.points = String(this.points()); }
+  update() { if (this.shown) this.layered(() => super.update()); else this.el.dataset.points = String(this.points()); }
+}
+let runObserver = null; // draws a run page's charts as they come into view
+// The MoE capacity factors the run's applied set_capacity_factor decisions set ({cf_send, cf_recv}: [steps, values],
+// each from its value before the first), or null where none was applied
+function capacityFactors(decisions) {
+  const applied = decisions.filter(d => d.action === "set_capacity_factor" && d.status === "applied" && d.applied_at_step !== null)
+    .sort((a, b) => a.applied_at_step - b.applied_at_step);
+  if (!applied.length) return null;
+  const out = {};
+  for (const side of ["cf_send", "cf_recv"]) {
+    const xs = [], ys = [];
+    const before = (applied[0].before || {})[side];
+    if (typeof before === "number" && applied[0].decided_at_step !== null && applied[0].decided_at_step < applied[0].applied_at_step) { xs.push(applied[0].decided_at_step); ys.push(before); }
+    for (const d of applied) {
+      const v = [(d.after || {})[side], (d.params || {})[side], (d.params || {}).cf].find(v => typeof v === "number");
+      if (v !== undefined && (!xs.length || d.applied_at_step > xs[xs.length - 1])) { xs.push(d.applied_at_step); ys.push(v); }
+    }
+    if (xs.length) out[side] = [xs, ys];
+  }
+  return Object.keys(out).length ? out : null;
+}
 
 async function viewRun(run) {
+  if (runObserver) runObserver.disconnect();
   $main.innerHTML = `<h1>Run ${esc(run)}</h1><div id="info" class="muted">loading…</div>
-    <h2>Charts</h2><div class="grid" id="charts"></div>
+    <h2>Charts</h2><div class="filters run-controls">
+      <input id="metric-filter" type="search" placeholder="search metrics (substring or regex)" size="34">
+      <label>x <select id="x-axis">${Object.entries(X_AXES).map(([v, t]) => `<option value="${v}">${t}</option>`).join("")}</select></label>
+      <label>smoothing <input id="smoothing" type="range" min="0" max="0.99" step="0.01" value="0"></label> <span id="smoothing-value">0</span>
+      <span id="chart-count" class="muted"></span></div>
+    <div id="charts"></div>
     <h2>Decision trail</h2><div id="decisions"></div>
     <h2>Health checklist</h2><div id="health" class="muted">running the checks…</div>
     <h2>Provenance</h2><div id="provenance" class="muted">…</div>
@@ -291,57 +367,142 @@ async function viewRun(run) {
     ` <details><summary>config</summary><pre>${esc(JSON.stringify(JSON.parse(first.config || "{}"), null, 1))}</pre></details>`;
   document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "code_commit"], info.attempts);
   renderDecisions(run, info.decisions);
-  const grid = document.getElementById("charts");
   window.rlCharts = [];
-  const charts = []; // {chart, source, keys: [key], live: (source,key) -> series name}
-  const pick = (names, source) => names.find(n => (info.keys[source] || []).includes(n));
-  const used = {step: new Set(), metrics: new Set()};
-  const special = (title, what, opts) => {
-    const c = new Chart(grid, title, opts);
-    for (const src of ["step", "metrics"]) {
-      const k = pick(SPECIAL[what], src);
-      if (k) { used[src].add(k); charts.push({chart: c, source: src, keys: [k]}); return c; }
-    }
-    charts.push({chart: c, source: null, keys: []});
-    return c;
-  };
-  const loss = special("Loss vs forecast band", "loss");
-  if (info.forecast.length) loss.band = [info.forecast.map(f => f.step), info.forecast.map(f => f.band_low), info.forecast.map(f => f.band_high)];
-  const drops = new Chart(grid, "Token drop fraction per layer");
-  charts.push({chart: drops, source: "drops", keys: ["drop_fraction"]});
-  special("MFU", "mfu");
-  const lr = special("Learning rate, decisions marked", "lr");
-  lr.markers = info.decisions.filter(d => d.review !== "rejected").map(d => [d.applied_at_step ?? d.decided_at_step, `${d.action.replace("set_", "")}${d.status === "applied" ? "" : " (" + d.review + ")"}`]).filter(m => m[0] !== null);
+  // what to chart: every key the run has, its title, section and x axis; the panels of the trainer's data
+  // (the loss against the forecast band, LR with decisions marked, MFU, drops per layer) only where it has that data
+  const keysOf = src => info.keys[src] || [];
+  const specialKey = what => { for (const src of ["step", "metrics"]) { const k = SPECIAL[what].find(n => keysOf(src).includes(n)); if (k) return `${src}\n${k}`; } return null; };
+  const marks = info.decisions.filter(d => d.review !== "rejected").map(d => [d.applied_at_step ?? d.decided_at_step, `${d.action.replace("set_", "")}${d.status === "applied" ? "" : " (" + d.review + ")"}`]).filter(m => m[0] !== null);
+  const band = info.forecast.length ? [info.forecast.map(f => f.step), info.forecast.map(f => f.band_low), info.forecast.map(f => f.band_high)] : null;
+  const titled = {};
+  const loss = specialKey("loss"), mfu = specialKey("mfu"), lr = specialKey("lr");
+  if (band && loss) titled[loss] = ["Loss vs forecast band", {band}];
+  if (mfu) titled[mfu] = ["MFU", {}];
+  if (lr && marks.length) titled[lr] = ["Learning rate, decisions marked", {markers: marks}];
+  const stepKeys = new Set(keysOf("step"));
+  const specs = [];
+  if (band && !loss) specs.push({source: null, keys: [], title: "Loss vs forecast band", band, section: "Charts"});
   for (const src of ["step", "metrics", "eval", "system"]) {
-    for (const k of info.keys[src] || []) {
-      if (used[src] && used[src].has(k)) continue;
-      const c = new Chart(grid, `${src === "step" ? "" : src + ": "}${k}`, {time: src === "system", xLabel: src === "system" ? "time" : "step"});
-      charts.push({chart: c, source: src, keys: [k]});
+    for (const k of keysOf(src)) {
+      const plain = src === "step" ? k : src === "metrics" ? (stepKeys.has(k) ? `${k} (metrics)` : k) : `${src}: ${k}`;
+      const [title, marked] = titled[`${src}\n${k}`] || [plain, {}];
+      specs.push({source: src, keys: [k], title, ...marked, section: sectionOf(src, k), axis: src === "metrics" ? (info.step_metrics || {})[k] : null});
     }
   }
-  // one request per source (all its keys in one SQL pass), then per chart when zoomed
-  const bySource = {};
-  for (const c of charts) if (c.source) (bySource[c.source] = bySource[c.source] || []).push(c);
-  let since = Infinity;
+  if ((info.kinds || []).includes("drops")) specs.push({source: "drops", keys: ["drop_fraction"], title: "Token drop fraction per layer", section: "MoE"});
+  const cf = capacityFactors(info.decisions);
+  if (cf) specs.push({source: null, keys: ["capacity factor"], title: "Capacity factor, as decisions set it", section: "MoE", steps: cf});
+  // the sections, each collapsible with its name and chart count: the user's metrics first ("Charts", then by
+  // prefix), then the MoE panels and the system samples
+  const holder = document.getElementById("charts");
+  const sections = new Map();
+  for (const name of [...new Set(specs.map(s => s.section))].sort((a, b) => sectionRank(a) - sectionRank(b) || a.localeCompare(b))) {
+    const el = document.createElement("details");
+    el.className = "section"; el.open = true; el.dataset.section = name;
+    el.innerHTML = `<summary><b>${esc(name)}</b> <span class="count muted"></span></summary><div class="grid"></div>`;
+    holder.appendChild(el);
+    sections.set(name, {el, grid: el.querySelector(".grid"), count: el.querySelector(".count"), charts: []});
+  }
+  let xMode = "step";
+  const xqOf = c => c.source === "system" ? (xMode === "step" || xMode === "tokens" ? "step" : xMode)
+    : xMode === "step" ? (c.axis ? `metric:${c.axis}` : "step") : xMode;
+  const xLabel = c => c.xq.startsWith("metric:") ? c.xq.slice(7) : c.xq === "rel" ? "seconds since start" : c.xq === "step" && c.source === "system" ? "time" : X_AXES[c.xq];
+  const charts = []; // {chart, source, keys, axis, xq}
+  for (const s of specs) {
+    const sec = sections.get(s.section);
+    const c = {chart: new RunChart(sec.grid, s.title), source: s.source, keys: s.keys, axis: s.axis || null, section: s.section, xq: "step",
+               band: s.band || null, markers: s.markers || null, steps: s.steps || null};
+    c.chart.el.dataset.keys = s.keys.join("\n");
+    sec.charts.push(c);
+    charts.push(c);
+  }
   const nameOf = (src, grp) => {
     if (src !== "drops") return `attempt ${grp}`;
     const [a, layer] = grp.split(":");
     return `${layer === "-1" ? "all layers" : "layer " + layer} · attempt ${a}`;
   };
-  await Promise.all(Object.entries(bySource).map(async ([src, cs]) => {
-    const keys = [...new Set(cs.flatMap(c => c.keys))];
-    const px = pxOf(cs[0].chart);
-    const data = await api(`/api/run/${encodeURIComponent(run)}/series?source=${src}&keys=${encodeURIComponent(keys.join(","))}&px=${px}`);
-    since = Math.min(since, data.seq);
-    for (const c of cs) {
-      for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(data.keys[k] || {})) c.chart.set(nameOf(src, grp), xs, ys);
-      c.chart.onZoom = zoomer(run, c, nameOf);
+  // one request per source and x axis (all its keys in one SQL pass), then per chart when zoomed
+  let since = Infinity;
+  const tps = Math.max(0, ...info.attempts.map(a => a.tokens_per_step || 0)); // (the server's tokens: step × this)
+  let asked = 0; // (an answer to an earlier choice of x that comes after a later one's is dropped)
+  const load = async () => {
+    const mine = ++asked, groups = {};
+    for (const c of charts) {
+      c.xq = c.source ? xqOf(c) : xMode;
+      const scale = c.xq === "step" ? 1 : c.xq === "tokens" ? tps : 0; // the band and decision marks are at steps
+      c.chart.band = c.band && scale ? [c.band[0].map(x => x * scale), c.band[1], c.band[2]] : null;
+      c.chart.markers = c.markers && scale ? c.markers.map(([x, label]) => [x * scale, label]) : [];
+      if (c.steps) { c.chart.tables.clear(); if (scale) for (const [n, [xs, ys]] of Object.entries(c.steps)) c.chart.set(n, xs.map(x => x * scale), ys); }
+      if (!c.source) continue;
+      (groups[`${c.source}|${c.xq}`] = groups[`${c.source}|${c.xq}`] || []).push(c);
     }
-  }));
+    await Promise.all(Object.values(groups).map(async cs => {
+      const {source, xq} = cs[0];
+      const keys = [...new Set(cs.flatMap(c => c.keys))];
+      const got = {};
+      for (let i = 0; i < keys.length; i += 256) { // (the server's bound on keys a request asks for)
+        const q = new URLSearchParams({source, keys: keys.slice(i, i + 256).join(","), px: pxOf(cs[0].chart)});
+        if (xq !== "step") q.set("x", xq);
+        const data = await api(`/api/run/${encodeURIComponent(run)}/series?` + q.toString());
+        if (mine === 1) since = Math.min(since, data.seq); // (the live feed's start: the first answers' position)
+        Object.assign(got, data.keys);
+      }
+      if (mine !== asked) return;
+      for (const c of cs) {
+        c.chart.tables.clear();
+        for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(got[k] || {})) c.chart.set(nameOf(source, grp), xs, ys);
+        c.chart.opts.time = xq === "time" || (source === "system" && xq === "step");
+        c.chart.opts.xLabel = xLabel(c);
+        c.chart.zoomed = false;
+        c.chart.el.dataset.x = xq;
+        c.chart.onZoom = zoomer(run, c, nameOf);
+      }
+    }));
+  };
+  await load();
   const tSeries = performance.now();
-  for (const c of charts) c.chart.draw();
+  // drawn now: the charts in view; the others as they come into view (scrolled to, a section opened, a search)
+  runObserver = new IntersectionObserver(entries => {
+    for (const e of entries) {
+      const c = e.isIntersecting && charts.find(c => c.chart.el === e.target);
+      if (c && !c.chart.shown) { c.chart.shown = true; c.chart.draw(); }
+    }
+  }, {rootMargin: "400px"});
+  for (const c of charts) {
+    if (c.chart.el.getBoundingClientRect().top < innerHeight + 400) { c.chart.shown = true; c.chart.draw(); }
+    runObserver.observe(c.chart.el);
+  }
   window.rlParts = {info_ms: tInfo - t0, series_ms: tSeries - tInfo, draw_ms: performance.now() - tSeries};
+  // the search over metric names (W&B's filter: a regular expression, else the text as it is; case ignored)
+  const filter = () => {
+    const q = val("metric-filter");
+    let re = null;
+    try { re = q ? new RegExp(q, "i") : null; } catch (e) { re = null; }
+    const match = c => !q || [c.chart.title, ...c.keys].some(t => re ? re.test(t) : t.toLowerCase().includes(q.toLowerCase()));
+    let shown = 0;
+    for (const s of sections.values()) {
+      let n = 0;
+      for (const c of s.charts) { const ok = match(c); c.chart.el.hidden = !ok; n += ok ? 1 : 0; }
+      s.el.hidden = !n;
+      s.count.textContent = q ? `${n} of ${s.charts.length}` : String(s.charts.length);
+      shown += n;
+    }
+    document.getElementById("chart-count").textContent = q ? `${shown} of ${charts.length} charts` : `${charts.length} charts`;
+  };
+  filter();
+  document.getElementById("metric-filter").oninput = filter;
+  const redraw = () => { for (const c of charts) if (c.chart.shown) c.chart.draw(); };
+  const xSelect = document.getElementById("x-axis");
+  if (!info.attempts.some(a => a.tokens_per_step)) { xSelect.querySelector("option[value=tokens]").disabled = true; xSelect.querySelector("option[value=tokens]").title = "the run declared no tokens_per_step"; }
+  xSelect.onchange = async () => { xMode = xSelect.value; await load(); redraw(); };
+  document.getElementById("smoothing").oninput = e => {
+    const w = Math.min(0.99, Math.max(0, +e.target.value));
+    document.getElementById("smoothing-value").textContent = String(w);
+    for (const c of charts) c.chart.smoothing = w;
+    redraw();
+  };
   if (!isFinite(since)) since = 0; // no points yet: every point stored from now on is new
+  let refetch = null; // the charts not drawn against the step take new points by asking again (once a second at most)
   follow(() => `/api/live?run=${encodeURIComponent(run)}&since=${since}`, {
     points: news => {
       since = Math.max(since, news.seq);
@@ -350,6 +511,10 @@ async function viewRun(run) {
         if (!c.source) continue;
         const got = c.source === "drops" ? {drop_fraction: news.drops} : news[c.source];
         if (!got) continue;
+        if (c.xq !== "step") {
+          if (c.keys.some(k => got[k]) && !refetch) refetch = setTimeout(async () => { refetch = null; await load(); redraw(); }, 1000);
+          continue;
+        }
         let changed = false;
         for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(got[k] || {})) { c.chart.append(nameOf(c.source, grp), xs, ys); changed = true; }
         if (changed) c.chart.update();
@@ -371,6 +536,7 @@ function zoomer(run, c, nameOf) {
       const reset = lo <= full[0] && hi >= full[1];
       c.chart.zoomed = !reset;
       const q = new URLSearchParams({source: c.source, keys: c.keys.join(","), px: pxOf(c.chart)});
+      if (c.xq && c.xq !== "step") q.set("x", c.xq); // (the run page's x axis)
       if (!reset) { q.set("x0", Math.floor(lo)); q.set("x1", Math.ceil(hi)); }
       const data = await api(`/api/run/${encodeURIComponent(run)}/series?` + q.toString());
       for (const name of c.chart.tables.keys()) c.chart.set(name, [], []); // a series with no point in the range: empty
@@ -425,13 +591,16 @@ async function loadAudit(run, suite, id) {
   const el = document.getElementById(id);
   try {
     const res = await api(`/api/run/${encodeURIComponent(run)}/audit/${suite}`);
-    if (suite === "health") {
-      const rows = res.results.flatMap(r => r.rows);
+    if (suite === "health") { // only the checks that apply to the run (their inputs logged: ui/health.py)
+      const rows = res.results.flatMap(r => r.rows), left = res.not_applicable || [];
       el.className = "";
-      el.innerHTML = table(["check", "status", "value", "threshold", "at_step", "evidence"], rows, (r, c, j) => {
-        const v = r[j + 1];
-        return c === "status" ? `<span class="s-${esc(v)}">${esc(v)}</span>` : esc(fmt(v));
-      });
+      const inputs = [...new Set(left.flatMap(l => l.missing))].map(esc).join(", ");
+      el.innerHTML = !rows.length ? `<p class="muted" id="health-none">No health check applies to this run: it logged none of their inputs (${inputs}).</p>`
+        : table(["check", "status", "value", "threshold", "at_step", "evidence"], rows, (r, c, j) => {
+          const v = r[j + 1];
+          return c === "status" ? `<span class="s-${esc(v)}">${esc(v)}</span>` : esc(fmt(v));
+        }) + (left.length ? `<p class="muted" id="health-left">Not listed: ${left.length} checks whose inputs this run did not log ` +
+          `(${left.map(l => `${esc(l.check)}: ${l.missing.map(esc).join(", ")}`).join("; ")}).</p>` : "");
     } else {
       el.className = "";
       el.innerHTML = res.results.map(r => `<details ${r.rows.length ? "open" : ""}><summary>${esc(r.name)} (${r.rows.length} rows)</summary>${table(r.columns, r.rows.slice(0, 200))}</details>`).join("");
