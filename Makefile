@@ -4,9 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # the integrations' tests train on the CPU: torch's CPU build, from a local wheel folder where pip's find-links
-# ($$PIP_FIND_LINKS) names one, else from PyTorch's CPU index (PyPI's Linux torch is the multi-GB CUDA build)
+# ($$PIP_FIND_LINKS, else /opt/wheels where it is there) holds one, else from PyTorch's CPU index (PyPI's Linux
+# torch is the multi-GB CUDA build)
 TORCH := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_WHEELS := $(firstword $(PIP_FIND_LINKS) $(wildcard /opt/wheels))
 
 .PHONY: setup browser postgres demo lint test test-fast bench clean
 
@@ -15,7 +17,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==$(TORCH) $(if $(PIP_FIND_LINKS),,--index-url $(TORCH_CPU_INDEX))
+	$(BIN)/python -m pip install --quiet torch==$(TORCH) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--index-url $(TORCH_CPU_INDEX))
 	$(BIN)/python -m pip install --quiet -e '.[train,lineage,dev,integrations]'
 	touch $(STAMP)
 
