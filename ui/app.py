@@ -29,7 +29,7 @@ from runledger import queries
 from runledger.ledger.decisions import review
 from runledger.ledger.contract.validation import check_name
 from runledger.ui.access import MAX_BODY, Access, AccessMiddleware
-from runledger.ui.compare import config_diff
+from runledger.ui.compare import compared_metrics, config_diff, default_metrics, opened_on
 from runledger.ui.data import Reader
 from runledger.ui.live import Feed
 from runledger.ui.streams import Full, Streams
@@ -44,6 +44,12 @@ MAX_KEYS = 64  # chart keys one series request asks for
 MAX_TEXT = 1000  # characters of a filter, a ladder's name, a decision id or a reason
 MAX_QUERY = 10_000  # characters of a console query (a GET: uvicorn takes about 16 KB of request line)
 MAX_X = 1e15  # |x| of a zoomed range: steps, or seconds since the epoch, are far below it
+MAX_COLUMNS = 16  # metric columns of the runs page (each the last value of one metric)
+MAX_NAME = 300  # characters of one metric's name in a request (the logging API takes names of up to 200)
+DEFAULT_COLUMNS = 3  # metric columns the runs page opens with (the first section the runs share)
+MAX_CHARTS = 16  # metrics one compare request draws
+DEFAULT_CHARTS = 6  # metrics compare opens on (the first section the runs share)
+MAX_NAMES = 5000  # metric names the runs page and compare list for their pickers
 
 
 def _json(data, status: int = 200) -> Response:
@@ -87,6 +93,17 @@ def _text(v: str, name: str, limit: int = MAX_TEXT) -> str:
     if len(v) > limit:
         raise BadInput(f"{name} is longer than {limit} characters")
     return v
+
+
+def _names(v: str | None, name: str, most: int) -> list[str]:
+    """A comma-separated list of at most `most` metric names, each of at most MAX_NAME characters."""
+    names = [n for n in (v or "").split(",") if n]
+    if len(names) > most:
+        raise BadInput(f"{name}: at most {most} metric names at a time")
+    for n in names:
+        if len(n) > MAX_NAME:
+            raise BadInput(f"{name}: a metric name of at most {MAX_NAME} characters")
+    return list(dict.fromkeys(names))
 
 
 class HTTPError(Exception):
@@ -159,11 +176,23 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
     async def api_runs(request: Request) -> Response:
         q = request.query_params
         filters = [_text(q.get(k, ""), k) for k in ("name", "tag", "status", "config")]
+        chosen = _names(q.get("metrics"), "metrics", MAX_COLUMNS) if "metrics" in q else None
+
+        def gather():
+            counts = reader.metric_counts()
+            columns = default_metrics(counts, DEFAULT_COLUMNS) if chosen is None else chosen
+            names = [{"name": n, "runs": c} for n, c in list(counts.items())[:MAX_NAMES]]
+            return {"runs": reader.runs(*filters, metrics=columns), "columns": columns, "metrics": names,
+                    "position": reader.position}
+
         try:
-            rows = await run_in_threadpool(reader.runs, *filters)
+            return _json(await run_in_threadpool(gather))
         except ValueError as err:
             return _error(400, str(err))
-        return _json({"runs": rows, "position": reader.position})
+
+    async def api_run_config(request: Request) -> Response:
+        run = await _run_id(request, reader)
+        return _json(await run_in_threadpool(reader.run_config, run))
 
     async def api_run(request: Request) -> Response:
         run = await _run_id(request, reader)
@@ -209,18 +238,25 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         runs = [r for r in q.get("runs", "").split(",") if r][:MAX_COMPARE]
         for r in runs:
             check_name(r, "run_id")
-        source, key, px = q.get("source", "step"), _text(q.get("key", "loss"), "key"), _int(q.get("px"), "px", 800, 1, 100_000)
+        source, px = q.get("source", "step"), _int(q.get("px"), "px", 800, 1, 100_000)
         if source not in ("step", "metrics", "eval", "system"):
             raise BadInput(f"unknown source {source[:40]!r}")
+        asked = _names(q.get("keys") or q.get("key"), "keys", MAX_CHARTS) if (q.get("keys") or q.get("key")) else None
 
         def gather():
-            series = {}
+            keys = {r: reader.keys(r) for r in runs}
+            metrics = compared_metrics(keys)
+            src, shown = (source, asked) if asked is not None else opened_on(metrics, DEFAULT_CHARTS)
+            series: dict[str, dict] = {k: {} for k in shown}
             for r in runs:
-                try:
-                    series[r] = reader.series(r, source, [key], px)["keys"][key]
-                except KeyError:
-                    series[r] = {}
-            return {"runs": runs, "series": series, "diff": config_diff(reader.configs(runs))}
+                have = [k for k in shown if k in keys[r].get(src, [])]
+                got = reader.series(r, src, have, px)["keys"] if have else {}
+                for k in shown:
+                    series[k][r] = got.get(k, {})
+            rows = reader.summaries()
+            labels = {r: {f: rows[r].get(f) for f in ("name", "group", "job_type")} if r in rows else {} for r in runs}
+            return {"runs": runs, "labels": labels, "metrics": metrics[:MAX_NAMES], "source": src, "keys": shown,
+                    "series": series, "diff": config_diff(reader.configs(runs))}
 
         return _json(await run_in_threadpool(gather))
 
@@ -312,6 +348,7 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         Route("/api/runs", api_runs),
         Route("/api/run/{run}", api_run),
         Route("/api/run/{run}/series", api_series),
+        Route("/api/run/{run}/config", api_run_config),
         Route("/api/run/{run}/audit/{suite}", api_audit),
         Route("/api/health", api_health),
         Route("/api/compare", api_compare),

@@ -11,6 +11,7 @@ each file, the health counts, and the answers of `series` (a big run's min/max p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from runledger import queries
@@ -50,8 +51,19 @@ class Reader(Snapshot):
     def file_parts(self, files: dict[str, dict[str, list[Path]]]) -> dict[str, list[dict]]:
         return self.index.file_parts(files)
 
-    def runs(self, name: str = "", tag: str = "", status: str = "", config: str = "", limit: int = 5000) -> list[dict]:
-        return self.index.runs(name, tag, status, config, limit)
+    def runs(self, name: str = "", tag: str = "", status: str = "", config: str = "", limit: int = 5000,
+             metrics: list[str] | None = None) -> list[dict]:
+        return self.index.runs(name, tag, status, config, limit, metrics)
+
+    def metric_counts(self) -> dict[str, int]:
+        return self.index.metric_counts()
+
+    def run_config(self, run_id: str) -> dict:
+        """The run's config with every config.update applied, and each key set or changed after its start
+        (at which step, before and after): `runledger.ui.compare.config_history`."""
+        row = self.summaries().get(run_id)
+        return {"run_id": run_id, "config": json.loads(row["config"]) if row else {},
+                "changes": row["config_changes"] if row else []}
 
     def prime(self, rows: int = FIRST_PAGE) -> None:
         """Work out the runs page's rows, then the health counts of the newest `rows` runs (its first page)."""
