@@ -3,7 +3,11 @@ event stream (server-sent events fed by `runledger.ui.live.Feed`), and the revie
 
 Routes: `/` the page (runs, run, compare, ladder and SQL views, routed in the browser); `/static/*` its
 script, style and the vendored uPlot; `/api/*` JSON (`/api/health?runs=A,B`: the health counts of the
-runs the list shows, in one pass); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
+runs the list shows, in one pass; `/api/runs?metrics=M,N`: the rows with each run's last value of those
+metrics, default the first section the runs share; `/api/compare?runs=A,B[&source=S&keys=K,L]`: the runs'
+points of K, L (default the first section they share), every metric they logged and the config keys that
+differ; `/api/run/R/config`: its config with every config.update applied, and the step each key changed
+at); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
 one read per wake per run); `POST /api/decide` approve or reject a proposed decision.
 
 Every route checks its input before anything is read: a bad run id, number, source, key or body is a
@@ -29,7 +33,7 @@ from runledger import queries
 from runledger.ledger.decisions import review
 from runledger.ledger.contract.validation import check_name
 from runledger.ui.access import MAX_BODY, Access, AccessMiddleware
-from runledger.ui.compare import compared_metrics, config_diff, default_metrics, opened_on
+from runledger.ui.compare import compared_metrics, config_diff, default_metrics, logged, opened_on, overlaid
 from runledger.ui.data import Reader
 from runledger.ui.live import Feed
 from runledger.ui.streams import Full, Streams
@@ -179,10 +183,11 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         chosen = _names(q.get("metrics"), "metrics", MAX_COLUMNS) if "metrics" in q else None
 
         def gather():
-            counts = reader.metric_counts()
+            files = reader.run_files()  # (listed once for the rows and their metrics' last values)
+            counts = reader.metric_counts(files)
             columns = default_metrics(counts, DEFAULT_COLUMNS) if chosen is None else chosen
             names = [{"name": n, "runs": c} for n, c in list(counts.items())[:MAX_NAMES]]
-            return {"runs": reader.runs(*filters, metrics=columns), "columns": columns, "metrics": names,
+            return {"runs": reader.runs(*filters, metrics=columns, files=files), "columns": columns, "metrics": names,
                     "position": reader.position}
 
         try:
@@ -244,15 +249,13 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         asked = _names(q.get("keys") or q.get("key"), "keys", MAX_CHARTS) if (q.get("keys") or q.get("key")) else None
 
         def gather():
-            keys = {r: reader.keys(r) for r in runs}
-            metrics = compared_metrics(keys)
-            src, shown = (source, asked) if asked is not None else opened_on(metrics, DEFAULT_CHARTS)
-            series: dict[str, dict] = {k: {} for k in shown}
-            for r in runs:
-                have = [k for k in shown if k in keys[r].get(src, [])]
-                got = reader.series(r, src, have, px)["keys"] if have else {}
-                for k in shown:
-                    series[k][r] = got.get(k, {})
+            with reader.scoped(runs) as cur:  # (one cursor over the runs' files: one pass per source)
+                keys = logged(cur, runs)
+                metrics = compared_metrics(keys)
+                src, shown = (source, asked) if asked is not None else opened_on(metrics, DEFAULT_CHARTS)
+                drawn = [k for k in shown if any(k in keys[r].get(src, []) for r in runs)]
+                series = overlaid(cur, runs, src, drawn, px) if drawn else {}
+            series = {k: series.get(k, {r: {} for r in runs}) for k in shown}
             rows = reader.summaries()
             labels = {r: {f: rows[r].get(f) for f in ("name", "group", "job_type")} if r in rows else {} for r in runs}
             return {"runs": runs, "labels": labels, "metrics": metrics[:MAX_NAMES], "source": src, "keys": shown,

@@ -25,7 +25,7 @@ from runledger import queries
 from runledger.ledger.contract.roles import is_person
 from runledger.ui import cache
 from runledger.queries.columns import envelope_columns, kind_columns
-from runledger.ui.compare import config_history, flatten, labels
+from runledger.ui.configs import config_history, flatten, labels
 from runledger.ui.keys import key_name
 from runledger.ui.snapshot import Snapshot, quote, rows_of
 
@@ -137,11 +137,12 @@ class RunsIndex:
             cache.write(self.cache_path(), self.parts)
         return out
 
-    def summaries(self) -> dict[str, dict]:
+    def summaries(self, files: dict[str, dict[str, list[Path]]] | None = None) -> dict[str, dict]:
         """run_id -> its row of the runs page (ui/runs.sql's), put together again only for the runs whose
-        files changed, from the parts of each file (`file_parts`: only new files are read)."""
+        files changed, from the parts of each file (`file_parts`: only new files are read; `files`: the
+        snapshot's run_files() when the caller has listed them)."""
         with self._summary_lock:
-            files = self.snapshot.run_files()
+            files = files if files is not None else self.snapshot.run_files()
             signature = {r: frozenset(f for fs in k.values() for f in fs) for r, k in files.items()}
             changed = [r for r, sig in signature.items() if self._summary_sig.get(r) != sig]
             for gone in set(self._summary) - set(signature):
@@ -220,11 +221,12 @@ class RunsIndex:
             cache.write(self.lasts_path(), self.lasts)
         return out
 
-    def last_values(self) -> dict[str, dict]:
+    def last_values(self, files: dict[str, dict[str, list[Path]]] | None = None) -> dict[str, dict]:
         """run -> {metric: [step, time (us), value]}: each metric's last value in the run (its typed steps and
-        free-form metrics; at the greatest step, then time), put together again only for the runs whose files changed."""
+        free-form metrics; at the greatest step, then time), put together again only for the runs whose files
+        changed (`files`: as `summaries` takes them)."""
         with self._summary_lock:
-            files = self.snapshot.run_files()
+            files = files if files is not None else self.snapshot.run_files()
             sigs = {r: frozenset(f for kind in LAST_KINDS for f in k.get(kind, [])) for r, k in files.items()}
             changed = {r: files[r] for r, sig in sigs.items() if self._last_run.get(r, (None,))[0] != sig}
             for gone in set(self._last_run) - set(sigs):
@@ -241,16 +243,16 @@ class RunsIndex:
                     self._last_run[r] = (sigs[r], merged)
             return {r: v[1] for r, v in self._last_run.items()}
 
-    def metric_counts(self) -> dict[str, int]:
+    def metric_counts(self, files: dict[str, dict[str, list[Path]]] | None = None) -> dict[str, int]:
         """Every metric name the runs logged (typed steps and free-form metrics) -> how many runs have a value of it."""
         counts: dict[str, int] = {}
-        for last in self.last_values().values():
+        for last in self.last_values(files).values():
             for n in last:
                 counts[n] = counts.get(n, 0) + 1
         return counts
 
     def runs(self, name: str = "", tag: str = "", status: str = "", config: str = "", limit: int = 5000,
-             metrics: list[str] | None = None) -> list[dict]:
+             metrics: list[str] | None = None, files: dict[str, dict[str, list[Path]]] | None = None) -> list[dict]:
         """The runs page's rows, newest first, filtered by a part of the name (or id), a tag, a status and a
         config key=value (a dotted key; the value compared as JSON, else as text; the config with every
         config.update applied); with `metrics`, each row's `last` value of each (`last_values`)."""
@@ -260,7 +262,7 @@ class RunsIndex:
             raise ValueError(f"config filter {config!r}: KEY=VALUE with a dotted key of letters, digits, _ - .")
         now = datetime.now(timezone.utc).timestamp()
         out = []
-        for row in self.summaries().values():
+        for row in self.summaries(files).values():
             last = datetime.fromisoformat(row["last_event"]).timestamp() if row["last_event"] else None
             age = None if last is None else round(now - last, 1)
             state = row["finished"] or ("silent" if age is not None and age > SILENT_S else "running")
@@ -276,7 +278,7 @@ class RunsIndex:
                        | {"status": state, "age_s": age,
                           "duration_s": None if last is None or first is None else round(last - first, 1)})
         if metrics:
-            lasts = self.last_values()
+            lasts = self.last_values(files)
             for row in out:
                 got = lasts.get(row["run_id"], {})
                 row["last"] = {m: got[m][2] if m in got else None for m in metrics}

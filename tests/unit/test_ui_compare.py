@@ -117,7 +117,9 @@ def test_the_runs_table_has_each_runs_last_value_of_the_chosen_metrics_and_its_d
 def test_the_metrics_a_view_opens_on_are_the_first_section_the_most_runs_share():
     assert default_metrics({}, 3) == []
     assert default_metrics({"loss": 2, "grad_norm": 2, "lr": 2, "mfu": 2}, 3) == ["loss", "grad_norm", "lr"]
-    assert default_metrics({"extra/x": 1, "val/loss": 2, "train/loss": 2, "train/acc": 2}, 5) == ["val/loss"]
+    assert default_metrics({"extra/x": 1, "val/loss": 2, "train/loss": 2, "train/acc": 2}, 5) == ["train/loss", "train/acc"]
+    assert default_metrics({"lr": 3, "val/loss": 3, "train/loss": 3}, 5) == ["lr"]  # (sections of one name: the first)
+    assert default_metrics({"lr": 3, "train/m0": 3, "train/m1": 3, "train/m2": 1}, 5) == ["train/m0", "train/m1", "train/m2"]
     assert default_metrics({"train/loss": 3, "val/loss": 3, "train/acc": 3}, 5) == ["train/loss", "train/acc"]
     assert default_metrics({"train/loss": 4, "train/acc": 3, "val/loss": 3}, 3) == ["train/loss", "train/acc"]  # (the runs table: the most common first)
     metrics = [{"source": "system", "key": "cpu/percent", "runs": 2}, {"source": "metrics", "key": "a/b", "runs": 1}]
