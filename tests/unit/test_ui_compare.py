@@ -11,6 +11,7 @@ import pytest
 
 from runledger import queries
 from runledger.ui.compare import default_metrics, opened_on
+from runledger.ui.configs import labels
 from support.audit_ledger import T0, Ledger
 from support.ui import client
 
@@ -127,3 +128,14 @@ def test_the_metrics_a_view_opens_on_are_the_first_section_the_most_runs_share()
     assert opened_on(metrics[:1], 6) == ("system", ["cpu/percent"]) and opened_on([], 6) == ("step", [])
     both = [{"source": "step", "key": "loss", "runs": 1}, {"source": "metrics", "key": "train/loss", "runs": 2}]
     assert opened_on(both, 6) == ("metrics", ["train/loss"])  # the one both runs have
+
+
+def test_a_runs_labels_are_its_starts_else_the_source_runs_own():
+    def start(at: int, config: dict, name=None, group=None, job_type=None) -> list:
+        return [str(at), "0", "0", "0", None, json.dumps(config), name, group, job_type]
+
+    wandb = {"_import": {"source": "wandb", "source_run_id": "d3f07", "name": "bright-owl", "group": "sweep-1", "job_type": "eval"}}
+    assert labels([start(1, wandb)]) == {"name": "bright-owl", "group": "sweep-1", "job_type": "eval"}
+    assert labels([start(2, {}, name="later"), start(1, wandb, group="mine")]) == {"name": "later", "group": "mine", "job_type": "eval"}
+    assert labels([start(1, {"lr": 1})]) == {"name": None, "group": None, "job_type": None}  # (the page shows its id)
+    assert labels([start(1, {"_import": "not a dict"})])["name"] is None

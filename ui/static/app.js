@@ -277,7 +277,7 @@ function renderRuns(runs, page, bodyOnly) { // (bodyOnly: a column filter typed 
   const view = window.rlRunsView;
   const cols = [...RUN_COLUMNS.slice(0, 8), ...view.columns.map(m => "m:" + m), ...RUN_COLUMNS.slice(8)];
   let rows = runs.filter(r => Object.entries(view.filters).every(([c, t]) => !t || passes(r, c, t)));
-  if (view.sort && view.sort !== "health") {
+  if (view.sort) {
     const dir = view.desc ? -1 : 1;
     rows = rows.slice().sort((a, b) => { // (no value last, either way)
       const x = runValue(a, view.sort), y = runValue(b, view.sort);
@@ -294,7 +294,7 @@ function renderRuns(runs, page, bodyOnly) { // (bodyOnly: a column filter typed 
   const pager = pages > 1 ? `<div class="pager"><button id="p-prev" ${page ? "" : "disabled"}>‹ newer</button>
     page ${page + 1} of ${pages} <button id="p-next" ${page < pages - 1 ? "" : "disabled"}>older ›</button></div>` : "";
   const label = c => c.startsWith("m:") ? c.slice(2) : c;
-  const head = `<th><input type="checkbox" id="pick-all" title="select the runs shown"></th>` + cols.map(c =>
+  const head = `<th><input type="checkbox" id="pick-all" title="select the runs shown"></th>` + cols.map(c => c === "health" ? `<th>health</th>` :
     `<th class="sortable${view.sort === c ? (view.desc ? " desc" : " asc") : ""}" data-col="${esc(c)}" title="sort by ${esc(label(c))}">${esc(label(c))}` +
     (c.startsWith("m:") ? ` <span class="drop" data-col="${esc(c)}" title="remove this column">×</span>` : "") + `</th>`).join("");
   const filters = `<th></th>` + cols.map(c => c === "health" ? "<th></th>" :
