@@ -66,7 +66,9 @@ class Reader(Snapshot):
                 "changes": row["config_changes"] if row else []}
 
     def prime(self, rows: int = FIRST_PAGE) -> None:
-        """Work out the runs page's rows, then the health counts of the newest `rows` runs (its first page)."""
+        """Work out the runs page's rows and its metric columns' last values, then the health counts of the
+        newest `rows` runs (its first page)."""
+        self.metric_counts()
         self.health([r["run_id"] for r in self.runs(limit=rows)])
 
     def health(self, run_ids: list[str]) -> dict[str, dict]:
