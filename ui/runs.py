@@ -194,12 +194,15 @@ class RunsIndex:
             scan = ", ".join(queries.sql_str(p) for p in paths_)
             found: dict[str, dict] = {p: {} for p in paths_}
             with self.snapshot.cursor() as cur:
-                if kind == "step":  # the typed numbers of the contract
-                    cols = [c for c, t in kind_columns(kind) if t in ("DOUBLE", "BIGINT") and c not in envelope]
-                else:  # a column per metric name, each file its own
-                    names = cur.execute(f"select name from parquet_schema([{scan}]) where name like 'metrics/_%' "
-                                        "and type in ('DOUBLE', 'FLOAT', 'INT64', 'INT32')").fetchall()
-                    cols = list(dict.fromkeys(n for (n,) in names))
+                # the columns the files have (a file written before a column was added lacks it): the typed
+                # numbers of the contract (step), or a column per metric name, each file its own (metrics)
+                names = [n for (n,) in cur.execute(f"select name from parquet_schema([{scan}]) "
+                                                   "where type in ('DOUBLE', 'FLOAT', 'INT64', 'INT32')").fetchall()]
+                if kind == "step":
+                    typed = {c for c, t in kind_columns(kind) if t in ("DOUBLE", "BIGINT") and c not in envelope}
+                    cols = [c for c, _ in kind_columns(kind) if c in typed and c in set(names)]
+                else:
+                    cols = list(dict.fromkeys(n for n in names if n.startswith("metrics/") and n != "metrics/"))
                 for i in range(0, len(cols), LAST_COLUMNS):
                     chunk = cols[i:i + LAST_COLUMNS]
                     aggs = ", ".join(f"arg_max([step::double, epoch_us(ts)::double, {quote(c)}::double], [step, epoch_us(ts)]) "

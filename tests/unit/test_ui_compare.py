@@ -139,3 +139,20 @@ def test_a_runs_labels_are_its_starts_else_the_source_runs_own():
     assert labels([start(2, {}, name="later"), start(1, wandb, group="mine")]) == {"name": "later", "group": "mine", "job_type": "eval"}
     assert labels([start(1, {"lr": 1})]) == {"name": None, "group": None, "job_type": None}  # (the page shows its id)
     assert labels([start(1, {"_import": "not a dict"})])["name"] is None
+
+
+def test_a_trainers_typed_steps_give_the_runs_table_and_compare_their_fields_loss_first(tmp_path):
+    led = Ledger(tmp_path / "root")
+    for attempt, (first, last) in enumerate([(1, 30), (21, 40)]):  # attempt 1 resumes at 21 and goes on to 40
+        led.emit("typed", "run_started", {"config": {}, "config_hash": "0" * 64}, first - 1, T0, attempt=attempt)
+        for k in range(first, last + 1):
+            led.emit("typed", "step", {"loss": 3.0 - 0.01 * k - attempt, "grad_norm": 1.0, "lr": 1e-3, "tokens": 10,
+                                       "step_time_s": 1.0}, k, T0 + timedelta(seconds=k + 100 * attempt), attempt=attempt)
+    led.write()
+    with client(tmp_path / "root", "127.0.0.1") as c:
+        got = c.get("/api/runs").json()
+        assert got["columns"] == ["loss", "grad_norm", "lr"]  # the contract's order: loss first
+        assert got["runs"][0]["last"]["loss"] == pytest.approx(3.0 - 0.4 - 1)  # attempt 1's step 40
+        shown = c.get("/api/compare?runs=typed").json()
+        assert shown["source"] == "step" and shown["keys"][:3] == ["loss", "grad_norm", "lr"]
+        assert set(shown["series"]["loss"]["typed"]) == {"0", "1"}  # each attempt its own series
