@@ -11,7 +11,10 @@ create or replace view events as
 -- else run_id (a run started before names were kept); W&B's "group", job_type and notes; and its `state`
 -- (the contract's RUN_STATES): finished (run_finished completed), failed (failed or stopped), crashed (no
 -- run_finished, and its last heartbeat, or its start, older than HEARTBEAT_MISSED = 2.5 of its heartbeat
--- interval: the process is gone), else running (a run that sends no heartbeat reads running until it finishes)
+-- interval: the process is gone), else running (a run that sends no heartbeat reads running until it finishes);
+-- `config_final` the run's config with every `config.update` applied (the same on each of its rows): each
+-- start's config and each config_updates row in time order (a start before an update at the same time), each
+-- top-level key at its latest value (`config` stays the start's as declared: config_hash is its hash)
 create or replace view runs as
 select r.* replace (coalesce(r.name, min(r.name) over (partition by r.run_id), r.run_id) as name),
        case when f.status = 'completed' then 'finished'
@@ -19,13 +22,25 @@ select r.* replace (coalesce(r.name, min(r.name) over (partition by r.run_id), r
             when coalesce(h.interval_s, r.heartbeat_s) is not null
                  and greatest(r.ts, h.last_beat) < now() - to_microseconds(cast(2.5e6 * coalesce(h.interval_s, r.heartbeat_s) as bigint))
                 then 'crashed'
-            else 'running' end as state
+            else 'running' end as state,
+       c.config_final
 from {{kind:run_started}} r  -- (r.name: the macro metric(name) below binds through this view)
 left join (select run_id, producer, attempt, arg_max(status, seq) as status from {{kind:run_finished}} group by all) f
     using (run_id, producer, attempt)
 left join (select run_id, producer, attempt, max(ts) as last_beat, arg_max(interval_s, seq) as interval_s
            from {{kind:heartbeat}} group by all) h
-    using (run_id, producer, attempt);
+    using (run_id, producer, attempt)
+left join (select run_id, to_json(list_reduce(list(config order by ts, late, attempt, seq) filter (config is not null),
+                                              lambda a, b: map_concat(a, b), map()::map(varchar, json))) as config_final
+           from (select run_id, ts, false as late, attempt, seq,
+                        case when json_type(config) = 'OBJECT' then config::json::map(varchar, json) end as config
+                 from {{kind:run_started}}
+                 union all
+                 select run_id, ts, true, attempt, seq,
+                        case when json_type(config) = 'OBJECT' then config::json::map(varchar, json) end
+                 from {{kind:config}})
+           group by run_id) c
+    using (run_id);
 
 -- one row per run: its id, its name (its first attempt's), project and start: what a name is looked up in
 create or replace view run_names as

@@ -3,7 +3,11 @@ event stream (server-sent events fed by `runledger.ui.live.Feed`), and the revie
 
 Routes: `/` the page (runs, run, compare, ladder and SQL views, routed in the browser); `/static/*` its
 script, style and the vendored uPlot; `/api/*` JSON (`/api/health?runs=A,B`: the health counts of the
-runs the list shows, in one pass); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
+runs the list shows, in one pass; `/api/runs?metrics=M,N`: the rows with each run's last value of those
+metrics, default the first section the runs share; `/api/compare?runs=A,B[&source=S&keys=K,L]`: the runs'
+points of K, L (default the first section they share), every metric they logged and the config keys that
+differ; `/api/run/R/config`: its config with every config.update applied, and the step each key changed
+at); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
 one read per wake per run); `POST /api/decide` approve or reject a proposed decision.
 
 Every route checks its input before anything is read: a bad run id, number, source, key or body is a
@@ -29,7 +33,7 @@ from runledger import queries
 from runledger.ledger.decisions import review
 from runledger.ledger.contract.validation import check_name
 from runledger.ui.access import MAX_BODY, Access, AccessMiddleware
-from runledger.ui.compare import config_diff
+from runledger.ui.compare import compared_metrics, config_diff, default_metrics, logged, opened_on, overlaid
 from runledger.ui.data import Reader
 from runledger.ui.live import Feed
 from runledger.ui.streams import Full, Streams
@@ -44,6 +48,12 @@ MAX_KEYS = 256  # chart keys one series request asks for (a page asks for a sour
 MAX_TEXT = 1000  # characters of a filter, a ladder's name, a decision id or a reason
 MAX_QUERY = 10_000  # characters of a console query (a GET: uvicorn takes about 16 KB of request line)
 MAX_X = 1e15  # |x| of a zoomed range: steps, or seconds since the epoch, are far below it
+MAX_COLUMNS = 16  # metric columns of the runs page (each the last value of one metric)
+MAX_NAME = 300  # characters of one metric's name in a request (the logging API takes names of up to 200)
+DEFAULT_COLUMNS = 3  # metric columns the runs page opens with (the first section the runs share)
+MAX_CHARTS = 16  # metrics one compare request draws
+DEFAULT_CHARTS = 6  # metrics compare opens on (the first section the runs share)
+MAX_NAMES = 5000  # metric names the runs page and compare list for their pickers
 
 
 def _json(data, status: int = 200) -> Response:
@@ -87,6 +97,17 @@ def _text(v: str, name: str, limit: int = MAX_TEXT) -> str:
     if len(v) > limit:
         raise BadInput(f"{name} is longer than {limit} characters")
     return v
+
+
+def _names(v: str | None, name: str, most: int) -> list[str]:
+    """A comma-separated list of at most `most` metric names, each of at most MAX_NAME characters."""
+    names = [n for n in (v or "").split(",") if n]
+    if len(names) > most:
+        raise BadInput(f"{name}: at most {most} metric names at a time")
+    for n in names:
+        if len(n) > MAX_NAME:
+            raise BadInput(f"{name}: a metric name of at most {MAX_NAME} characters")
+    return list(dict.fromkeys(names))
 
 
 class HTTPError(Exception):
@@ -159,11 +180,24 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
     async def api_runs(request: Request) -> Response:
         q = request.query_params
         filters = [_text(q.get(k, ""), k) for k in ("name", "tag", "status", "config")]
+        chosen = _names(q.get("metrics"), "metrics", MAX_COLUMNS) if "metrics" in q else None
+
+        def gather():
+            files = reader.run_files()  # (listed once for the rows and their metrics' last values)
+            counts = reader.metric_counts(files)
+            columns = default_metrics(counts, DEFAULT_COLUMNS) if chosen is None else chosen
+            names = [{"name": n, "runs": c} for n, c in list(counts.items())[:MAX_NAMES]]
+            return {"runs": reader.runs(*filters, metrics=columns, files=files), "columns": columns, "metrics": names,
+                    "position": reader.position}
+
         try:
-            rows = await run_in_threadpool(reader.runs, *filters)
+            return _json(await run_in_threadpool(gather))
         except ValueError as err:
             return _error(400, str(err))
-        return _json({"runs": rows, "position": reader.position})
+
+    async def api_run_config(request: Request) -> Response:
+        run = await _run_id(request, reader)
+        return _json(await run_in_threadpool(reader.run_config, run))
 
     async def api_run(request: Request) -> Response:
         run = await _run_id(request, reader)
@@ -212,18 +246,23 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         runs = [r for r in q.get("runs", "").split(",") if r][:MAX_COMPARE]
         for r in runs:
             check_name(r, "run_id")
-        source, key, px = q.get("source", "step"), _text(q.get("key", "loss"), "key"), _int(q.get("px"), "px", 800, 1, 100_000)
+        source, px = q.get("source", "step"), _int(q.get("px"), "px", 800, 1, 100_000)
         if source not in ("step", "metrics", "eval", "system"):
             raise BadInput(f"unknown source {source[:40]!r}")
+        asked = _names(q.get("keys") or q.get("key"), "keys", MAX_CHARTS) if (q.get("keys") or q.get("key")) else None
 
         def gather():
-            series = {}
-            for r in runs:
-                try:
-                    series[r] = reader.series(r, source, [key], px)["keys"][key]
-                except KeyError:
-                    series[r] = {}
-            return {"runs": runs, "series": series, "diff": config_diff(reader.configs(runs))}
+            with reader.scoped(runs) as cur:  # (one cursor over the runs' files: one pass per source)
+                keys = logged(cur, runs)
+                metrics = compared_metrics(keys)
+                src, shown = (source, asked) if asked is not None else opened_on(metrics, DEFAULT_CHARTS)
+                drawn = [k for k in shown if any(k in keys[r].get(src, []) for r in runs)]
+                series = overlaid(cur, runs, src, drawn, px) if drawn else {}
+            series = {k: series.get(k, {r: {} for r in runs}) for k in shown}
+            rows = reader.summaries()
+            labels = {r: {f: rows[r].get(f) for f in ("name", "group", "job_type")} if r in rows else {} for r in runs}
+            return {"runs": runs, "labels": labels, "metrics": metrics[:MAX_NAMES], "source": src, "keys": shown,
+                    "series": series, "diff": config_diff(reader.configs(runs))}
 
         return _json(await run_in_threadpool(gather))
 
@@ -315,6 +354,7 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
         Route("/api/runs", api_runs),
         Route("/api/run/{run}", api_run),
         Route("/api/run/{run}/series", api_series),
+        Route("/api/run/{run}/config", api_run_config),
         Route("/api/run/{run}/audit/{suite}", api_audit),
         Route("/api/health", api_health),
         Route("/api/compare", api_compare),

@@ -2,7 +2,7 @@
 long-lived read-only DuckDB connection, cursors scoped to the runs a read is about) with each page's reads,
 by concept: the runs page (ui/runs.py) and its health column (ui/health.py), a run's page (ui/run.py), its
 chart keys (ui/keys.py), points (ui/series.py), live points (ui/points.py) and audit panels (ui/audits.py),
-the compare view (ui/compare.py), the ladder view (ui/ladders.py) and the SQL console (ui/console.py).
+the compare view (ui/compare.py) and a run's config as applied (ui/configs.py), the ladder view (ui/ladders.py) and the SQL console (ui/console.py).
 
 What does not change is kept, by the files it was read from, in memory and in the user's cache folder
 (runledger.ui.cache), so that a restart, or a new file, costs only the new files: the runs page's parts of
@@ -11,6 +11,7 @@ each file, the health counts, and the answers of `series` (a big run's min/max p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from runledger import queries
@@ -50,11 +51,24 @@ class Reader(Snapshot):
     def file_parts(self, files: dict[str, dict[str, list[Path]]]) -> dict[str, list[dict]]:
         return self.index.file_parts(files)
 
-    def runs(self, name: str = "", tag: str = "", status: str = "", config: str = "", limit: int = 5000) -> list[dict]:
-        return self.index.runs(name, tag, status, config, limit)
+    def runs(self, name: str = "", tag: str = "", status: str = "", config: str = "", limit: int = 5000,
+             metrics: list[str] | None = None, files: dict[str, dict[str, list[Path]]] | None = None) -> list[dict]:
+        return self.index.runs(name, tag, status, config, limit, metrics, files)
+
+    def metric_counts(self, files: dict[str, dict[str, list[Path]]] | None = None) -> dict[str, int]:
+        return self.index.metric_counts(files)
+
+    def run_config(self, run_id: str) -> dict:
+        """The run's config with every config.update applied, and each key set or changed after its start
+        (at which step, before and after): `runledger.ui.configs.config_history`."""
+        row = self.summaries().get(run_id)
+        return {"run_id": run_id, "config": json.loads(row["config"]) if row else {},
+                "changes": row["config_changes"] if row else []}
 
     def prime(self, rows: int = FIRST_PAGE) -> None:
-        """Work out the runs page's rows, then the health counts of the newest `rows` runs (its first page)."""
+        """Work out the runs page's rows and its metric columns' last values, then the health counts of the
+        newest `rows` runs (its first page)."""
+        self.metric_counts()
         self.health([r["run_id"] for r in self.runs(limit=rows)])
 
     def health(self, run_ids: list[str]) -> dict[str, dict]:

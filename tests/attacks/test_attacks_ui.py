@@ -363,7 +363,7 @@ def sweep_requests() -> list[tuple[str, str, dict]]:
     for run in bad_runs:
         out += [("GET", f"/api/run/{run}", {}), ("GET", f"/api/run/{run}/series?source=step&keys=loss", {}),
                 ("GET", f"/api/run/{run}/audit/health", {}), ("GET", f"/api/health?runs={run}", {}),
-                ("GET", f"/api/compare?runs=spiky,{run}", {})]
+                ("GET", f"/api/compare?runs=spiky,{run}", {}), ("GET", f"/api/run/{run}/config", {})]
     for n in bad_numbers:
         out += [("GET", f"/api/run/spiky/series?source=step&keys=loss&px={n}", {}),
                 ("GET", f"/api/run/spiky/series?source=step&keys=loss&x0={n}&x1=5", {}),
@@ -378,6 +378,11 @@ def sweep_requests() -> list[tuple[str, str, dict]]:
             ("GET", "/api/health?runs=" + ",".join(f"r{i}" for i in range(1000)), {}),
             ("GET", "/api/ladder/" + "x" * 5000, {}), ("GET", "/api/ladder/%00", {}),
             ("GET", "/api/runs?config=%3D%3D%3D", {}), ("GET", "/api/runs?status=" + "x" * 5000, {}),
+            ("GET", "/api/runs?metrics=" + ",".join(f"m{i}" for i in range(1000)), {}), ("GET", "/api/runs?metrics=" + "x" * 5000, {}),
+            ("GET", "/api/runs?metrics=loss%27)%3Bselect%201%3B--,%00,..%2F..", {}),
+            ("GET", "/api/compare?runs=spiky&keys=" + ",".join(f"k{i}" for i in range(1000)), {}),
+            ("GET", "/api/compare?runs=spiky&source=metrics&keys=" + "x" * 5000, {}),
+            ("GET", "/api/compare?runs=spiky&source=step&keys=loss%27)%3Bselect%201%3B--", {}),
             ("GET", "/api/sql", {}), ("GET", "/api/sql?q=", {}), ("GET", "/api/sql?q=" + "x" * 20_000, {}),
             ("GET", "/api/sql?q=select%20*%20from%20read_text('/etc/passwd')", {}), ("GET", "/api/sql?q=attach%20'x'", {}),
             ("GET", "/api/nowhere", {}), ("GET", "/static/../../etc/passwd", {})]

@@ -193,6 +193,8 @@ class Chart {
 async function viewRuns(params) {
   window.rlRunsPage = 0; // (a new filter starts at the first page; a live reload keeps the page)
   const f = Object.assign({name: "", tag: "", status: "", config: ""}, params);
+  const view = window.rlRunsView = {rows: [], columns: [], metrics: [], picked: new Set(), filters: {},
+    sort: params.sort || "", desc: params.desc === "1"}; // (the column filters and the selection live with the page)
   $main.innerHTML = `<h1>Runs</h1>
     <div class="filters">
       <input id="f-name" placeholder="name contains" value="${esc(f.name)}">
@@ -200,24 +202,40 @@ async function viewRuns(params) {
       <select id="f-status">${["", "running", "silent", "completed", "failed", "stopped"].map(s => `<option ${s === f.status ? "selected" : ""}>${s}</option>`).join("")}</select>
       <input id="f-config" placeholder="config key=value" value="${esc(f.config)}">
       <button id="f-go">Filter</button>
-      <button id="compare">Compare selected</button>
+      <input id="f-metric" list="metric-names" placeholder="add a metric column"><datalist id="metric-names"></datalist>
+      <button id="compare" title="select runs with the boxes on the left">Compare selected</button>
       <span id="count" class="muted"></span>
     </div><div id="runs">loading…</div>`;
-  const go = () => {
+  const hashOf = over => {
     const q = new URLSearchParams({name: val("f-name"), tag: val("f-tag"), status: val("f-status"), config: val("f-config")});
-    location.hash = "#/?" + q.toString();
+    q.set("metrics", (over.columns || view.columns).join(","));
+    if (view.sort) { q.set("sort", view.sort); if (view.desc) q.set("desc", "1"); }
+    return "#/?" + q.toString();
   };
+  const go = () => { location.hash = hashOf({}); };
+  view.setColumns = columns => { location.hash = hashOf({columns}); };
   document.getElementById("f-go").onclick = go;
   for (const id of ["f-name", "f-tag", "f-config"]) document.getElementById(id).onkeydown = e => { if (e.key === "Enter") go(); };
   document.getElementById("f-status").onchange = go;
+  const addMetric = () => {
+    const m = val("f-metric");
+    if (m && view.metrics.some(x => x.name === m) && !view.columns.includes(m)) view.setColumns([...view.columns, m]);
+  };
+  document.getElementById("f-metric").onchange = addMetric;
+  document.getElementById("f-metric").onkeydown = e => { if (e.key === "Enter") addMetric(); };
   document.getElementById("compare").onclick = () => {
-    const picked = [...document.querySelectorAll("input.pick:checked")].map(c => c.value).slice(0, 20);
+    const picked = [...view.picked].slice(0, 20);
     if (picked.length) location.hash = "#/compare/" + picked.map(encodeURIComponent).join(",");
   };
   const load = async () => {
     const q = new URLSearchParams(f);
+    if (params.metrics !== undefined) q.set("metrics", params.metrics);
     const data = await api("/api/runs?" + q.toString());
-    renderRuns(data.runs, window.rlRunsPage || 0);
+    Object.assign(view, {rows: data.runs, columns: data.columns, metrics: data.metrics});
+    document.getElementById("metric-names").innerHTML = data.metrics.map(m => `<option value="${esc(m.name)}">${m.runs} runs</option>`).join("");
+    const drawn = document.querySelector("#runs tbody") && view.drawn === data.columns.join("\n"); // (a live reload: the rows only)
+    view.drawn = data.columns.join("\n");
+    renderRuns(data.runs, window.rlRunsPage || 0, drawn);
   };
   await load();
   let pending = null;
@@ -225,32 +243,113 @@ async function viewRuns(params) {
 }
 function val(id) { return document.getElementById(id).value.trim(); }
 const PAGE_ROWS = 100; // rows of the runs list drawn at a time (a page; its health counts come in one request)
-function renderRuns(runs, page) {
-  const pages = Math.max(1, Math.ceil(runs.length / PAGE_ROWS));
+const RUN_COLUMNS = ["run", "state", "group", "job type", "tags", "attempts", "duration", "last step", "age", "health", "alerts", "project"];
+function runValue(r, c) { // what a column of the runs list sorts and filters by (a metric's column: "m:NAME")
+  if (c.startsWith("m:")) return r.last ? r.last[c.slice(2)] : null;
+  switch (c) {
+    case "run": return r.name || r.run_id;
+    case "state": return r.status;
+    case "group": return r.group;
+    case "job type": return r.job_type;
+    case "tags": return (r.tags || []).join(" ");
+    case "attempts": return r.attempts;
+    case "duration": return r.duration_s;
+    case "last step": return r.last_step;
+    case "age": return r.age_s;
+    case "alerts": return (r.alerts_fail || 0) * 1e6 + (r.alerts_warn || 0);
+    case "project": return r.project;
+  }
+  return null;
+}
+function passes(r, c, text) { // a column's filter: ">0.5", "<=3", "=2" on numbers, else a part of the text (the run's: name or id)
+  const m = text.match(/^(>=|<=|>|<|=)\s*(-?[0-9.]+(?:e[-+]?[0-9]+)?)$/i);
+  const v = runValue(r, c);
+  if (m) {
+    if (typeof v !== "number") return false;
+    const x = parseFloat(m[2]);
+    return {">=": v >= x, "<=": v <= x, ">": v > x, "<": v < x, "=": v === x}[m[1]];
+  }
+  const t = text.toLowerCase();
+  return String(v ?? "").toLowerCase().includes(t) || (c === "run" && r.run_id.toLowerCase().includes(t));
+}
+function duration(s) { return s === null || s === undefined ? "" : age(s); }
+function renderRuns(runs, page, bodyOnly) { // (bodyOnly: a column filter typed into: its box stays as it is)
+  const view = window.rlRunsView;
+  const cols = [...RUN_COLUMNS.slice(0, 8), ...view.columns.map(m => "m:" + m), ...RUN_COLUMNS.slice(8)];
+  let rows = runs.filter(r => Object.entries(view.filters).every(([c, t]) => !t || passes(r, c, t)));
+  if (view.sort) {
+    const dir = view.desc ? -1 : 1;
+    rows = rows.slice().sort((a, b) => { // (no value last, either way)
+      const x = runValue(a, view.sort), y = runValue(b, view.sort);
+      if (x === null || x === undefined || x === "") return y === null || y === undefined || y === "" ? 0 : 1;
+      if (y === null || y === undefined || y === "") return -1;
+      return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir;
+    });
+  }
+  const pages = Math.max(1, Math.ceil(rows.length / PAGE_ROWS));
   page = Math.min(Math.max(0, page || 0), pages - 1);
-  const shown = runs.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS);
-  document.getElementById("count").textContent = runs.length > PAGE_ROWS
-    ? `${runs.length} runs · ${page * PAGE_ROWS + 1}–${page * PAGE_ROWS + shown.length}` : `${runs.length} runs`;
-  const cols = ["", "run", "status", "last step", "age", "health", "alerts", "attempts", "tags", "project"];
+  const shown = rows.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS);
+  const n = rows.length < runs.length ? `${rows.length} of ${runs.length} runs` : `${runs.length} runs`;
+  document.getElementById("count").textContent = rows.length > PAGE_ROWS ? `${n} · ${page * PAGE_ROWS + 1}–${page * PAGE_ROWS + shown.length}` : n;
   const pager = pages > 1 ? `<div class="pager"><button id="p-prev" ${page ? "" : "disabled"}>‹ newer</button>
     page ${page + 1} of ${pages} <button id="p-next" ${page < pages - 1 ? "" : "disabled"}>older ›</button></div>` : "";
-  document.getElementById("runs").innerHTML = pager + table(cols, shown, (r, c) => {
+  const label = c => c.startsWith("m:") ? c.slice(2) : c;
+  const head = `<th><input type="checkbox" id="pick-all" title="select the runs shown"></th>` + cols.map(c => c === "health" ? `<th>health</th>` :
+    `<th class="sortable${view.sort === c ? (view.desc ? " desc" : " asc") : ""}" data-col="${esc(c)}" title="sort by ${esc(label(c))}">${esc(label(c))}` +
+    (c.startsWith("m:") ? ` <span class="drop" data-col="${esc(c)}" title="remove this column">×</span>` : "") + `</th>`).join("");
+  const filters = `<th></th>` + cols.map(c => c === "health" ? "<th></th>" :
+    `<th><input class="col-filter" data-col="${esc(c)}" placeholder="${c.startsWith("m:") || ["attempts", "duration", "last step", "age"].includes(c) ? "&gt;0, &lt;5…" : "filter"}" value="${esc(view.filters[c] || "")}"></th>`).join("");
+  const cell = (r, c) => {
+    if (c.startsWith("m:")) return esc(fmt(runValue(r, c)));
     switch (c) {
-      case "": return `<input type="checkbox" class="pick" value="${esc(r.run_id)}">`;
-      case "run": return `<a class="run-link" href="#/run/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a>`;
-      case "status": return `<span class="s-${esc(r.status)}">${esc(r.status)}</span>`;
+      case "run": return `<a class="run-link" href="#/run/${encodeURIComponent(r.run_id)}" title="${esc(r.run_id)}">${esc(r.name || r.run_id)}</a>` +
+        (r.name && r.name !== r.run_id ? `<div class="run-id muted">${esc(r.run_id)}</div>` : "");
+      case "state": return `<span class="s-${esc(r.status)}">${esc(r.status)}</span>`;
+      case "group": return esc(r.group);
+      case "job type": return esc(r.job_type);
+      case "tags": return (r.tags || []).map(t => `<span class="tag">${esc(t)}</span>`).join("");
+      case "attempts": return esc(r.attempts);
+      case "duration": return esc(duration(r.duration_s));
       case "last step": return esc(fmt(r.last_step));
       case "age": return esc(age(r.age_s));
       case "health": return `<span class="health muted" data-run="${esc(r.run_id)}">…</span>`;
       case "alerts": return (r.alerts_fail ? `<span class="s-fail">${r.alerts_fail} fail</span> ` : "") + (r.alerts_warn ? `<span class="s-warn">${r.alerts_warn} warn</span>` : "");
-      case "attempts": return esc(r.attempts);
-      case "tags": return (r.tags || []).map(t => `<span class="tag">${esc(t)}</span>`).join("");
       case "project": return esc(r.project);
     }
-  });
+    return "";
+  };
+  const body = shown.map(r => `<tr data-run="${esc(r.run_id)}"><td><input type="checkbox" class="pick" value="${esc(r.run_id)}" ${view.picked.has(r.run_id) ? "checked" : ""}></td>` +
+    cols.map(c => `<td>${cell(r, c)}</td>`).join("") + "</tr>").join("");
+  const $runs = document.getElementById("runs");
+  if (bodyOnly && $runs.querySelector("tbody")) {
+    $runs.querySelector("tbody").innerHTML = body;
+    document.getElementById("runs-pager").innerHTML = pager;
+  } else {
+    $runs.innerHTML = `<div id="runs-pager">${pager}</div><table class="runs"><thead><tr>${head}</tr><tr class="col-filters">${filters}</tr></thead><tbody>${body}</tbody></table>`;
+    for (const th of $runs.querySelectorAll("th.sortable")) th.onclick = e => {
+      if (e.target.classList.contains("drop")) { view.setColumns(view.columns.filter(m => "m:" + m !== e.target.dataset.col)); return; }
+      const c = th.dataset.col;
+      view.desc = view.sort === c ? !view.desc : false;
+      view.sort = c;
+      renderRuns(runs, 0);
+    };
+    for (const input of $runs.querySelectorAll("input.col-filter")) {
+      input.oninput = () => { view.filters[input.dataset.col] = input.value.trim(); clearTimeout(view.typing); view.typing = setTimeout(() => renderRuns(runs, 0, true), 200); };
+    }
+  }
+  const picks = [...$runs.querySelectorAll("input.pick")];
+  const showPicked = () => {
+    const button = document.getElementById("compare");
+    button.textContent = view.picked.size ? `Compare selected (${view.picked.size})` : "Compare selected";
+    button.classList.toggle("prominent", view.picked.size >= 2);
+  };
+  for (const box of picks) box.onchange = () => { box.checked ? view.picked.add(box.value) : view.picked.delete(box.value); showPicked(); };
+  document.getElementById("pick-all").checked = false;
+  document.getElementById("pick-all").onchange = e => { for (const box of picks) { box.checked = e.target.checked; box.onchange(); } };
+  showPicked();
   if (pages > 1) {
-    document.getElementById("p-prev").onclick = () => renderRuns(runs, page - 1);
-    document.getElementById("p-next").onclick = () => renderRuns(runs, page + 1);
+    document.getElementById("p-prev").onclick = () => renderRuns(runs, page - 1, true);
+    document.getElementById("p-next").onclick = () => renderRuns(runs, page + 1, true);
   }
   window.rlRunsPage = page;
   fillHealth([...document.querySelectorAll(".health")]);
@@ -345,6 +444,22 @@ function capacityFactors(decisions) {
   return Object.keys(out).length ? out : null;
 }
 
+// The run page's config panel: the config with every config.update applied; a key set or changed during the
+// run says at which step, and its value before.
+async function loadConfig(run) {
+  const el = document.getElementById("config");
+  try {
+    const res = await api(`/api/run/${encodeURIComponent(run)}/config`);
+    const changed = {};
+    for (const c of res.changes) (changed[c.key] = changed[c.key] || []).push(c);
+    const keys = Object.keys(res.config);
+    const n = Object.keys(changed).length;
+    el.innerHTML = `<summary>config (${keys.length} keys${n ? `, ${n} set during the run` : ""})</summary>` +
+      table(["key", "value", "set during the run"], keys, (k, c) => c === "key" ? esc(k) : c === "value" ? `<pre>${esc(JSON.stringify(res.config[k]))}</pre>`
+        : (changed[k] || []).map(x => `<span class="changed">at step ${esc(x.step ?? "?")}${x.new ? "" : `: was ${esc(JSON.stringify(x.before))}`} → ${esc(JSON.stringify(x.after))}</span>`).join("<br>"));
+  } catch (e) { el.insertAdjacentHTML("beforeend", `<p class="err">${esc(e.message)}</p>`); }
+}
+
 async function viewRun(run) {
   if (runObserver) runObserver.disconnect();
   $main.innerHTML = `<h1>Run ${esc(run)}</h1><div id="info" class="muted">loading…</div>
@@ -364,7 +479,8 @@ async function viewRun(run) {
   const first = info.attempts[0] || {};
   document.getElementById("info").innerHTML = `${info.attempts.length} attempt(s) · project ${esc(first.project || "–")} · preset ${esc(first.preset || "–")} · ` +
     (JSON.parse(first.tags || "[]")).map(t => `<span class="tag">${esc(t)}</span>`).join("") +
-    ` <details><summary>config</summary><pre>${esc(JSON.stringify(JSON.parse(first.config || "{}"), null, 1))}</pre></details>`;
+    ` <details id="config"><summary>config</summary><pre>${esc(JSON.stringify(JSON.parse(first.config || "{}"), null, 1))}</pre></details>`;
+  loadConfig(run); // (the config with every config.update applied, and the step each key changed at)
   document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "code_commit"], info.attempts);
   renderDecisions(run, info.decisions);
   window.rlCharts = [];
@@ -610,19 +726,103 @@ async function loadAudit(run, suite, id) {
 
 // ------------------------------------------------------------------------------------- compare
 async function viewCompare(runs, params) {
-  const key = params.key || "loss", src = params.source || "step";
+  const q = new URLSearchParams({runs: runs.join(","), px: 1000});
+  const asked = params.keys || params.key; // (none: the server opens on the first section the runs share)
+  if (asked) { q.set("keys", asked); q.set("source", params.source || "step"); }
+  const grouped = params.group === "1";
   $main.innerHTML = `<h1>Compare ${runs.length} runs</h1>
-    <div class="filters">source <select id="c-src">${["step", "metrics", "eval", "system"].map(s => `<option ${s === src ? "selected" : ""}>${s}</option>`).join("")}</select>
-    key <input id="c-key" value="${esc(key)}"> <button id="c-go">Show</button></div>
+    <div class="filters"><input id="c-search" placeholder="search metrics"> <select id="c-pick"></select>
+    <label><input type="checkbox" id="c-group" ${grouped ? "checked" : ""}> group by group (mean, min–max band)</label>
+    <span id="c-count" class="muted"></span></div>
     <div class="grid" id="charts"></div><h2>Config: the keys that differ</h2><div id="diff"></div>`;
-  document.getElementById("c-go").onclick = () => { location.hash = `#/compare/${runs.map(encodeURIComponent).join(",")}?source=${val("c-src")}&key=${encodeURIComponent(val("c-key"))}`; };
-  const data = await api(`/api/compare?runs=${encodeURIComponent(runs.join(","))}&source=${src}&key=${encodeURIComponent(key)}&px=1000`);
+  const data = await api("/api/compare?" + q.toString());
+  const nameOf = r => (data.labels[r] && data.labels[r].name) || r;
+  const address = over => {
+    const o = Object.assign({source: data.source, keys: data.keys.join(","), group: grouped ? "1" : ""}, over);
+    const p = new URLSearchParams({source: o.source, keys: o.keys});
+    if (o.group) p.set("group", "1");
+    return `#/compare/${runs.map(encodeURIComponent).join(",")}?` + p.toString();
+  };
+  // the picker: every metric the runs logged, by source; the search box narrows it
+  const pick = document.getElementById("c-pick");
+  const fill = text => {
+    const t = text.toLowerCase();
+    const bySource = {};
+    for (const m of data.metrics) if (!t || m.key.toLowerCase().includes(t)) (bySource[m.source] = bySource[m.source] || []).push(m);
+    const shownKey = data.keys.length === 1 ? `${data.source}\t${data.keys[0]}` : "";
+    pick.innerHTML = `<option value="">${data.keys.length > 1 ? `${esc(data.keys.length)} metrics: ${esc(data.keys.join(", "))}` : "pick a metric…"}</option>` +
+      Object.entries(bySource).map(([s, ms]) => `<optgroup label="${esc(s)}">` + ms.map(m =>
+        `<option value="${esc(s + "\t" + m.key)}" ${s + "\t" + m.key === shownKey ? "selected" : ""}>${esc(m.key)}${m.runs < runs.length ? ` (${m.runs} of ${runs.length} runs)` : ""}</option>`).join("") + `</optgroup>`).join("");
+    document.getElementById("c-count").textContent = `${data.metrics.length} metrics logged`;
+  };
+  fill("");
+  document.getElementById("c-search").oninput = e => fill(e.target.value.trim());
+  pick.onchange = () => {
+    if (!pick.value) return;
+    const [s, k] = pick.value.split("\t");
+    location.hash = address({source: s, keys: k});
+  };
+  document.getElementById("c-group").onchange = e => { location.hash = address({group: e.target.checked ? "1" : ""}); };
   window.rlCharts = [];
-  const chart = new Chart(document.getElementById("charts"), `${key} (${src})`, {time: src === "system"});
-  for (const r of data.runs) for (const [a, [xs, ys]] of Object.entries(data.series[r] || {})) chart.set(`${r} · attempt ${a}`, xs, ys);
-  chart.draw();
-  document.getElementById("diff").innerHTML = data.diff.length ? table(["key", ...data.runs], data.diff, (d, c) => c === "key" ? esc(d.key) : esc(fmt(d.values[c])))
+  window.rlCompare = {source: data.source, keys: data.keys};
+  const grid = document.getElementById("charts");
+  if (!data.keys.length) grid.innerHTML = `<p class="muted">These runs logged no metric.</p>`;
+  for (const key of data.keys) {
+    const colors = [];
+    const chart = new Chart(grid, key, {time: data.source === "system", xLabel: data.source === "system" ? "time" : "step", colors});
+    const groups = {};
+    data.runs.forEach((r, i) => {
+      const g = grouped && data.labels[r] && data.labels[r].group;
+      if (g) { (groups[g] = groups[g] || []).push(r); return; }
+      for (const [a, [xs, ys]] of Object.entries(data.series[key][r] || {})) { chart.set(`${nameOf(r)} · attempt ${a}`, xs, ys); colors.push(COLORS[i % COLORS.length]); }
+    });
+    const bands = [];
+    Object.entries(groups).forEach(([g, members], j) => {
+      const [xs, mean, lo, hi] = groupStats(members.map(r => data.series[key][r] || {}));
+      if (!xs.length) return;
+      const color = COLORS[(data.runs.length + j) % COLORS.length];
+      chart.set(`${g} · mean of ${members.length} runs`, xs, mean);
+      chart.set(`${g} · min`, xs, lo);
+      chart.set(`${g} · max`, xs, hi);
+      colors.push(color, color, color);
+      bands.push([chart.tables.size, color]); // (uPlot's series index of the group's max; its min is the one before)
+    });
+    chart.draw();
+    for (const [hiIdx, color] of bands) if (chart.plot) chart.plot.addBand({series: [hiIdx, hiIdx - 1], fill: color + "33"});
+    if (bands.length && chart.plot) chart.plot.setData(chart.plot.data); // (drawn again with its bands)
+  }
+  const heads = data.runs.map(r => `<th title="${esc(r)}">${esc(nameOf(r))}</th>`).join("");
+  document.getElementById("diff").innerHTML = data.diff.length
+    ? `<table><thead><tr><th>key</th>${heads}</tr></thead><tbody>` + data.diff.map(d => `<tr><td>${esc(d.key)}</td>` +
+      data.runs.map(r => `<td>${esc(fmt(d.values[r]))}</td>`).join("") + "</tr>").join("") + "</tbody></table>"
     : `<p class="muted">The runs' configs are the same.</p>`;
+}
+// A group's runs on one x: each run's points (its attempts joined, a later attempt's value kept at a step
+// both logged) interpolated at every x any of them has, within its own range; the mean, min and max there.
+function groupStats(seriesOfRuns) {
+  const runs = seriesOfRuns.map(byAttempt => {
+    const at = new Map();
+    for (const a of Object.keys(byAttempt).sort((x, y) => +x - +y)) { const [xs, ys] = byAttempt[a]; xs.forEach((x, i) => at.set(x, ys[i])); }
+    const xs = [...at.keys()].sort((x, y) => x - y);
+    return [xs, xs.map(x => at.get(x))];
+  }).filter(([xs]) => xs.length);
+  const all = [...new Set(runs.flatMap(([xs]) => xs))].sort((x, y) => x - y);
+  const mean = [], lo = [], hi = [], cursor = runs.map(() => 0);
+  for (const x of all) {
+    const vals = [];
+    runs.forEach(([xs, ys], k) => {
+      if (x < xs[0] || x > xs[xs.length - 1]) return;
+      let i = cursor[k];
+      while (xs[i] < x) i++;
+      cursor[k] = i;
+      vals.push(xs[i] === x ? ys[i] : ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]));
+    });
+    const ok = vals.filter(v => v !== null && Number.isFinite(v));
+    mean.push(ok.length ? ok.reduce((s, v) => s + v, 0) / ok.length : null);
+    lo.push(ok.length ? Math.min(...ok) : null);
+    hi.push(ok.length ? Math.max(...ok) : null);
+  }
+  return [all, mean, lo, hi];
 }
 
 // ------------------------------------------------------------------------------------- ladder
