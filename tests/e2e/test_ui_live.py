@@ -3,7 +3,8 @@
 (`runledger.init` on the embedded default, in its own process) starts the root's server and logs a step,
 which appears on the open page without a reload; the script ends, the embedded server stops once idle,
 the next run's starts on another port, and the same page goes live there by itself and shows that run's
-new steps. How soon a step shows: `python -m bench.ui_live`, not a test (these wait up to WATCHDOG_S)."""
+new steps. Meanwhile its badge says each state once: live by polling the tables, via NATS, by polling,
+via NATS. How soon a step shows: `python -m bench.ui_live`, not a test (these wait up to WATCHDOG_S)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ def badge(driver) -> tuple[str, str]:
     """The live badge: its state (data-via: nats, tables or none) and its text."""
     el = driver.find_element("id", "live")
     return el.get_attribute("data-via"), el.text
+
+
+# the badge's states as the page shows them, each change once (a MutationObserver on its data-via)
+WATCH_BADGE = """
+const el = document.getElementById('live');
+window.__states = [el.dataset.via];
+new MutationObserver(() => { if (el.dataset.via !== window.__states.at(-1)) window.__states.push(el.dataset.via); })
+  .observe(el, {attributes: true, attributeFilter: ['data-via']});
+"""
 
 
 def ui_status(base: str) -> dict:
@@ -69,7 +79,7 @@ def test_a_dashboard_started_before_any_run_goes_live_and_follows_the_embedded_s
         via, text = wait(chromium, lambda d: badge(d)[0] == "tables" and badge(d), WATCHDOG_S, "polling, said")
         assert text.startswith("live by polling the tables"), text
         assert local.running_url(root) is None
-        chromium.execute_script("window.__notReloaded = true")
+        chromium.execute_script("window.__notReloaded = true;" + WATCH_BADGE)
 
         runs.append(first := SteeredRun(root, "first"))  # the user's script starts the root's server
         first.log(0)
@@ -97,6 +107,8 @@ def test_a_dashboard_started_before_any_run_goes_live_and_follows_the_embedded_s
         second.log(2)
         wait(chromium, lambda d: page_points(d) >= before + 2, WATCHDOG_S, "the next run's new steps on the page")
         assert chromium.execute_script("return window.__notReloaded === true")
+        # one state at a time, each said once: no flicker through "not live" on the way, nor back and forth
+        assert chromium.execute_script("return window.__states") == ["tables", "nats", "tables", "nats"]
         assert ui.poll() is None, (tmp_path / "ui.log").read_text()  # the same dashboard, never restarted
     finally:
         for run in runs:
