@@ -178,7 +178,7 @@ class Feed:
                     refused = (url, time.monotonic())
                     self.why = f"the NATS server at {redact(url)} refused the connection: {_first_line(err)}"
                 else:
-                    refused = None
+                    refused, began = None, time.monotonic()
                     try:
                         await self._follow(nc, url, lost)
                     except asyncio.CancelledError:
@@ -188,7 +188,9 @@ class Feed:
                     finally:
                         self.url = None
                         await bus.close(nc, url)
-                    continue  # (at once)
+                    if time.monotonic() - began >= LOOK_S:
+                        continue  # (at once: the server may be back elsewhere)
+                    self.why = f"the NATS server at {redact(url)} dropped the connection at once"  # (not asked again at once)
             await self._tell()
             await asyncio.sleep(LOOK_S)
 
