@@ -104,16 +104,21 @@ def env_nats_url() -> str:
     return os.environ.get(NATS_ENV) or DEFAULT_NATS_URL
 
 
-def nats_url(flag: str | None = None, creds: str | Path | None = None, root_dir: str | Path | None = None) -> str:
-    """The server to talk to: a credentials file (`creds`, else $RUNLEDGER_CREDS), else `flag`, else
-    $RUNLEDGER_NATS, else the server `nats up` started for the root, else nats://127.0.0.1:4222."""
+def named_nats(flag: str | None = None, creds: str | Path | None = None) -> str | None:
+    """The server the flags or the environment name: a credentials file (`creds`, else $RUNLEDGER_CREDS),
+    else `flag`, else $RUNLEDGER_NATS; None where none does (then a root's own server is meant)."""
     creds = creds or os.environ.get(CREDS_ENV)
     if creds:
         return read_creds(creds)
-    if flag:
-        return flag
-    if os.environ.get(NATS_ENV):
-        return os.environ[NATS_ENV]
+    return flag or os.environ.get(NATS_ENV) or None
+
+
+def nats_url(flag: str | None = None, creds: str | Path | None = None, root_dir: str | Path | None = None) -> str:
+    """The server to talk to: a credentials file (`creds`, else $RUNLEDGER_CREDS), else `flag`, else
+    $RUNLEDGER_NATS, else the server `nats up` started for the root, else nats://127.0.0.1:4222."""
+    named = named_nats(flag, creds)
+    if named:
+        return named
     url_file = nats_dir(root(root_dir)) / "url"
     if url_file.exists():
         return url_file.read_text().strip()

@@ -1,4 +1,7 @@
-"""`runledger ui [--root DIR] [--host 127.0.0.1] [--port P]`: the live dashboard (ui/app.py) under uvicorn."""
+"""`runledger ui [--root DIR] [--host 127.0.0.1] [--port P]`: the live dashboard (ui/app.py) under uvicorn.
+With no server named (`--nats`, `--creds`, $RUNLEDGER_NATS, $RUNLEDGER_CREDS) it follows the root's own
+(the one its embedded default or `runledger nats up` recorded: `runledger.ui.live.root_server`), wherever it is
+and whenever it runs."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import logging
 import sys
 
 from runledger.ledger import settings
+from runledger.ledger.redact import redact
 from runledger.tools import checks
 from runledger.tools.args import UsageError, add_nats, add_root
 
@@ -85,6 +89,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     from runledger.ui.access import configure
     from runledger.ui.app import create_app
+    from runledger.ui.live import root_server
 
     if args.token or args.read_token:  # (every local user can read a process's command line)
         log.warning("a token given with --token or --read-token is in the process list, readable by every local "
@@ -98,8 +103,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
     sock, port = listen(args.host, args.port)
     if port != args.port and args.port:  # (said first: a script reading the address from stdout still reads it first there)
         print(f"runledger ui: port {args.port} is taken; serving on {port} instead", file=sys.stderr, flush=True)
-    nats_url = settings.nats_url(args.nats, args.creds, args.root)
-    app = create_app(args.root, nats_url, access)
+    try:  # a server named (flag or environment): that one, tried again while it does not answer; else the
+        named = settings.named_nats(args.nats, args.creds)  # root's own, looked up at each (re)connect
+    except OSError as err:  # ($RUNLEDGER_CREDS names a file that is not there, say)
+        raise UsageError(f"cannot read the credentials file: {err}") from None
+    server = named or root_server(args.root)
+    app = create_app(args.root, server, access)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2)
     server = quiet_stop(uvicorn.Server)(config)
@@ -116,7 +125,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
             token = access.write_token if (args.token is None and access.open_reads) else None
             settings.record_dashboard(args.root, f"http://{host}:{port}/")  # (for runledger.init's line: no token)
             print(f"http://{host}:{port}/" + (f"?token={token}" if token else ""), flush=True)
-            log.info("runledger ui over %s (live updates from %s)%s", args.root, nats_url,
+            log.info("runledger ui over %s (live updates from %s)%s", args.root,
+                     redact(named) if named else "the root's NATS server, whenever one runs",
                      "" if token else "; open it with ?token=YOUR_TOKEN once")
         await task
 

@@ -20,6 +20,7 @@ import json
 import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 from starlette.applications import Starlette
@@ -160,9 +161,10 @@ class LiveResponse(StreamingResponse):
             self.sub.close()
 
 
-def create_app(root: str | Path, nats_url: str | None, access: Access | None = None,
+def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None, access: Access | None = None,
                threads: int | None = None, decide_url: str | None = None) -> Starlette:
-    """The app over the ledger at `root`; `nats_url` feeds the live updates (None: no live push) and
+    """The app over the ledger at `root`; `nats_url` feeds the live updates (a URL; a function naming the
+    root's server at each call, None while none runs; or None: the tables are polled, see ui/live.py) and
     carries the reviews (`decide_url`, default the same)."""
     reader = Reader(root, threads=threads)
     feed = Feed(reader, nats_url)
@@ -302,7 +304,8 @@ def create_app(root: str | Path, nats_url: str | None, access: Access | None = N
             decision = review.review(target, action == "approve", by, body.get("reason") or None)
             if decide_url is None:
                 return _error(503, "no NATS server to send the decision to")
-            acked = await run_in_threadpool(review.record, reader.root, decide_url, run, decision, "ui", True,
+            url = decide_url() if callable(decide_url) else decide_url  # (the root's now; none: spooled, sent once one runs)
+            acked = await run_in_threadpool(review.record, reader.root, url, run, decision, "ui", True,
                                             DECIDE_TIMEOUT_S)
         except review.ReviewRefused as err:
             return _error(409, str(err))

@@ -7,23 +7,18 @@ one `failed` (the contract's RUN_STATES)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 
 from runledger.ledger import local
-from runledger.ledger.bus import natsserver
 from support import REPO
+from support.embedded import WATCHDOG_S, embedded_env, idled_out, until
 from support.reading import reader
 from support.webhooks import Receiver
-
-WATCHDOG_S = 120  # generous: a first nats-server, ledger and run on a loaded machine
 
 ALERTING_RUN = """
 import runledger, sys
@@ -45,39 +40,11 @@ print(run.id)
 """
 
 
-def embedded_env(root: Path, **extra: str) -> dict:
-    """A process on the embedded default of `root`: no server configured, a short idle time."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS")}
-    return {**env, "RUNLEDGER_ROOT": str(root), "RUNLEDGER_IDLE_S": "1", "PYTHONPATH": str(REPO), **extra}
-
-
 def run_to_end(code: str, root: Path, *args: str) -> str:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=embedded_env(root), cwd=REPO,
                           capture_output=True, text=True, timeout=WATCHDOG_S)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
-
-
-def until(what, timeout: float = WATCHDOG_S, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while not (got := what()) and time.monotonic() < deadline:
-        time.sleep(every)
-    return got
-
-
-def idled_out(root: Path) -> str:
-    """Wait for the root's embedded server to stop by itself (no client left); returns the URL it had,
-    and keeps its port taken (a listening socket, returned too) so that the next one is sure to differ."""
-    url = local.running_url(root)
-    assert url, "the root's embedded server is not up"
-    assert until(lambda: local.running_url(root) is None and natsserver.running_url(root) is None), \
-        (root / "local" / "supervisor.log").read_text()
-    port = int(url.rsplit(":", 1)[1])
-    taken = socket.socket()
-    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    taken.bind(("127.0.0.1", port))
-    taken.listen(1)
-    return url, taken
 
 
 def start_cli(root: Path, log: Path, *args: str) -> subprocess.Popen:

@@ -49,6 +49,16 @@ def test_the_server_is_the_creds_then_the_flag_then_the_environment_then_the_roo
     assert settings.nats_url("nats://flag:4222", other, root) == "nats://agent:pw@127.0.0.1:4333"
 
 
+def test_a_named_server_is_the_creds_then_the_flag_then_the_environment_else_none(no_settings_env, tmp_path):
+    assert settings.named_nats() is None  # none named: a root's own server is meant (`runledger ui` follows it)
+    no_settings_env.setenv(settings.NATS_ENV, "nats://env:4222")
+    assert settings.named_nats() == "nats://env:4222"
+    assert settings.named_nats("nats://flag:4222") == "nats://flag:4222"
+    creds = tmp_path / "reader.creds"
+    creds.write_text("nats://reader:pw@127.0.0.1:4333\n")
+    assert settings.named_nats("nats://flag:4222", creds) == "nats://reader:pw@127.0.0.1:4333"
+
+
 def test_the_view_columns_are_the_contracts_as_written_for_it():
     """columns_made (what a query reads, without loading the contract) is current: else run
     `python -m runledger.queries.columns`; and a stale one is not read."""

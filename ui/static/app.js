@@ -56,12 +56,21 @@ function table(columns, rows, cell) {
   const body = rows.map((r, i) => "<tr>" + columns.map((c, j) => `<td>${cell ? cell(r, c, j, i) : esc(fmt(Array.isArray(r) ? r[j] : r[c]))}</td>`).join("") + "</tr>").join("");
   return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
 }
+// The badge says one state (ui/live.py Feed.status): live via NATS, live by polling the tables, or not live
+// and why; each part is written only when it changes (a reconnect that finds the same state changes nothing).
 function setLive(st) {
-  $live.textContent = st.live ? `live · ledger position ${st.position}` : `no live updates: ${st.reason}`;
-  $live.className = "live " + (st.live ? "on" : "off");
+  const text = !st.live ? `not live: ${st.reason}` :
+    `live ${st.via === "nats" ? "via NATS" : "by polling the tables"} · ledger position ${st.position}`;
+  const cls = "live " + (st.live ? "on" : "off"), via = st.via || "none";
+  if ($live.textContent !== text) $live.textContent = text;
+  if ($live.className !== cls) $live.className = cls;
+  if ($live.title !== st.reason) $live.title = st.reason;
+  if ($live.dataset.via !== via) $live.dataset.via = via;
 }
 // The live event stream (server-sent events read with fetch, which sends the token's header as EventSource
 // cannot); `url` a function, asked again at each reconnect (a run's page resumes from the last seq it got).
+// A stream that ends is opened again at once; the badge says the dashboard is not live only once that fails
+// (the dashboard's server does not answer), and the stream's first event, its status, says the state again.
 function follow(url, handlers) {
   if (source) source.close();
   const ctl = new AbortController();
@@ -73,10 +82,13 @@ function follow(url, handlers) {
     else if (event === "points" && handlers.points) handlers.points(data);
   };
   (async () => {
+    let failed = 0; // opens of the stream that failed in a row
     while (!me.closed) {
+      let opened = false, why = "";
       try {
         const r = await fetch(url(), {headers: headers(), credentials: "omit", cache: "no-store", signal: ctl.signal});
         if (!r.ok) throw new Error(`HTTP ${r.status}`);
+        opened = true;
         const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = "";
         for (;;) {
@@ -93,11 +105,11 @@ function follow(url, handlers) {
             if (data) dispatch(event, JSON.parse(data));
           }
         }
-      } catch (e) { /* the stream broke: start it again */ }
+      } catch (e) { why = e.message; } // the stream broke, or could not be opened: start it again
       if (me.closed) return;
-      $live.textContent = "event stream interrupted (reconnecting)";
-      $live.className = "live off";
-      await new Promise(r => setTimeout(r, 2000));
+      failed = opened ? 0 : failed + 1;
+      if (failed) setLive({live: false, via: null, reason: `the dashboard's server does not answer (${why}): trying again`, position: 0});
+      await new Promise(r => setTimeout(r, failed ? 2000 : 200));
     }
   })();
 }
