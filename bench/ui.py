@@ -135,6 +135,7 @@ def write_big_run(root: Path, run_id: str, steps: int, names: list[str], seq0: i
             "time": pc.binary_join_element_wise(pc.strftime(ts_arr, format="%Y-%m-%dT%H:%M:%S"), "Z", ""), "ts": ts_arr,
             "step": step, "schema_version": np.ones(m, dtype=np.int64), "prev_hash": [prev] + hashes[:-1], "hash": hashes,
             "payload": payload, "stream_seq": seqs, "ingested_at": ts_arr, "nonfinite": pa.nulls(m, pa.map_(pa.string(), pa.string())),
+            "text": pa.nulls(m, pa.map_(pa.string(), pa.string())),
         }
         fields = list(schema) + [pa.field(f"metrics/{n}", pa.float64()) for n in names]
         data.update({f"metrics/{n}": values[n] for n in names})

@@ -91,22 +91,30 @@ def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: t
     return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}<div class="legend">{legend}</div></div>'
 
 
+CHAR_W = 6.2  # px per character of the charts' 10px labels at most (system-ui digits and lowercase are narrower)
+
+
 def bar_chart(title: str, groups: list[str], series: list[tuple[str, list[float], str]]) -> str:
-    """Grouped horizontal bars (e.g. data mixture declared vs realised per domain)."""
+    """Grouped horizontal bars (e.g. data mixture declared vs realised per domain): each group's name in a
+    column of its own at the left, each bar's value and name right of the bar, the bars scaled so that the
+    longest label still ends inside the chart (no label over a bar, another label or the edge)."""
     if not groups:
         return f'<div class="chart empty"><h3>{html.escape(title)}</h3><p>no data in the ledger</p></div>'
     row_h = 16 * len(series) + 10
     height = 20 + row_h * len(groups)
     vmax = max([v for _, vals, _ in series for v in vals] + [1e-9])
+    name_w = min(W // 3, 8 + CHAR_W * max(len(g) for g in groups))  # the groups' names' column
+    texts = [[f"{v:.1%} {name}" for v in vals] for name, vals, _ in series]
+    label_w = 6 + CHAR_W * max(len(t) for ts in texts for t in ts)
+    bars_w = max(40.0, W - name_w - 8 - label_w)
     out = [f'<svg viewBox="0 0 {W} {height}" width="{W}" height="{height}" role="img" aria-label="{html.escape(title)}">']
     for gi, g in enumerate(groups):
         y = 10 + gi * row_h
         out.append(f'<text x="4" y="{y + 14}" class="glabel">{html.escape(g)}</text>')
         for si, (name, vals, color) in enumerate(series):
-            v = vals[gi]
-            w = (W - 190) * v / vmax
-            out.append(f'<rect x="90" y="{y + si * 16}" width="{w:.1f}" height="13" fill="{color}"/>'
-                       f'<text x="{95 + w:.1f}" y="{y + si * 16 + 11}" class="ytick" text-anchor="start">{v:.1%} {html.escape(name)}</text>')
+            w = bars_w * vals[gi] / vmax
+            out.append(f'<rect x="{name_w:.1f}" y="{y + si * 16}" width="{w:.1f}" height="13" fill="{color}"/>'
+                       f'<text x="{name_w + w + 4:.1f}" y="{y + si * 16 + 11}" class="vlabel">{html.escape(texts[si][gi])}</text>')
     out.append("</svg>")
     return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}</div>'
 
@@ -182,7 +190,7 @@ CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} h3{font-size:14px;margin:4px 0}
 .grid-2{display:flex;flex-wrap:wrap;gap:18px} .chart{border:1px solid #ddd;border-radius:6px;padding:8px}
-svg text{font-size:10px;fill:#555} .ytick{text-anchor:end} .xtick{text-anchor:middle} .axis{font-size:10px}
+svg text{font-size:10px;fill:#555} .ytick{text-anchor:end} .xtick{text-anchor:middle} .vlabel,.glabel{text-anchor:start} .axis{font-size:10px}
 .grid{stroke:#eee} .band{fill:#1f77b4;opacity:.18} .marker{stroke:#000;stroke-dasharray:4 3;opacity:.6}
 .mlabel{font-size:10px;fill:#000} .legend span{margin-right:12px;font-size:12px} .legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
 table{border-collapse:collapse;font-size:12px;margin-top:6px} td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
