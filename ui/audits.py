@@ -125,6 +125,28 @@ class Audits:
                     "seconds": got.get("seconds")}
         return {"results": got["results"], "stale": False, "computed_at": got.get("computed_at"), "seconds": got.get("seconds")}
 
+    def warm(self, run_ids: list[str], suites: tuple[str, ...] = ("health", "provenance")) -> None:
+        """Work out the panels of these runs in a background thread, where their files changed since they were
+        kept (a start after a restart finds them on disk and reads nothing)."""
+        def run() -> None:
+            for run_id in run_ids:
+                try:
+                    files = self.files_of(run_id)
+                except Exception as err:  # (a run removed meanwhile, say)
+                    log.debug("no audit of %s: %s", run_id, err)
+                    continue
+                for suite in suites:
+                    got = self.kept(run_id, suite)
+                    if got is None or got["files"] != files:
+                        with self._state_lock:
+                            if (run_id, suite) in self._running:
+                                continue
+                            self._running.add((run_id, suite))
+                        self._refresh(run_id, suite, files)
+
+        if run_ids:
+            threading.Thread(target=run, daemon=True, name="audit-warm").start()
+
     def audit(self, run_id: str, suite: str) -> list[dict]:
         """The run's health checklist (or provenance / forecast tables) of its files as they are now."""
         files = self.files_of(run_id)

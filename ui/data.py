@@ -20,6 +20,8 @@ from runledger.ui.health import HealthCounts
 from runledger.ui.runs import FIRST_PAGE, RunsIndex
 from runledger.ui.snapshot import Snapshot
 
+PRIME_AUDITS = 3  # the newest runs whose audit panels a start works out in the background (the runs one opens first)
+
 
 class Reader(Snapshot):
     """The dashboard's view of one ledger root: its snapshot's reads, and each page's."""
@@ -54,8 +56,11 @@ class Reader(Snapshot):
         return self.index.runs(name, tag, status, config, limit)
 
     def prime(self, rows: int = FIRST_PAGE) -> None:
-        """Work out the runs page's rows, then the health counts of the newest `rows` runs (its first page)."""
-        self.health([r["run_id"] for r in self.runs(limit=rows)])
+        """Work out the runs page's rows, then the health counts of the newest `rows` runs (its first page), and
+        start the audit panels of the newest few runs in the background (ui/audits.py: kept on disk)."""
+        newest = [r["run_id"] for r in self.runs(limit=rows)]
+        self.health(newest)
+        self.audits.warm(newest[:PRIME_AUDITS])
 
     def health(self, run_ids: list[str]) -> dict[str, dict]:
         return self.counts.health(run_ids)

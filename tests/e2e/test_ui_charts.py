@@ -162,6 +162,16 @@ def test_one_page_load_asks_for_each_charts_points_once(charts_served, chromium)
     charts = chromium.execute_script("return window.rlCharts.filter(c => c.points() > 0).length")
     assert urls and len(urls) <= charts
     assert len(asked) == len(set(asked)), f"a chart's points asked for twice in one load: {urls}"
+    width = "return window.rlCharts.find(c => c.title === 'Loss vs forecast band').plot.width"
+    before = chromium.execute_script(width)
+    try:  # a resize draws again what is held
+        chromium.set_window_size(1000, 1000)
+        wait(chromium, lambda d: d.execute_script(width) != before, what="the chart drawn at the new width")
+        time.sleep(SETTLE_S)
+        assert chromium.execute_script(
+            "return performance.getEntriesByType('resource').filter(e => e.name.includes('/series')).length") == len(urls)
+    finally:
+        chromium.set_window_size(1400, 1000)
 
 
 def test_a_double_click_or_the_reset_button_after_a_zoom_shows_the_full_range(charts_served, chromium):

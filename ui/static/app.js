@@ -349,6 +349,14 @@ class Chart {
     this.el.dataset.points = String(this.points());
   }
 }
+// a window resized: each chart drawn again at its new width from the points it holds (Chart.scaled fetches
+// nothing for a range already drawn)
+window.addEventListener("resize", () => {
+  clearTimeout(window.rlResized);
+  window.rlResized = setTimeout(() => {
+    for (const c of window.rlCharts) if (c.plot) c.plot.setSize({width: Math.max(300, c.el.clientWidth - 12 || 520), height: 230});
+  }, 150);
+});
 
 // ------------------------------------------------------------------------------------- runs
 async function viewRuns(params) {
