@@ -343,6 +343,7 @@ class Chart {
     if (!this.plot) return this.draw();
     const names = [...this.tables.keys()];
     if (names.length !== this.plot.series.length - 1 - (this.band ? 2 : 0)) return this.draw();
+    if ((this.plot.scales.y.distr === 3) !== this.logAxis("y")) return this.draw(); // (a value <= 0 on a log axis, say)
     this._ready = false;
     this.plot.setData(this.data(), !this.zoomed);
     this._ready = true;
