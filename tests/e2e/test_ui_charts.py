@@ -203,24 +203,16 @@ def test_the_favicon_is_served(charts_served):
         assert r.read(4) == b"\0\0\1\0"  # an ICO file
 
 
-def test_the_reports_mixture_chart_prints_no_label_over_a_bar(chromium, tmp_path):
-    from runledger.tools.report import write_report
+def svg_labels(driver, which: str) -> dict:
+    """The texts (and bars) of the report's SVG whose aria-label starts with `which`: their boxes in its viewBox."""
+    return driver.execute_script("""
+        const svg = [...document.querySelectorAll('svg')].find(s => (s.getAttribute('aria-label') || '').startsWith(arguments[0]));
+        const view = svg.viewBox.baseVal;
+        const box = e => { const b = e.getBBox(); return {text: e.textContent, cls: e.getAttribute('class'), x0: b.x, x1: b.x + b.width, y0: b.y, y1: b.y + b.height}; };
+        return {w: view.width, h: view.height, texts: [...svg.querySelectorAll('text')].map(box), bars: [...svg.querySelectorAll('rect')].map(box)};""", which)
 
-    led = Ledger(tmp_path / "root")
-    mixture = {"code": 0.45, "prose": 0.3, "math": 0.15, "multilingual-web": 0.1}
-    led.emit("mix", "run_started", {"config": {}, "config_hash": "0" * 64, "data_mixture": mixture, "tokens_per_step": 1000}, 0, T0)
-    for k in range(1, 11):
-        led.emit("mix", "step", {"loss": 3.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 1000, "step_time_s": 1.0}, k, T0)
-    led.emit("mix", "data", {"tokens_per_domain": {"code": 5200, "prose": 2900, "math": 1400, "multilingual-web": 500}}, 10, T0)
-    led.write()
-    report = write_report(tmp_path / "root", "mix", tmp_path / "report.html")
-    chromium.get(report.as_uri())
-    svg = "[...document.querySelectorAll('svg')].find(s => (s.getAttribute('aria-label') || '').startsWith('Data mixture'))"
-    got = chromium.execute_script(f"""
-        const svg = {svg}, view = svg.viewBox.baseVal;
-        const box = e => {{ const b = e.getBBox(); return {{text: e.textContent, x0: b.x, x1: b.x + b.width, y0: b.y, y1: b.y + b.height}}; }};
-        return {{w: view.width, h: view.height, texts: [...svg.querySelectorAll('text')].map(box), bars: [...svg.querySelectorAll('rect')].map(box)}};""")
-    assert len(got["bars"]) == 2 * len(mixture) and any("%" in t["text"] for t in got["texts"])
+
+def assert_svg_readable(got: dict) -> None:
     for t in got["texts"]:
         assert 0 <= t["x0"] and t["x1"] <= got["w"] and 0 <= t["y0"] and t["y1"] <= got["h"], f"{t['text']!r} leaves the chart"
         for bar in got["bars"]:
@@ -228,3 +220,35 @@ def test_the_reports_mixture_chart_prints_no_label_over_a_bar(chromium, tmp_path
     for i, a in enumerate(got["texts"]):
         for b in got["texts"][i + 1:]:
             assert not meets(a, b), f"{a['text']!r} and {b['text']!r} intersect"
+    for cls in ("ytick", "xtick"):
+        ticks = [t["text"] for t in got["texts"] if t["cls"] == cls]
+        assert len(set(ticks)) == len(ticks), f"a {cls} label repeats: {ticks}"
+
+
+def test_the_reports_charts_print_no_label_over_another_or_a_bar(chromium, tmp_path):
+    from runledger.tools.report import write_report
+
+    led = Ledger(tmp_path / "root")
+    mixture = {"code": 0.45, "prose": 0.3, "math": 0.15, "multilingual-web": 0.1}
+    led.emit("mix", "run_started", {"config": {}, "config_hash": "0" * 64, "data_mixture": mixture, "tokens_per_step": 1000}, 0, T0)
+    for k in range(1, STEPS + 1):
+        led.emit("mix", "step", {"loss": 3.0, "grad_norm": 1.0, "lr": 1e-3 * min(1.0, k / 10), "tokens": 1000, "step_time_s": 1.0}, k, T0)
+        led.emit("mix", "metrics", {"metrics": {"sys/temp": 41.2 + 0.01 * (k % 5)}}, k, T0)
+    for i, (k, action) in enumerate(DECISIONS):  # applied one step after each other: the LR chart's marks
+        params = {"cf_recv": 1.5} if action == "set_capacity_factor" else {}
+        led.emit("mix", "decision", {"decision_id": f"d{i}", "agent": "agent-x", "rule": "r", "action": action, "params": params,
+                                     "rationale": "close together", "mode": "auto"}, k, T0, producer="agent-x")
+        led.emit("mix", "decision_applied", {"decision_id": f"d{i}", "action": action}, k, T0)
+    led.emit("mix", "data", {"tokens_per_domain": {"code": 5200, "prose": 2900, "math": 1400, "multilingual-web": 500}}, 10, T0)
+    led.write()
+    report = write_report(tmp_path / "root", "mix", tmp_path / "report.html")
+    chromium.get(report.as_uri())
+    bars = svg_labels(chromium, "Data mixture")
+    assert len(bars["bars"]) == 2 * len(mixture) and any("%" in t["text"] for t in bars["texts"])
+    assert_svg_readable(bars)
+    temp = svg_labels(chromium, "sys/temp")
+    assert [t["text"] for t in temp["texts"] if t["cls"] == "ytick"][:2] == ["41.20", "41.21"]
+    assert_svg_readable(temp)
+    lr = svg_labels(chromium, "Learning rate")
+    assert len([t for t in lr["texts"] if t["cls"] == "mlabel"]) >= 2
+    assert_svg_readable(lr)
