@@ -42,6 +42,13 @@ class Audits:
         self._state_lock = threading.Lock()
         self._running: set[tuple[str, str]] = set()  # audits under way in the background
         self._versions: dict[str, str] = {}
+        self._shared = threading.Lock()  # held while the snapshot's connection is used here (`close` waits for it)
+        self.closed = False
+
+    def close(self) -> None:
+        """No more use of the snapshot's connection from here (a background audit stops before its next one)."""
+        with self._shared:
+            self.closed = True
 
     def files_of(self, run_id: str) -> list[str]:
         """The identities (path, size, mtime) of the files the run's audit reads: its own, its ladder peers'
@@ -49,7 +56,10 @@ class Audits:
         files = self.snapshot.run_files()
         scope = getattr(self.snapshot, "health_scope", None)
         if scope is not None:
-            read = [f for fs in scope([run_id], files).values() for f in fs]
+            with self._shared:
+                if self.closed:
+                    raise RuntimeError("the dashboard is closing")
+                read = [f for fs in scope([run_id], files).values() for f in fs]
         else:
             read = [f for fs in files.get(run_id, {}).values() for f in fs] + [
                 f for r in files.values() for f in r.get("forecast", [])]

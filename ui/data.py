@@ -33,6 +33,10 @@ class Reader(Snapshot):
         self.charts = series.Series(self)  # a run's chart points, kept by file
         self.audits = Audits(self)  # a run's audit panels, kept by file
 
+    def close(self) -> None:
+        self.audits.close()  # (its background audits stop using the connection first)
+        super().close()
+
     def run_id(self, run: str) -> str:
         """The id of the run `run` names: its id, or a name one run has (`runledger.queries.names.resolve_run`,
         the rule every command that takes a RUN follows); AmbiguousRun (a ValueError, listing the runs)
