@@ -102,7 +102,7 @@ class Snapshot:
         the catalog names the same metadata files (a table's metadata file never changes once written): every
         request of a page asks, and listing a big root's snapshot costs a few hundred ms. Not to be changed."""
         tables = paths.is_tables(self.root)
-        key = tuple(sorted(paths._catalog_rows(self.root).items())) if tables else None
+        key = paths.catalog_state(self.root) if tables else None
         kept = getattr(self, "_run_files", None)
         if key is not None and kept is not None and kept[0] == key:
             return kept[1]
