@@ -16,9 +16,15 @@ def test_audits_survive_a_restart_and_a_new_file_is_answered_stale_then_fresh(tm
     from runledger.ui.data import Reader
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    runs = []  # each audit run (run_suite, spied on)
-    real = audit.run_suite
-    monkeypatch.setattr(audit, "run_suite", lambda root, suite, run_id, *a, **k: runs.append((suite, run_id)) or real(root, suite, run_id, *a, **k))
+    runs = []  # each audit of this root (run_suite, spied on; another test's dashboard may still audit its own)
+    real, root = audit.run_suite, tmp_path / "root"
+
+    def spy(at, suite, run_id, *a, **k):
+        if at == root:
+            runs.append((suite, run_id))
+        return real(at, suite, run_id, *a, **k)
+
+    monkeypatch.setattr(audit, "run_suite", spy)
     led = Ledger(tmp_path / "root")
     write_run(led, "r", last=STEPS - 100, finish=False)
     led.write()
