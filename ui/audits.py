@@ -146,6 +146,8 @@ class Audits:
                     log.debug("no audit of %s: %s", run_id, err)
                     continue
                 for suite in suites:
+                    if self.closed:  # (the dashboard stopped: no audit started after)
+                        return
                     got = self.kept(run_id, suite)
                     if got is None or got["files"] != files:
                         with self._state_lock:
