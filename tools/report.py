@@ -41,6 +41,37 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
 
 
+def _tick_labels(ticks: list[float]) -> list[str]:
+    """Labels of evenly spaced ticks with the digits their spacing needs (41.20, 41.21, never "41.2" twice)."""
+    if len(ticks) < 2:
+        return [_fmt(t) for t in ticks]
+    step = ticks[1] - ticks[0]
+    big = max(abs(t) for t in ticks)
+    if big >= 1e4 or (0 < big < 1e-3):  # e-notation, as many mantissa digits as the step needs
+        digits = max(0, math.floor(math.log10(big)) - math.floor(math.log10(step)))
+        return [f"{t:.{digits}e}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-") for t in ticks]
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    return [f"{t:.{decimals}f}" for t in ticks]
+
+
+def _place_labels(marks: list[tuple[float, str]], left: float, right: float, rows: int = 3) -> dict[int, tuple[float, int]]:
+    """Marker labels laid out without meeting: each right of its line (or left of it, at the plot's right edge)
+    in the first of `rows` rows where it meets no other label; {index in marks: (x, row)} of those placed."""
+    placed: dict[int, tuple[float, int]] = {}
+    boxes: list[tuple[float, float, int]] = []
+    for i in sorted(range(len(marks)), key=lambda i: marks[i][0]):
+        px, label = marks[i]
+        w = CHAR_W * len(label) + 2
+        for row in range(rows):
+            x = next((x for x in (px + 3, px - 3 - w) if x >= left and x + w <= right
+                      and not any(r == row and x < ox + ow + 2 and ox < x + w + 2 for ox, ow, r in boxes)), None)
+            if x is not None:
+                placed[i] = (x, row)
+                boxes.append((x, w, row))
+                break
+    return placed
+
+
 def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: tuple[list, list, list] | None = None,
                points: list[tuple[str, list, list, str]] = (), markers: list[tuple[float, str]] = (),
                y_label: str = "", x_label: str = "step") -> str:
@@ -58,14 +89,19 @@ def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: t
     if y1 == y0:
         y0, y1 = y0 - 0.5 * abs(y0 or 1), y1 + 0.5 * abs(y1 or 1)
     x1 = x1 if x1 > x0 else x0 + 1
-    sx = lambda x: PAD + (x - x0) / (x1 - x0) * (W - PAD - 12)  # noqa: E731
+    yticks = _ticks(y0, y1)
+    ylabels = _tick_labels(yticks)
+    pad = max(PAD, 8 + CHAR_W * max(len(t) for t in ylabels))  # the y labels' column: none cut at the left edge
+    sx = lambda x: pad + (x - x0) / (x1 - x0) * (W - pad - 12)  # noqa: E731
     sy = lambda y: H - 28 - (y - y0) / (y1 - y0) * (H - 46)  # noqa: E731
     out = [f'<svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{html.escape(title)}">']
-    for t in _ticks(y0, y1):
-        out.append(f'<line x1="{PAD}" x2="{W - 12}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid"/>'
-                   f'<text x="{PAD - 4}" y="{sy(t) + 4:.1f}" class="ytick">{_fmt(t)}</text>')
-    for t in _ticks(x0, x1, 5):
-        out.append(f'<text x="{sx(t):.1f}" y="{H - 12}" class="xtick">{_fmt(t)}</text>')
+    for t, label in zip(yticks, ylabels):
+        out.append(f'<line x1="{pad}" x2="{W - 12}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid"/>'
+                   f'<text x="{pad - 4}" y="{sy(t) + 4:.1f}" class="ytick">{label}</text>')
+    xticks = _ticks(x0, x1, 5)
+    for t, label in zip(xticks, _tick_labels(xticks)):  # (centred under its tick, kept inside the chart)
+        half = CHAR_W * len(label) / 2
+        out.append(f'<text x="{min(max(sx(t), half + 1), W - half - 1):.1f}" y="{H - 15}" class="xtick">{label}</text>')
     if band:
         bx, lo, hi = band
         pts = [(x, low, h) for x, low, h in zip(bx, lo, hi) if low is not None and h is not None]
@@ -73,9 +109,12 @@ def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: t
             poly = " ".join(f"{sx(x):.1f},{sy(h):.1f}" for x, _, h in pts) + " " + \
                 " ".join(f"{sx(x):.1f},{sy(low):.1f}" for x, low, _ in reversed(pts))
             out.append(f'<polygon points="{poly}" class="band"/>')
-    for i, (x, label) in enumerate(markers):  # labels staggered so neighbouring decisions stay readable
-        out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="14" y2="{H - 28}" class="marker"/>'
-                   f'<text x="{sx(x) + 3:.1f}" y="{24 + 11 * (i % 3)}" class="mlabel">{html.escape(label)}</text>')
+    for x, _ in markers:
+        out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="14" y2="{H - 28}" class="marker"/>')
+    placed = _place_labels([(sx(x), label) for x, label in markers], pad, W - 12)
+    for i, (x, row) in placed.items():  # rows of labels that meet no other; the rest listed under the chart
+        out.append(f'<text x="{x:.1f}" y="{24 + 13 * row}" class="mlabel">{html.escape(markers[i][1])}</text>')
+    unplaced = [m for i, m in enumerate(markers) if i not in placed]
     for name, xs, ys, color in series:
         pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
         if pts:
@@ -85,28 +124,38 @@ def line_chart(title: str, series: list[tuple[str, list, list, str]], *, band: t
         for x, y in zip(xs, ys):
             if y is not None:
                 out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="{color}"><title>{html.escape(name)}</title></circle>')
-    out.append(f'<text x="{PAD}" y="{H - 1}" class="axis">{html.escape(x_label)}</text>')
+    out.append(f'<text x="{W - 12}" y="{H - 3}" class="axis" text-anchor="end" style="text-anchor:end">{html.escape(x_label)}</text>')
     out.append(f'<text x="4" y="10" class="axis">{html.escape(y_label)}</text></svg>')
     legend = "".join(f'<span><i style="background:{c}"></i>{html.escape(n)}</span>' for n, *_, c in [*series, *points])
+    if unplaced:
+        legend += "<span>also marked: " + html.escape(", ".join(f"{label} at {_fmt(x)}" for x, label in unplaced)) + "</span>"
     return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}<div class="legend">{legend}</div></div>'
 
 
+CHAR_W = 6.2  # px per character of the charts' 10px labels at most (system-ui digits and lowercase are narrower)
+
+
 def bar_chart(title: str, groups: list[str], series: list[tuple[str, list[float], str]]) -> str:
-    """Grouped horizontal bars (e.g. data mixture declared vs realised per domain)."""
+    """Grouped horizontal bars (e.g. data mixture declared vs realised per domain): each group's name in a
+    column of its own at the left, each bar's value and name right of the bar, the bars scaled so that the
+    longest label still ends inside the chart (no label over a bar, another label or the edge)."""
     if not groups:
         return f'<div class="chart empty"><h3>{html.escape(title)}</h3><p>no data in the ledger</p></div>'
     row_h = 16 * len(series) + 10
     height = 20 + row_h * len(groups)
     vmax = max([v for _, vals, _ in series for v in vals] + [1e-9])
+    name_w = min(W // 3, 8 + CHAR_W * max(len(g) for g in groups))  # the groups' names' column
+    texts = [[f"{v:.1%} {name}" for v in vals] for name, vals, _ in series]
+    label_w = 6 + CHAR_W * max(len(t) for ts in texts for t in ts)
+    bars_w = max(40.0, W - name_w - 8 - label_w)
     out = [f'<svg viewBox="0 0 {W} {height}" width="{W}" height="{height}" role="img" aria-label="{html.escape(title)}">']
     for gi, g in enumerate(groups):
         y = 10 + gi * row_h
         out.append(f'<text x="4" y="{y + 14}" class="glabel">{html.escape(g)}</text>')
         for si, (name, vals, color) in enumerate(series):
-            v = vals[gi]
-            w = (W - 190) * v / vmax
-            out.append(f'<rect x="90" y="{y + si * 16}" width="{w:.1f}" height="13" fill="{color}"/>'
-                       f'<text x="{95 + w:.1f}" y="{y + si * 16 + 11}" class="ytick" text-anchor="start">{v:.1%} {html.escape(name)}</text>')
+            w = bars_w * vals[gi] / vmax
+            out.append(f'<rect x="{name_w:.1f}" y="{y + si * 16}" width="{w:.1f}" height="13" fill="{color}"/>'
+                       f'<text x="{name_w + w + 4:.1f}" y="{y + si * 16 + 11}" class="vlabel">{html.escape(texts[si][gi])}</text>')
     out.append("</svg>")
     return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}</div>'
 
@@ -182,7 +231,7 @@ CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} h3{font-size:14px;margin:4px 0}
 .grid-2{display:flex;flex-wrap:wrap;gap:18px} .chart{border:1px solid #ddd;border-radius:6px;padding:8px}
-svg text{font-size:10px;fill:#555} .ytick{text-anchor:end} .xtick{text-anchor:middle} .axis{font-size:10px}
+svg text{font-size:10px;fill:#555} .ytick{text-anchor:end} .xtick{text-anchor:middle} .vlabel,.glabel{text-anchor:start} .axis{font-size:10px}
 .grid{stroke:#eee} .band{fill:#1f77b4;opacity:.18} .marker{stroke:#000;stroke-dasharray:4 3;opacity:.6}
 .mlabel{font-size:10px;fill:#000} .legend span{margin-right:12px;font-size:12px} .legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
 table{border-collapse:collapse;font-size:12px;margin-top:6px} td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}

@@ -21,6 +21,8 @@ from runledger.ui.health import HealthCounts
 from runledger.ui.runs import FIRST_PAGE, RunsIndex
 from runledger.ui.snapshot import Snapshot
 
+PRIME_AUDITS = 3  # the newest runs whose audit panels a start works out in the background (the runs one opens first)
+
 
 class Reader(Snapshot):
     """The dashboard's view of one ledger root: its snapshot's reads, and each page's."""
@@ -31,6 +33,10 @@ class Reader(Snapshot):
         self.counts = HealthCounts(self, self.index)  # their health counts, kept by file
         self.charts = series.Series(self)  # a run's chart points, kept by file
         self.audits = Audits(self)  # a run's audit panels, kept by file
+
+    def close(self) -> None:
+        self.audits.close()  # (its background audits stop using the connection first)
+        super().close()
 
     def run_id(self, run: str) -> str:
         """The id of the run `run` names: its id, or a name one run has (`runledger.queries.names.resolve_run`,
@@ -67,9 +73,12 @@ class Reader(Snapshot):
 
     def prime(self, rows: int = FIRST_PAGE) -> None:
         """Work out the runs page's rows and its metric columns' last values, then the health counts of the
-        newest `rows` runs (its first page)."""
+        newest `rows` runs (its first page), and start the audit panels of the newest few runs in the background
+        (ui/audits.py: kept on disk)."""
         self.metric_counts()
-        self.health([r["run_id"] for r in self.runs(limit=rows)])
+        newest = [r["run_id"] for r in self.runs(limit=rows)]
+        self.health(newest)
+        self.audits.warm(newest[:PRIME_AUDITS])
 
     def health(self, run_ids: list[str]) -> dict[str, dict]:
         return self.counts.health(run_ids)
@@ -103,9 +112,15 @@ class Reader(Snapshot):
         out = self.audits.audit(run_id, suite)
         return health.applicable(out, self.counts.inputs(run_id))[0] if suite == "health" else out
 
-    def not_applicable(self, run_id: str) -> list[dict]:
-        """The health checks left off the run's checklist, each with the inputs the run did not log."""
-        return health.applicable(self.audits.audit(run_id, "health"), self.counts.inputs(run_id))[1]
+    def audit_answer(self, run_id: str, suite: str) -> dict:
+        """The run's audit panel as the page shows it (`Audits.answer`: fresh, or the last answer marked stale
+        while the new files are audited); the health checklist cut to the checks that apply, and the others
+        with the inputs the run did not log (`not_applicable`)."""
+        out = self.audits.answer(run_id, suite)
+        if suite == "health":
+            shown, left = health.applicable(out["results"], self.counts.inputs(run_id))
+            out = {**out, "results": shown, "not_applicable": left}
+        return out
 
     # ------------------------------------------------------------------------------ compare, ladder, SQL
     def configs(self, run_ids: list[str]) -> dict[str, dict]:

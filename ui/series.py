@@ -8,15 +8,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import threading
 from pathlib import Path
 
+from runledger import queries
+from runledger.queries.columns import kind_columns
 from runledger.ui import cache
-from runledger.ui.keys import SOURCE_KINDS, SOURCES, columns_of
+from runledger.ui.keys import SOURCE_KINDS, SOURCES, columns_of, key_name, numeric_columns
 from runledger.ui.runs import PARTS_VERSION
 from runledger.ui.snapshot import Snapshot, jsonable, load, quote
 
 log = logging.getLogger(__name__)
 SERIES_KEPT = 64  # answers of `series` kept (each at most a few pixels' worth of points per key)
+PARTS_KEPT = 20_000  # one file's buckets (or its x range) kept in memory, for the full range of a growing run
 
 
 class Series:
@@ -25,6 +30,8 @@ class Series:
     def __init__(self, snapshot: Snapshot):
         self.snapshot = snapshot
         self._series: dict[tuple, dict] = {}  # answers of `series`, by their files (oldest first)
+        self._parts: dict[tuple, object] = {}  # (file identity, ...) -> its x range, or its buckets at one width
+        self._parts_lock = threading.Lock()
 
     def series(self, run_id: str, source: str, keys: list[str], px: int = 600,
                x0: float | None = None, x1: float | None = None, xaxis: str = "step") -> dict:
@@ -54,21 +61,96 @@ class Series:
         if not (isinstance(out, dict) and isinstance(out.get("keys"), dict) and set(out["keys"]) == set(keys)):
             with self.snapshot.scoped([run_id], files=files) as cur:
                 exprs = columns_of(source, keys, cur, run_id)
-                cols = [f"v{i}" for i in range(len(exprs))]  # (a name past the bound on columns: an expression)
-                x, params, min_width = x_axis(cur, run_id, source, xaxis)
-                rows = view
-                if xaxis.startswith("metric:"):  # the step metric's value logged at the same step (by any call)
-                    rows = f"(select *, max({x}) over (partition by attempt, step) as rl_x from {view} where run_id = $run)"
-                    x = "rl_x"
-                out = minmax(cur, f"select attempt as grp, {x} as x, stream_seq, "
-                             f"{', '.join(f'{e} as {c}' for e, c in zip(exprs, cols))} "
-                             f"from {rows} where run_id = $run and {x} is not null",
-                             {"run": run_id, **params}, cols, keys, px, x0, x1, min_width)
+                stored = {key_name(source, c): c for c in numeric_columns(source, cur)}
+                if x0 is None and x1 is None and xaxis == "step" and all(k in stored for k in keys):
+                    # the full range against the step: from each file's buckets (a new file: only its own read)
+                    out = self.full_range(cur, run_id, source, [stored[k] for k in keys], keys, px, sorted(key[6]))
+                else:
+                    cols = [f"v{i}" for i in range(len(exprs))]  # (a name past the bound on columns: an expression)
+                    x, params, min_width = x_axis(cur, run_id, source, xaxis)
+                    rows = view
+                    if xaxis.startswith("metric:"):  # the step metric's value logged at the same step (by any call)
+                        rows = f"(select *, max({x}) over (partition by attempt, step) as rl_x from {view} where run_id = $run)"
+                        x = "rl_x"
+                    out = minmax(cur, f"select attempt as grp, {x} as x, stream_seq, "
+                                 f"{', '.join(f'{e} as {c}' for e, c in zip(exprs, cols))} "
+                                 f"from {rows} where run_id = $run and {x} is not null",
+                                 {"run": run_id, **params}, cols, keys, px, x0, x1, min_width)
             self._keep(kept, out)
         while len(self._series) >= SERIES_KEPT:
             self._series.pop(next(iter(self._series)))
         self._series[key] = out
         return out
+
+    def full_range(self, cur, run_id: str, source: str, cols: list[str], keys: list[str], px: int, files: list[Path]) -> dict:
+        """`series` over the run's whole x range, worked out per file and kept by file: the buckets are
+        floor(x / width) with `width` the power of two at or above the range's width per pixel (so that
+        they stay the same while the run grows, until its range doubles), each file's lowest and highest
+        value per bucket and attempt, each at its x, merged over the files. A live run's new file costs its
+        own read, not the run's millions of rows again. (At most `px` + 1 buckets; every spike stays.)"""
+        _, x, min_width = SOURCES[source]
+        kind = SOURCE_KINDS[source]
+        px = max(8, min(int(px), 4000))
+        out: dict[str, dict] = {k: {} for k in keys}
+        ranges = [self._part(cur, ("range", f, run_id, x), lambda f=f: cur.execute(
+            f"select min({x}), max({x}), max(stream_seq), count(*) from {queries.scan_files([f], kind_columns(kind))} "
+            f"where run_id = $run and {x} is not null", {"run": run_id}).fetchone()) for f in files]
+        ranges = [r for r in ranges if r[0] is not None]
+        if not ranges:
+            return {"keys": out, "x": [None, None], "seq": max([r[2] or 0 for r in ranges], default=0), "rows": 0}
+        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        width = 2.0 ** math.ceil(math.log2(max((hi - lo) / px, min_width)))
+        merged: dict[tuple, list] = {}
+        for f in files:
+            for grp, bucket, *vals in self._part(cur, ("buckets", f, run_id, x, tuple(cols), width),
+                                                  lambda f=f: self._buckets(cur, f, kind, run_id, x, cols, width)):
+                have = merged.get((grp, bucket))
+                if have is None:
+                    merged[(grp, bucket)] = list(vals)
+                    continue
+                for i in range(len(cols)):  # the lower of the lows, the higher of the highs, each at its x
+                    xlo, vlo, xhi, vhi = vals[4 * i:4 * i + 4]
+                    if vlo is not None and (have[4 * i + 1] is None or vlo < have[4 * i + 1]):
+                        have[4 * i:4 * i + 2] = [xlo, vlo]
+                    if vhi is not None and (have[4 * i + 3] is None or vhi > have[4 * i + 3]):
+                        have[4 * i + 2:4 * i + 4] = [xhi, vhi]
+        for (grp, _), vals in sorted(merged.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            for i, k in enumerate(keys):
+                v = vals[4 * i:4 * i + 4]
+                pts = sorted({(px_, y) for px_, y in zip(v[0::2], v[1::2]) if y is not None})
+                if not pts:
+                    continue
+                xs, ys = out[k].setdefault(str(grp), ([], []))
+                for px_, y in pts:
+                    xs.append(px_)
+                    ys.append(y)
+        return {"keys": out, "x": [lo, hi], "seq": max(r[2] or 0 for r in ranges), "rows": sum(r[3] for r in ranges)}
+
+    def _part(self, cur, key: tuple, work):
+        """One file's part (its x range, or its buckets at one width), kept by the file's identity."""
+        key = (cache.identity(key[1]), *key[2:], key[0])
+        with self._parts_lock:
+            if key in self._parts:
+                return self._parts[key]
+        got = work()
+        with self._parts_lock:
+            if len(self._parts) >= PARTS_KEPT:
+                self._parts.clear()
+            self._parts[key] = got
+        return got
+
+    @staticmethod
+    def _buckets(cur, f: Path, kind: str, run_id: str, x: str, cols: list[str], width: float) -> list[tuple]:
+        import pyarrow.parquet as pq
+
+        have = set(pq.read_schema(f).names)  # (a name first logged after this file was written: null here)
+        picked = ", ".join(f"{quote(c)}::double as {quote(c)}" if c in have else f"null::double as {quote(c)}" for c in cols)
+        aggs = []
+        for c in map(quote, cols):
+            aggs += [f"arg_min(x, {c})", f"min({c})", f"arg_max(x, {c})", f"max({c})"]
+        return cur.execute(f"select grp, floor(x / $w)::bigint as bucket, {', '.join(aggs)} from (select attempt as grp, {x} as x, "
+                           f"{picked} from {queries.scan_files([f], kind_columns(kind))} where run_id = $run and {x} is not null) "
+                           "group by all", {"run": run_id, "w": width}).fetchall()
 
     def cache_dir(self) -> Path:
         """Where the answers are kept between starts (one file each)."""

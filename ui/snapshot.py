@@ -98,12 +98,21 @@ class Snapshot:
             return rows_of(cur.execute(sql, params) if params is not None else cur.execute(sql))
 
     def run_files(self) -> dict[str, dict[str, list[Path]]]:
-        """run_id -> kind -> its event files in the ledger's current snapshot (no file is opened)."""
-        at = paths.cut(self.root) if paths.is_tables(self.root) else None
+        """run_id -> kind -> its event files in the ledger's current snapshot (no file is opened). Kept while
+        the catalog names the same metadata files (a table's metadata file never changes once written): every
+        request of a page asks, and listing a big root's snapshot costs a few hundred ms. Not to be changed."""
+        tables = paths.is_tables(self.root)
+        key = paths.catalog_state(self.root) if tables else None
+        kept = getattr(self, "_run_files", None)
+        if key is not None and kept is not None and kept[0] == key:
+            return kept[1]
+        at = paths.cut(self.root) if tables else None
         out: dict[str, dict[str, list[Path]]] = {}
         for kind in kinds():
             for f in paths.event_files(self.root, kind, at=at):
                 out.setdefault(f.parent.name.removeprefix("run_id="), {}).setdefault(kind, []).append(f)
+        if key is not None:
+            self._run_files = (key, out)
         return out
 
     @contextmanager

@@ -339,6 +339,12 @@ def _field_ids(metadata: dict, snapshot: dict | None) -> dict[str, int]:
     return {f["name"]: f["id"] for f in (schema or {}).get("fields", [])}
 
 
+def catalog_state(root: Path) -> tuple[tuple[str, str], ...]:
+    """The tables' current metadata files, (table, location) sorted: the same while no table commits (a
+    metadata file never changes once written), so a reader may keep what it listed of a snapshot by it."""
+    return tuple(sorted(_catalog_rows(root).items()))
+
+
 def cut(root: Path, commit: int | None = None) -> Cut:
     """The files of every table in ledger snapshot `commit` (None: the current snapshots). Raises
     SnapshotGone if a table has no snapshot that old left while it had one then."""

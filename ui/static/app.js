@@ -115,7 +115,57 @@ function follow(url, handlers) {
 }
 
 // ------------------------------------------------------------------------------------- charts
+const AXIS_FONT_PX = 11, AXIS_FONT = `${AXIS_FONT_PX}px system-ui, sans-serif`, MARK_FONT_PX = 10;
+const TICK_SIZE = 6, TICK_GAP = 4; // an axis's tick length and the gap between a tick and its label (CSS px)
+const SI = ["", "k", "M", "G", "T", "P"];
+function textWidth(text, px) { // a label's width in CSS px, in the axes' font
+  const ctx = textWidth.ctx || (textWidth.ctx = document.createElement("canvas").getContext("2d"));
+  ctx.font = px ? `${px}px system-ui, sans-serif` : AXIS_FONT;
+  return ctx.measureText(text).width;
+}
+// An axis's tick labels: as many digits as the ticks need to read as their values (41.20, 41.21, 41.22,
+// never "41.2" four times), plain, with an SI suffix (2.5M) or in e-notation (1e18, on log axes) by size.
+function tickLabels(vals, log) {
+  const vs = vals.filter(v => v !== null && v !== undefined && isFinite(v));
+  if (!vs.length) return vals.map(() => "");
+  const big = Math.max(...vs.map(Math.abs)), nz = vs.filter(v => v !== 0).map(Math.abs);
+  const small = nz.length ? Math.min(...nz) : 1;
+  const sorted = [...new Set(vs)].sort((a, b) => a - b);
+  let step = Infinity;
+  for (let i = 1; i < sorted.length; i++) step = Math.min(step, sorted[i] - sorted[i - 1]);
+  let mode = "exp", k = 0;
+  if (big < 1e4 && small >= 1e-3) mode = "fixed";
+  else if (!log && big >= 1e4 && big < 1e18 && (small >= 1 || step >= 1)) { mode = "si"; k = Math.min(SI.length - 1, Math.floor(Math.log10(big) / 3)); }
+  const one = (v, d) => {
+    if (mode === "fixed") return v.toFixed(d);
+    if (mode === "si") return (v / Math.pow(1000, k)).toFixed(d) + SI[k];
+    return v.toExponential(d).replace("e+", "e");
+  };
+  const back = (t) => mode === "si" ? parseFloat(t) * Math.pow(1000, k) : parseFloat(t);
+  let out = null;
+  for (let d = 0; d <= 12; d++) {
+    out = vals.map(v => v === null || v === undefined || !isFinite(v) ? "" : one(v, d));
+    const shown = out.filter(t => t !== "");
+    const exact = vs.every((v, i) => Math.abs(back(one(v, d)) - v) <= 1e-6 * (log ? Math.abs(v) : Math.min(step, Math.abs(v) || step)));
+    if (exact && new Set(shown).size === shown.length) return out;
+  }
+  return out;
+}
+function positiveSpan(values) { // the decades spanned by `values` when every one of them is > 0 (else 0)
+  let lo = Infinity, hi = -Infinity;
+  for (const v of values) {
+    if (v === null || v === undefined || Number.isNaN(v)) continue;
+    if (v <= 0) return 0;
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  return hi >= lo ? Math.log10(hi / lo) : 0;
+}
+const LOG_DECADES = 2; // a chart whose positive values span this many decades or more is drawn on a log axis
 // A chart holds tables per series (name -> [xs, ys]) and draws them joined on x.
+// Zoom (drag) asks onZoom for the range's exact points; a double-click or the "reset zoom" button puts back
+// the full range's points (kept while zoomed, so nothing is fetched again); redraws that do not change the
+// range fetch nothing.
 class Chart {
   constructor(parent, title, opts) {
     this.el = document.createElement("div");
@@ -130,16 +180,41 @@ class Chart {
     this.band = null; // [xs, lo, hi] drawn as a filled band
     this.plot = null;
     this.zoomed = false;
+    this.full = null; // the full range's tables while zoomed
+    this.asked = null; // the x range last asked of onZoom
+    this.labels = {axes: [], markers: [], hidden: []}; // what the last draw wrote, with boxes in CSS px of the canvas (tests read them)
     window.rlCharts.push(this);
   }
   set(name, xs, ys) { this.tables.set(name, [xs.slice(), ys.slice()]); }
   append(name, xs, ys) {
-    const t = this.tables.get(name) || [[], []];
-    const last = t[0].length ? t[0][t[0].length - 1] : -Infinity;
-    for (let i = 0; i < xs.length; i++) if (xs[i] > last) { t[0].push(xs[i]); t[1].push(ys[i]); }
-    this.tables.set(name, t);
+    for (const tables of this.full ? [this.tables, this.full] : [this.tables]) {
+      const t = tables.get(name) || [[], []];
+      const last = t[0].length ? t[0][t[0].length - 1] : -Infinity;
+      for (let i = 0; i < xs.length; i++) if (xs[i] > last) { t[0].push(xs[i]); t[1].push(ys[i]); }
+      tables.set(name, t);
+    }
   }
   points() { let n = 0; for (const [xs] of this.tables.values()) n += xs.length; return n; }
+  fullRange() { // the x range of every point held (the full range's, while zoomed)
+    let lo = Infinity, hi = -Infinity;
+    for (const [xs] of (this.full || this.tables).values()) if (xs.length) { lo = Math.min(lo, xs[0]); hi = Math.max(hi, xs[xs.length - 1]); }
+    if (this.band && this.band[0].length) { lo = Math.min(lo, this.band[0][0]); hi = Math.max(hi, this.band[0][this.band[0].length - 1]); }
+    return [lo, hi];
+  }
+  data() {
+    const tables = [...this.tables.keys()].map(n => this.tables.get(n));
+    if (this.band) { tables.push([this.band[0], this.band[1]]); tables.push([this.band[0], this.band[2]]); }
+    return tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
+  }
+  logAxis(which) { // log when asked (opts.xLog / opts.yLog), or for y when its positive values span LOG_DECADES
+    const asked = which === "x" ? this.opts.xLog : this.opts.yLog;
+    if (asked !== undefined) return !!asked;
+    if (which === "x") return false; // (steps from 1 to 1M span decades too: an x axis is log only when asked)
+    const ys = [];
+    for (const [, v] of this.tables.values()) ys.push(...v);
+    if (this.band) ys.push(...this.band[1], ...this.band[2]);
+    return positiveSpan(ys) >= LOG_DECADES;
+  }
   draw() {
     const names = [...this.tables.keys()];
     const width = Math.max(300, this.el.clientWidth - 12 || 520);
@@ -147,19 +222,26 @@ class Chart {
       this.el.innerHTML = `<div><b>${esc(this.title)}</b></div><div class="empty">no data in the ledger</div>`;
       return;
     }
-    const tables = names.map(n => this.tables.get(n));
-    let bandIdx = null;
-    if (this.band) { tables.push([this.band[0], this.band[1]]); tables.push([this.band[0], this.band[2]]); bandIdx = names.length + 1; }
-    const data = tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
+    const bandIdx = this.band ? names.length + 1 : null;
+    const data = this.data();
     const series = [{label: this.opts.xLabel || "step"}];
     names.forEach((n, i) => series.push({label: n, stroke: this.opts.colors ? this.opts.colors[i % this.opts.colors.length] : COLORS[i % COLORS.length], width: 1.25, spanGaps: true, points: {show: false}}));
+    const xLog = this.logAxis("x"), yLog = this.logAxis("y");
+    const labels = log => (u, vals) => tickLabels(vals, log);
+    const axis = {font: AXIS_FONT, ticks: {size: TICK_SIZE}, gap: TICK_GAP};
     const opts = {
       title: this.title, width, height: 230, series,
-      scales: {x: {time: !!this.opts.time}},
-      axes: [{}, {size: 64, values: (u, vals) => vals.map(v => v === null ? "" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(1) : String(+v.toPrecision(3)))}],
-      legend: {live: true}, cursor: {drag: {x: true, y: false}},
-      hooks: {setScale: [(u, key) => { if (key === "x" && this.onZoom && this._ready) this.onZoom(u.scales.x.min, u.scales.x.max); }],
-              draw: [u => this.drawMarkers(u)]},
+      scales: {x: {time: !!this.opts.time, distr: xLog ? 3 : 1}, y: {distr: yLog ? 3 : 1}},
+      axes: [
+        // x: ticks far enough apart for their labels (the widest label of the range, and a gap)
+        Object.assign({}, axis, this.opts.time ? {} : {values: labels(xLog),
+          space: (u, i, lo, hi) => Math.max(50, 16 + Math.max(...tickLabels([lo, hi, (lo + hi) / 2], xLog).map(t => textWidth(t))))}),
+        // y: as wide as its widest label, so none is cut at the left edge
+        Object.assign({}, axis, {values: labels(yLog), size: (u, values) => Math.ceil(Math.max(24, ...(values || []).map(t => textWidth(t || "")))) + TICK_SIZE + TICK_GAP + 6}),
+      ],
+      legend: {live: true}, cursor: {drag: {x: true, y: false}, bind: {dblclick: () => () => { this.resetZoom(); return null; }}},
+      hooks: {setScale: [(u, key) => { if (key === "x" && this._ready) this.scaled(u.scales.x.min, u.scales.x.max); }],
+              draw: [u => { this.drawMarkers(u); this.measure(u); }]},
     };
     if (bandIdx !== null) {
       series.push({label: "forecast band low", stroke: "#1f77b4", dash: [4, 4], spanGaps: true, width: 1});
@@ -170,36 +252,124 @@ class Chart {
     if (this.plot) this.plot.destroy();
     this.el.innerHTML = "";
     this.plot = new uPlot(opts, data, this.el);
+    this.reset = document.createElement("button");
+    this.reset.className = "reset-zoom";
+    this.reset.textContent = "reset zoom";
+    this.reset.title = "back to the full range (or double-click the chart)";
+    this.reset.onclick = () => this.resetZoom();
+    this.el.appendChild(this.reset);
+    this.legendEl = document.createElement("div");
+    this.legendEl.className = "marker-legend muted";
+    this.el.appendChild(this.legendEl);
+    this.showZoom();
     this._ready = true;
     this.el.dataset.points = String(this.points());
+    this.asked = null;
+    if (window.rlFirstChart === undefined && this.points()) window.rlFirstChart = performance.now(); // (bench/ui.py reads it)
+    this.drawMarkers(this.plot, true);
   }
-  drawMarkers(u) {
+  // the x scale changed: a zoom (drag) asks for the range's points; a scale over the whole data (the first
+  // draw, a redraw, new data) changes nothing and fetches nothing
+  scaled(lo, hi) {
+    const [flo, fhi] = this.fullRange();
+    if (lo <= flo && hi >= fhi) { if (this.zoomed) this.resetZoom(); return; }
+    if (this.asked && this.asked[0] === lo && this.asked[1] === hi) return; // what is drawn already
+    this.asked = [lo, hi];
+    if (!this.zoomed) { this.zoomed = true; this.full = this.full || new Map([...this.tables].map(([n, [xs, ys]]) => [n, [xs.slice(), ys.slice()]])); }
+    this.showZoom();
+    if (this.onZoom) this.onZoom(lo, hi);
+  }
+  resetZoom() { // back to the full range: the points kept from before the zoom, drawn again (nothing fetched)
+    if (!this.plot) return;
+    if (this.full) { this.tables = this.full; this.full = null; }
+    this.zoomed = false;
+    this.asked = null;
+    this._ready = false;
+    this.plot.setData(this.data(), true);
+    this._ready = true;
+    this.el.dataset.points = String(this.points());
+    this.el.dataset.zoom = "";
+    this.showZoom();
+  }
+  showZoom() { if (this.reset) this.reset.style.display = this.zoomed ? "" : "none"; }
+  // decision labels: each beside its line at the plot's top, in the first of MARKER_ROWS rows where it meets
+  // no other label (left of its line when it would leave the plot); one that fits nowhere goes to the
+  // line of labels under the chart
+  drawMarkers(u, legendOnly) {
     if (!this.markers.length) return;
+    const dpr = devicePixelRatio, left = u.bbox.left / dpr, right = (u.bbox.left + u.bbox.width) / dpr, top = u.bbox.top / dpr;
+    const rows = [], placed = [], hidden = [];
+    const rowH = MARK_FONT_PX + 4, maxRows = Math.max(1, Math.min(3, Math.floor((u.bbox.height / dpr) / rowH / 2)));
+    for (const [x, label] of [...this.markers].sort((a, b) => a[0] - b[0])) {
+      const px = u.valToPos(x, "x") + left;
+      if (!(px >= left && px <= right)) continue;
+      const w = textWidth(label, MARK_FONT_PX) + 4;
+      let box = null;
+      for (let r = 0; r < maxRows && !box; r++) {
+        for (const x0 of [px + 3, px - 3 - w]) {
+          const b = {x0, x1: x0 + w, y0: top + 2 + r * rowH, y1: top + 2 + r * rowH + rowH - 2, px, label};
+          if (b.x0 < left || b.x1 > right) continue;
+          if ((rows[r] || []).some(o => b.x0 < o.x1 + 2 && o.x0 < b.x1 + 2)) continue;
+          box = b; (rows[r] = rows[r] || []).push(b); break;
+        }
+      }
+      (box ? placed : hidden).push(box || {px, label, x});
+    }
+    this.labels.markers = placed;
+    this.labels.hidden = hidden.map(h => h.label);
+    if (this.legendEl) this.legendEl.textContent = hidden.length ? "also marked: " + hidden.map(h => `${h.label} at ${fmt(h.x)}`).join(", ") : "";
+    if (legendOnly) return;
     const ctx = u.ctx;
     ctx.save();
-    ctx.strokeStyle = "#000"; ctx.fillStyle = "#000"; ctx.setLineDash([4, 3]); ctx.lineWidth = 1;
-    ctx.font = `${10 * devicePixelRatio}px system-ui`;
-    this.markers.forEach(([x, label], i) => {
-      const px = u.valToPos(x, "x", true);
-      if (px < u.bbox.left || px > u.bbox.left + u.bbox.width) return;
-      ctx.beginPath(); ctx.moveTo(px, u.bbox.top); ctx.lineTo(px, u.bbox.top + u.bbox.height); ctx.stroke();
-      ctx.fillText(label, px + 3, u.bbox.top + (12 + 12 * (i % 3)) * devicePixelRatio);
-    });
+    ctx.font = `${MARK_FONT_PX * dpr}px system-ui, sans-serif`;
+    ctx.textBaseline = "top";
+    for (const m of [...placed, ...hidden]) {
+      ctx.strokeStyle = "#000"; ctx.setLineDash([4, 3]); ctx.lineWidth = 1;
+      ctx.beginPath(); ctx.moveTo(m.px * dpr, u.bbox.top); ctx.lineTo(m.px * dpr, u.bbox.top + u.bbox.height); ctx.stroke();
+    }
+    for (const b of placed) {
+      ctx.fillStyle = "rgba(255,255,255,0.85)"; ctx.fillRect(b.x0 * dpr, b.y0 * dpr, (b.x1 - b.x0) * dpr, (b.y1 - b.y0) * dpr);
+      ctx.fillStyle = "#000"; ctx.fillText(b.label, (b.x0 + 2) * dpr, (b.y0 + 1) * dpr);
+    }
     ctx.restore();
+  }
+  // the tick labels the last draw wrote and their boxes (CSS px of the canvas): x labels centred under
+  // their tick, y labels right-aligned left of theirs (uPlot's placement, with this chart's tick size and gap)
+  measure(u) {
+    const dpr = devicePixelRatio, left = u.bbox.left / dpr, top = u.bbox.top / dpr, bottom = (u.bbox.top + u.bbox.height) / dpr;
+    this.labels.axes = u.axes.map((a, i) => {
+      const key = i === 0 ? "x" : "y", texts = a._values || [], splits = a._splits || [];
+      const boxes = [];
+      texts.forEach((t, j) => {
+        if (t === null || t === undefined || t === "") return;
+        const lines = String(t).split("\n"), h = AXIS_FONT_PX * (1 + 1.5 * (lines.length - 1)); // (a time label: two lines)
+        const w = Math.max(...lines.map(l => textWidth(l))), pos = u.valToPos(splits[j], key);
+        if (i === 0) boxes.push({text: String(t), x0: left + pos - w / 2, x1: left + pos + w / 2, y0: bottom + TICK_SIZE + TICK_GAP, y1: bottom + TICK_SIZE + TICK_GAP + h});
+        else boxes.push({text: String(t), x0: left - TICK_SIZE - TICK_GAP - w, x1: left - TICK_SIZE - TICK_GAP, y0: top + pos - h / 2, y1: top + pos + h / 2});
+      });
+      return {scale: key, distr: u.scales[key].distr, boxes};
+    });
+    this.labels.canvas = {width: u.width, height: u.height};
   }
   update() {
     if (!this.plot) return this.draw();
     const names = [...this.tables.keys()];
     if (names.length !== this.plot.series.length - 1 - (this.band ? 2 : 0)) return this.draw();
-    const tables = names.map(n => this.tables.get(n));
-    if (this.band) { tables.push([this.band[0], this.band[1]]); tables.push([this.band[0], this.band[2]]); }
-    const data = tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
+    if ((this.plot.scales.y.distr === 3) !== this.logAxis("y")) return this.draw(); // (a value <= 0 on a log axis, say)
     this._ready = false;
-    this.plot.setData(data, !this.zoomed);
+    this.plot.setData(this.data(), !this.zoomed);
     this._ready = true;
     this.el.dataset.points = String(this.points());
   }
 }
+// a window resized: each chart drawn again at its new width from the points it holds (Chart.scaled fetches
+// nothing for a range already drawn)
+window.addEventListener("resize", () => {
+  clearTimeout(window.rlResized);
+  window.rlResized = setTimeout(() => {
+    for (const c of window.rlCharts) if (c.plot) c.plot.setSize({width: Math.max(300, c.el.clientWidth - 12 || 520), height: 230});
+  }, 150);
+});
 
 // ------------------------------------------------------------------------------------- runs
 async function viewRuns(params) {
@@ -655,22 +825,22 @@ async function viewRun(run) {
   loadAudit(run, "health", "health");
   loadAudit(run, "provenance", "provenance");
 }
-function zoomer(run, c, nameOf) {
-  let timer = null, full = null;
+function zoomer(run, c, nameOf) { // a zoomed range's exact points (Chart.scaled asks only for a range not drawn yet)
+  let timer = null, asked = 0;
   return (lo, hi) => {
-    if (full === null) { const xs = [...c.chart.tables.values()].flatMap(t => [t[0][0], t[0][t[0].length - 1]]); full = [Math.min(...xs), Math.max(...xs)]; }
     clearTimeout(timer);
     timer = setTimeout(async () => {
-      const reset = lo <= full[0] && hi >= full[1];
-      c.chart.zoomed = !reset;
-      const q = new URLSearchParams({source: c.source, keys: c.keys.join(","), px: pxOf(c.chart)});
-      if (c.xq && c.xq !== "step") q.set("x", c.xq); // (the run page's x axis)
-      if (!reset) { q.set("x0", Math.floor(lo)); q.set("x1", Math.ceil(hi)); }
+      const me = ++asked;
+      const stepped = !c.xq || c.xq === "step"; // (steps are whole: the range rounded out to them)
+      const q = new URLSearchParams({source: c.source, keys: c.keys.join(","), px: pxOf(c.chart),
+        x0: stepped ? Math.floor(lo) : lo, x1: stepped ? Math.ceil(hi) : hi});
+      if (!stepped) q.set("x", c.xq); // (the run page's x axis)
       const data = await api(`/api/run/${encodeURIComponent(run)}/series?` + q.toString());
+      if (me !== asked || !c.chart.zoomed) return; // zoomed again, or reset, meanwhile
       for (const name of c.chart.tables.keys()) c.chart.set(name, [], []); // a series with no point in the range: empty
       for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(data.keys[k] || {})) c.chart.set(nameOf(c.source, grp), xs, ys);
       c.chart.update();
-      c.chart.el.dataset.zoom = reset ? "" : `${lo},${hi}`;
+      c.chart.el.dataset.zoom = `${lo},${hi}`;
     }, 250);
   };
 }
@@ -717,8 +887,12 @@ function renderDecisions(run, decisions) {
 }
 async function loadAudit(run, suite, id) {
   const el = document.getElementById(id);
+  if (!el) return;
   try {
     const res = await api(`/api/run/${encodeURIComponent(run)}/audit/${suite}`);
+    if (!el.isConnected) return; // (another view meanwhile)
+    (window.rlPanels = window.rlPanels || {})[suite] = performance.now(); // (bench/ui.py reads it)
+    if (res.stale) setTimeout(() => loadAudit(run, suite, id), 2000); // new files being audited: asked again
     if (suite === "health") { // only the checks that apply to the run (their inputs logged: ui/health.py)
       const rows = res.results.flatMap(r => r.rows), left = res.not_applicable || [];
       el.className = "";
@@ -733,6 +907,7 @@ async function loadAudit(run, suite, id) {
       el.className = "";
       el.innerHTML = res.results.map(r => `<details ${r.rows.length ? "open" : ""}><summary>${esc(r.name)} (${r.rows.length} rows)</summary>${table(r.columns, r.rows.slice(0, 200))}</details>`).join("");
     }
+    if (res.stale) el.insertAdjacentHTML("afterbegin", `<p class="muted stale">as of ${esc(new Date(res.computed_at * 1000).toLocaleTimeString())}: the newest steps are being checked…</p>`);
   } catch (e) { el.innerHTML = `<span class="err">${esc(e.message)}</span>`; }
 }
 
@@ -855,7 +1030,7 @@ async function viewLadder(name) {
   for (const t of data.targets) {
     const fit = (t.fit && t.fit.fit) || {};
     if (rungs.length && fit.E !== undefined) {
-      const law = new Chart(grid, `L = E + A·C^(−α): E=${fmt(fit.E)} A=${fmt(fit.A)} α=${fmt(fit.alpha)} (C: training FLOPs)`, {xLabel: "FLOPs"});
+      const law = new Chart(grid, `L = E + A·C^(−α): E=${fmt(fit.E)} A=${fmt(fit.A)} α=${fmt(fit.alpha)} (C: training FLOPs)`, {xLabel: "FLOPs", xLog: true}); // (rungs decades apart: a log axis)
       const cs = rungs.map(r => r.flops).sort((a, b) => a - b);
       law.set("rungs (final loss)", rungs.map(r => r.flops).sort((a, b) => a - b), rungs.slice().sort((a, b) => a.flops - b.flops).map(r => r.final_loss));
       const lo = cs[0], hi = cs[cs.length - 1] * 10, xs = [];
