@@ -108,7 +108,7 @@ class Reader(Snapshot):
         return points.new_points(self, run_id, since, upto)
 
     def audit(self, run_id: str, suite: str) -> list[dict]:
-        """The run's audit panel; the health checklist cut to the checks that apply to the run (`not_applicable`)."""
+        """The run's audit panel; the health checklist cut to the checks that apply to the run (`health.applicable`)."""
         out = self.audits.audit(run_id, suite)
         return health.applicable(out, self.counts.inputs(run_id))[0] if suite == "health" else out
 
