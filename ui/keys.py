@@ -88,6 +88,13 @@ def columns_of(source: str, keys: list[str], cur, run_id: str | None = None) -> 
     return [known[key] for key in keys]
 
 
+def stored_columns(source: str, keys: list[str], cur) -> list[str] | None:
+    """The stored columns of chart keys, unquoted, or None where a key has none (a name past the table's bound
+    on columns, kept in the MAP column)."""
+    stored = {key_name(source, c): c for c in numeric_columns(source, cur)}
+    return [stored[k] for k in keys] if all(k in stored for k in keys) else None
+
+
 def literal(text: str) -> str:
     """A string as an SQL literal."""
     return "'" + text.replace("'", "''") + "'"

@@ -15,7 +15,7 @@ from pathlib import Path
 from runledger import queries
 from runledger.queries.columns import kind_columns
 from runledger.ui import cache
-from runledger.ui.keys import SOURCE_KINDS, SOURCES, columns_of, key_name, numeric_columns
+from runledger.ui.keys import SOURCE_KINDS, SOURCES, columns_of, stored_columns
 from runledger.ui.runs import PARTS_VERSION
 from runledger.ui.snapshot import Snapshot, jsonable, load, quote
 
@@ -61,10 +61,10 @@ class Series:
         if not (isinstance(out, dict) and isinstance(out.get("keys"), dict) and set(out["keys"]) == set(keys)):
             with self.snapshot.scoped([run_id], files=files) as cur:
                 exprs = columns_of(source, keys, cur, run_id)
-                stored = {key_name(source, c): c for c in numeric_columns(source, cur)}
-                if x0 is None and x1 is None and xaxis == "step" and all(k in stored for k in keys):
+                stored = stored_columns(source, keys, cur)
+                if x0 is None and x1 is None and xaxis == "step" and stored is not None:
                     # the full range against the step: from each file's buckets (a new file: only its own read)
-                    out = self.full_range(cur, run_id, source, [stored[k] for k in keys], keys, px, sorted(key[6]))
+                    out = self.full_range(cur, run_id, source, stored, keys, px, sorted(key[6]))
                 else:
                     cols = [f"v{i}" for i in range(len(exprs))]  # (a name past the bound on columns: an expression)
                     x, params, min_width = x_axis(cur, run_id, source, xaxis)

@@ -151,7 +151,7 @@ def test_decision_labels_close_together_meet_no_other_label_and_stay_in_the_plot
 
 def test_one_page_load_asks_for_each_charts_points_once(charts_served, chromium):
     open_view(chromium, charts_served, "/run/sys")
-    wait(chromium, lambda d: chart_points(d, "Loss vs forecast band") == STEPS, what="the loss chart's points")
+    wait(chromium, lambda d: chart_points(d, "loss") == STEPS, what="the loss chart's points")
     time.sleep(SETTLE_S)  # (a late request, as a zoom handler's after the first draw, would be counted)
     urls = chromium.execute_script(
         "return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/series'))")
@@ -162,7 +162,7 @@ def test_one_page_load_asks_for_each_charts_points_once(charts_served, chromium)
     charts = chromium.execute_script("return window.rlCharts.filter(c => c.points() > 0).length")
     assert urls and len(urls) <= charts
     assert len(asked) == len(set(asked)), f"a chart's points asked for twice in one load: {urls}"
-    width = "return window.rlCharts.find(c => c.title === 'Loss vs forecast band').plot.width"
+    width = "return window.rlCharts.find(c => c.title === 'loss').plot.width"
     before = chromium.execute_script(width)
     try:  # a resize draws again what is held
         chromium.set_window_size(1000, 1000)
@@ -178,7 +178,7 @@ def test_a_double_click_or_the_reset_button_after_a_zoom_shows_the_full_range(ch
     from selenium.webdriver.common.action_chains import ActionChains
 
     open_view(chromium, charts_served, "/run/sys")
-    title = "Loss vs forecast band"
+    title = "loss"  # (no forecast targets this run: its loss chart is the step's loss)
     wait(chromium, lambda d: chart_points(d, title) == STEPS)
     chart = f"window.rlCharts.find(c => c.title === '{title}')"
     scale = lambda d: d.execute_script(f"const s = {chart}.plot.scales.x; return [s.min, s.max]")  # noqa: E731

@@ -52,6 +52,6 @@ def test_audits_survive_a_restart_and_a_new_file_is_answered_stale_then_fresh(tm
             assert time.monotonic() - t0 < WATCHDOG_S, "the new files were never audited"
             time.sleep(0.1)
         assert runs == [("health", "r")] and got["computed_at"] > first["computed_at"]
-        assert reader.audit("r", "health") == got["results"]
+        assert reader.audits.audit("r", "health") == got["results"]
     finally:
         reader.close()

@@ -17,7 +17,7 @@ def loss(k: int) -> float:
 
 def test_a_new_file_is_read_alone_and_the_answer_equals_one_worked_out_afresh(tmp_path, monkeypatch):
     from runledger.ui.data import Reader
-    from runledger.ui.keys import columns_of
+    from runledger.ui.keys import stored_columns
     from runledger.ui.series import Series
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -46,7 +46,7 @@ def test_a_new_file_is_read_alone_and_the_answer_equals_one_worked_out_afresh(tm
         new = set(reader.charts._parts) - kept  # what was read for this answer: the new file's range and buckets
         assert read == [added] and len(new) == 2 and all(k[0].startswith(f"{added}:") for k in new)
         with reader.scoped(["grow"]) as cur:  # the same answer, nothing kept
-            afresh = Series(reader).full_range(cur, "grow", "step", columns_of("step", ["loss"], cur), ["loss"], PX, files)
+            afresh = Series(reader).full_range(cur, "grow", "step", stored_columns("step", ["loss"], cur), ["loss"], PX, files)
         assert after["keys"] == afresh["keys"] and after["rows"] == 700 and after["x"] == [1, 700]
         xs, ys = after["keys"]["loss"]["0"]
         assert xs[ys.index(50.0)] == 333 and xs[ys.index(-5.0)] == 650  # every spike, at its step
