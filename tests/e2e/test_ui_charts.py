@@ -121,6 +121,20 @@ def assert_readable(got: dict) -> None:
             assert not meets(a, b), f"the labels {a['text']!r} and {b['text']!r} intersect: {a} {b}"
 
 
+def inked(driver, title: str) -> list[int]:
+    """For each decision label placed on the chart, the dark pixels drawn inside its box (its text's ink: the
+    box's background is white, the series' colours and the grid are light, the marker line is outside)."""
+    return driver.execute_script("""
+        const c = window.rlCharts.find(c => c.title.startsWith(arguments[0])), ctx = c.plot.ctx, r = devicePixelRatio;
+        return c.labels.markers.map(m => {
+          const d = ctx.getImageData(Math.round(m.x0 * r), Math.round(m.y0 * r), Math.round((m.x1 - m.x0) * r),
+                                     Math.round((m.y1 - m.y0) * r)).data;
+          let n = 0;
+          for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 128 && d[i] < 90 && d[i + 1] < 90 && d[i + 2] < 90) n++;
+          return n;
+        });""", title)
+
+
 def test_a_system_chart_of_close_values_labels_each_tick_distinctly_and_inside_the_canvas(charts_served, chromium):
     open_view(chromium, charts_served, "/run/sys")
     got = labels(chromium, "system: gpu/0/temp")
@@ -144,6 +158,7 @@ def test_decision_labels_close_together_meet_no_other_label_and_stay_in_the_plot
     shown = [m["label"] for m in got["markers"]] + got["hidden"]
     assert len(shown) == len(DECISIONS)  # each decision labelled: on the chart, or in the line under it
     assert got["markers"], "no decision label on the chart"
+    assert all(n >= 10 for n in inked(chromium, "Learning rate")), "a label's text is not drawn in its box"
     if got["hidden"]:
         legend = chromium.execute_script("return window.rlCharts.find(c => c.title.startsWith('Learning rate')).legendEl.textContent")
         assert all(h in legend for h in got["hidden"])

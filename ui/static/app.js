@@ -322,7 +322,7 @@ class Chart {
     const ctx = u.ctx;
     ctx.save();
     ctx.font = `${MARK_FONT_PX * dpr}px system-ui, sans-serif`;
-    ctx.textBaseline = "top";
+    ctx.textBaseline = "top"; ctx.textAlign = "left"; // (uPlot leaves its last axis's alignment on the context)
     for (const m of [...placed, ...hidden]) {
       ctx.strokeStyle = "#000"; ctx.setLineDash([4, 3]); ctx.lineWidth = 1;
       ctx.beginPath(); ctx.moveTo(m.px * dpr, u.bbox.top); ctx.lineTo(m.px * dpr, u.bbox.top + u.bbox.height); ctx.stroke();
