@@ -50,14 +50,14 @@ def ui_status(base: str) -> dict:
         return json.loads(r.read())
 
 
-def logged(root, run_id: str) -> int:
+def metrics_stored(root, run_id: str) -> int:
     """The metrics events of the run the ledger has stored."""
     return reader(root).execute("select count(*) from metrics_all where run_id = ?", [run_id]).fetchone()[0]
 
 
 def open_run_page(driver, root, run_id: str) -> int:
     """Go to the run's page (the address's fragment: no reload) once its first step is stored; its points."""
-    wait(driver, lambda d: logged(root, run_id) >= 1, WATCHDOG_S, "the run's first step in the ledger")
+    wait(driver, lambda d: metrics_stored(root, run_id) >= 1, WATCHDOG_S, "the run's first step in the ledger")
     driver.execute_script("location.hash = arguments[0]", f"#/run/{run_id}")
     return wait(driver, lambda d: d.execute_script("return document.body.dataset.ready === '1' && location.hash")
                 and page_points(d) >= 1 and page_points(d), WATCHDOG_S, "the run's page with its first step")
