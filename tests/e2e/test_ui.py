@@ -10,8 +10,6 @@ screenshot there (the README's first screen).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,8 +19,9 @@ import pytest
 
 from support import REPO
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
-from support.processes import LedgerProcess, free_port
+from support.processes import LedgerProcess
 from support.reading import wait_for_count
+from support.ui import UiProcess
 
 TOKEN, READ_TOKEN = "write-token-0123456789abcdef", "read-token-0123456789abcdef"
 LOSS_RGB = (0xD6, 0x27, 0x28)  # the first series' color (app.js COLORS[0]): attempt 0's loss line
@@ -89,24 +88,15 @@ class Served:
         self.step = k
 
     def start_ui(self) -> str:
-        port = free_port()
-        self.ui_log = open(self.tmp / "ui.log", "ab")
-        self.ui = subprocess.Popen(
-            [sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(self.root), "--nats", self.nats.url,
-             "--host", "0.0.0.0", "--port", str(port), "--token", TOKEN, "--read-token", READ_TOKEN],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=self.ui_log, text=True)
-        line = self.ui.stdout.readline()  # the address, once it listens
-        assert line.startswith("http://"), (self.tmp / "ui.log").read_text()
-        return f"http://127.0.0.1:{port}"
+        self.ui = UiProcess(self.root, self.tmp / "ui.log", "--nats", self.nats.url, "--host", "0.0.0.0",
+                            "--token", TOKEN, "--read-token", READ_TOKEN)
+        return self.ui.base
 
     def stop(self) -> None:
         for em in (self.worker, self.agent):
             em.close(timeout=5)
         if self.ui is not None:
-            self.ui.terminate()
-            self.ui.wait(10)
-            self.ui.stdout.close()
-            self.ui_log.close()
+            self.ui.stop()
         self.ledger.kill()
         self.nats.stop()
 

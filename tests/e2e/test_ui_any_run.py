@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support import REPO
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
-from support.processes import LedgerProcess, free_port
+from support.processes import LedgerProcess
 from support.reading import wait_for_count
+from support.ui import UiProcess
 
 STEPS = 30
 LAYERS = 3
@@ -74,21 +73,12 @@ class AnyRunPage:
         wait_for_count(self.root, "select count(*) from metric_events where run_id in ('mlp', 'bare')", STEPS + 1, timeout=60)
 
     def start_ui(self) -> str:
-        port = free_port()
-        self.ui_log = open(self.tmp / "ui.log", "ab")
-        self.ui = subprocess.Popen(
-            [sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(self.root), "--nats", self.nats.url,
-             "--port", str(port)], cwd=REPO, stdout=subprocess.PIPE, stderr=self.ui_log, text=True)
-        line = self.ui.stdout.readline()  # the address (with its token), once it listens
-        assert line.startswith("http://"), (self.tmp / "ui.log").read_text()
-        return line.strip()
+        self.ui = UiProcess(self.root, self.tmp / "ui.log", "--nats", self.nats.url)
+        return self.ui.line  # the address (with its token)
 
     def stop(self) -> None:
         if self.ui is not None:
-            self.ui.terminate()
-            self.ui.wait(10)
-            self.ui.stdout.close()
-            self.ui_log.close()
+            self.ui.stop()
         self.ledger.kill()
         self.nats.stop()
 

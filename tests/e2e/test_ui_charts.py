@@ -10,8 +10,6 @@ served by `runledger ui` with a real nats-server for its live feed. One browser 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 import urllib.request
 from datetime import timedelta
@@ -19,10 +17,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from support import REPO
 from support.audit_ledger import T0, Ledger
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
-from support.processes import free_port
+from support.ui import UiProcess
 
 TOKEN = "charts-token-0123456789abcdef"
 STEPS = 60
@@ -69,20 +66,16 @@ def charts_served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("charts")
     write_chart_runs(tmp / "ledger")
     nats = NatsServer(tmp / "nats").start()
-    port = free_port()
-    log = open(tmp / "ui.log", "ab")
-    ui = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(tmp / "ledger"), "--nats", nats.url,
-                           "--port", str(port), "--token", TOKEN], cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
-                          env={**os.environ, "XDG_CACHE_HOME": str(tmp / "cache")})
     try:
-        line = ui.stdout.readline()
-        assert line.startswith("http://"), (tmp / "ui.log").read_text()
-        yield f"http://127.0.0.1:{port}"
+        ui = UiProcess(tmp / "ledger", tmp / "ui.log", "--nats", nats.url, "--token", TOKEN,
+                       env={**os.environ, "XDG_CACHE_HOME": str(tmp / "cache")})
+    except BaseException:
+        nats.stop()
+        raise
+    try:
+        yield ui.base
     finally:
-        ui.terminate()
-        ui.wait(10)
-        ui.stdout.close()
-        log.close()
+        ui.stop()
         nats.stop()
 
 

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.request
 
 import pytest
 
 from support import REPO
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
-from support.processes import free_port
 from support.reading import wait_for_count
+from support.ui import UiProcess
 
 STEPS = {"mlp-a": 3000, "mlp-b": 600, "mlp-c": 1500}  # each run's `steps`, set by config.update after its start
 CHANGED_AT = 10  # the last step each run logged before its config.update (the step the event is recorded at)
@@ -59,19 +57,11 @@ def logged(tmp_path_factory):
             wait_for_count(root, "select count(*) from config_updates", 3, timeout=60)
         finally:
             local.down(root)
-    port = free_port()
-    log = open(tmp / "ui.log", "ab")
-    ui = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(root), "--port", str(port)],
-                          cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True)
+    ui = UiProcess(root, tmp / "ui.log")
     try:
-        line = ui.stdout.readline()  # the address, once it listens
-        assert line.startswith("http://"), (tmp / "ui.log").read_text()
-        yield {"base": f"http://127.0.0.1:{port}", "ids": ids, "root": root}
+        yield {"base": ui.base, "ids": ids, "root": root}
     finally:
-        ui.terminate()
-        ui.wait(10)
-        ui.stdout.close()
-        log.close()
+        ui.stop()
 
 
 def get(logged, path: str) -> dict:

@@ -9,16 +9,13 @@ via NATS. How soon a step shows: `python -m bench.ui_live`, not a test (these wa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 
 from runledger.ledger import local
-from support import REPO
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
 from support.embedded import SteeredRun, embedded_env, idled_out
-from support.processes import free_port
 from support.reading import reader
+from support.ui import UiProcess
 
 WATCHDOG_S = 30.0  # a hang guard, not a promise of speed
 START_S = 120.0  # a first nats-server, ledger and run on a loaded machine (SteeredRun's own start)
@@ -66,14 +63,10 @@ def open_run_page(driver, root, run_id: str) -> int:
 def test_a_dashboard_started_before_any_run_goes_live_and_follows_the_embedded_server_to_its_next_port(
         local_root, tmp_path, chromium):
     root = local_root
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "ui.log", "ab")
-    ui = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ui", "--root", str(root), "--port", str(port)],
-                          cwd=REPO, env=embedded_env(root), stdout=subprocess.PIPE, stderr=log, text=True)
+    ui = UiProcess(root, tmp_path / "ui.log", env=embedded_env(root))
+    base = ui.base
     runs, taken, held = [], None, None
     try:
-        assert ui.stdout.readline().startswith("http://"), (tmp_path / "ui.log").read_text()
         chromium.get(f"{base}/#/")
         # no server for the root yet: the page is live by polling the tables, and says so
         via, text = wait(chromium, lambda d: badge(d)[0] == "tables" and badge(d), WATCHDOG_S, "polling, said")
@@ -109,19 +102,12 @@ def test_a_dashboard_started_before_any_run_goes_live_and_follows_the_embedded_s
         assert chromium.execute_script("return window.__notReloaded === true")
         # one state at a time, each said once: no flicker through "not live" on the way, nor back and forth
         assert chromium.execute_script("return window.__states") == ["tables", "nats", "tables", "nats"]
-        assert ui.poll() is None, (tmp_path / "ui.log").read_text()  # the same dashboard, never restarted
+        assert ui.proc.poll() is None, (tmp_path / "ui.log").read_text()  # the same dashboard, never restarted
     finally:
         for run in runs:
             run.kill()
         if held is not None:
             held.release()
-        ui.terminate()
-        try:
-            ui.wait(30)
-        except subprocess.TimeoutExpired:
-            ui.kill()
-            ui.wait()
-        ui.stdout.close()
-        log.close()
+        ui.stop()
         if taken is not None:
             taken.close()
