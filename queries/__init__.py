@@ -16,14 +16,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from runledger.ledger.storage import paths
 from runledger.ledger.storage.paths import event_files, quarantine_files
 from runledger.ledger.contract.roles import PERSON_PRODUCERS
 from runledger.queries import thresholds
 from runledger.queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
+
+if TYPE_CHECKING:
+    import duckdb
 
 HERE = Path(__file__).parent
 # what each statement of views.sql defines
@@ -103,6 +105,8 @@ def open_connection(threads: int | None = None, read_only: bool = True) -> duckd
     """An in-memory DuckDB connection with no views yet, for connect() to define them on (`threads`:
     DuckDB's worker threads, default all cores). A caller that reads a few rows before the views are
     defined (audit.scope_files) reads them on it, and so opens one DuckDB rather than two."""
+    import duckdb  # (here, not at the top: `runledger.queries.names` and `.thresholds`, which `init` reads, need no DuckDB)
+
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     if threads:
         config["threads"] = int(threads)
@@ -136,6 +140,8 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     not installed, and the configuration is locked. Use `query()` to also refuse any statement
     that is not a query, and to bound its time.
     """
+    import duckdb
+
     root = Path(root).resolve()
     paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
     given = con
@@ -204,6 +210,8 @@ def reachable(statements: list[str], uses: str) -> list[str]:
 
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Raise ReadOnlyViolation unless every statement in `sql` is a plain query."""
+    import duckdb
+
     statements = con.extract_statements(sql)
     if not statements:
         raise ReadOnlyViolation("no SQL statement given")
@@ -250,6 +258,8 @@ def fetch_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | N
     at most `max_rows` of them and about `max_bytes` (None: no limit): DuckDB streams the result, so
     the rows past the bounds are never made, in DuckDB or in Python (`rows.truncated` says so).
     Raises QueryTimeout when interrupted."""
+    import duckdb
+
     timer = None
     if timeout_s:
         timer = threading.Timer(timeout_s, con.interrupt)
