@@ -202,18 +202,54 @@ def write_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
         w.writerow(cols)
         w.writerows(rows)
     else:
+        # stored text is anyone's: printed as it is (never read as markup), with its control characters
+        # written as escapes (an ESC would reach the terminal)
+        cells = [[visible(c) for c in cols]] + [["" if v is None else visible(str(v)) for v in r] for r in rows]
+        width = max(120, min(250, 20 * len(cols)))
+        drawn = plain_table(cells, width) if plain_output() else None
+        if drawn is not None:
+            sys.stdout.write(drawn)
+            return
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        # stored text is anyone's: a Text is printed as it is (never read as markup), with its
-        # control characters written as escapes (an ESC would reach the terminal)
         t = Table(show_lines=False)
-        for c in cols:
-            t.add_column(Text(visible(c)))
-        for r in rows:
-            t.add_row(*(Text("" if v is None else visible(str(v))) for v in r))
-        Console(width=max(120, min(250, 20 * len(cols)))).print(t)
+        for c in cells[0]:
+            t.add_column(Text(c))
+        for r in cells[1:]:
+            t.add_row(*(Text(v) for v in r))
+        Console(width=width).print(t)
+
+
+def plain_output() -> bool:
+    """Whether rich would print to stdout without styles or substitutions: not a terminal (nor forced to act
+    as one), UTF-8, no notebook."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    encoding = (getattr(sys.stdout, "encoding", "utf-8") or "utf-8").lower()
+    return (not (isatty and isatty()) and encoding.startswith("utf") and "IPython" not in sys.modules
+            and not {"FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"} & set(os.environ))
+
+
+def plain_table(cells: list[list[str]], width: int) -> str | None:
+    """rich's Table as `write_rows` makes it (heavy head, a cell's padding 1), drawn without importing rich (most of
+    a small query's start), where it is the same text: printable ASCII (a character a cell), a header, and a
+    table `width` holds with no cell wrapped or cut; else None (rich draws it). tests/unit/test_cli.py holds the
+    two to the same output."""
+    if not cells[0] or not all(v.isascii() and v.isprintable() for row in cells for v in row):
+        return None
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    if sum(widths) + 3 * len(widths) + 1 > width:
+        return None
+
+    def line(left: str, fill: str, mid: str, right: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + right + "\n"
+
+    def row(bar: str, values: list[str]) -> str:
+        return bar + bar.join(f" {v.ljust(w)} " for v, w in zip(values, widths)) + bar + "\n"
+
+    return "".join([line("┏", "━", "┳", "┓"), row("┃", cells[0]), line("┡", "━", "╇", "┩"),
+                    *(row("│", r) for r in cells[1:]), line("└", "─", "┴", "┘")])
 
 
 _INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")

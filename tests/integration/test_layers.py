@@ -8,7 +8,7 @@ Read from the source's imports (ast), every import counted, a function's deferre
 from __future__ import annotations
 
 
-def imported(code: str) -> set[str]:
+def modules_loaded_by(code: str) -> set[str]:
     """The modules `python -X importtime -c code` lists, in a clean process outside the repository (a user's script)."""
     import os
     import subprocess
@@ -32,9 +32,9 @@ def test_import_runledger_loads_no_duckdb_pyarrow_or_jax():
     orjson: `init` loads what it needs)."""
     import sys
 
-    loaded = imported("import runledger")
+    loaded = modules_loaded_by("import runledger")
     assert "runledger" in loaded
-    bare = imported("pass")  # (what the interpreter's start loads: site, the editable install's finder)
+    bare = modules_loaded_by("pass")  # (what the interpreter's start loads: site, the editable install's finder)
     outside = sorted(m for m in loaded - bare if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "runledger")
     assert not outside, f"`import runledger` loads {outside}"
     assert not {"nats", "pydantic", "pyarrow.compute", "aiohttp", "psutil", "orjson"} & loaded
@@ -44,7 +44,7 @@ def test_the_first_init_loads_no_duckdb_pyarrow_or_numpy():
     """What the first `init` imports before it starts (`runledger.core`: the run's classes, the emitter, the spool)
     holds no query or storage engine: no duckdb (the threshold names and run-id slugs are read without it),
     pyarrow or pyarrow.compute (the spool's fsync, the Parquet sink's writer), numpy or JAX."""
-    loaded = imported("import runledger.core")
+    loaded = modules_loaded_by("import runledger.core")
     assert "runledger.core" in loaded
     heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
     assert not heavy, f"`import runledger.core` loads {heavy}"
