@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
-from runledger.tools import agents, audit, checks, chores, importing, ladder, notify, report, status, train, ui
+from runledger.tools import checks
 from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
 log = logging.getLogger("runledger")
@@ -433,12 +433,36 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {visible(redact.redact(message))} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_sql(sub) -> None:
+    """The `sql` command's parser."""
+    from runledger.queries import MAX_ROWS, MEMORY_LIMIT, TIMEOUT_S
+
+    s = sub.add_parser("sql", help="read-only SQL over the ledger views")
+    add_root(s)
+    s.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    s.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
+                   help=f"stop the query after this long (default {TIMEOUT_S:g}; 0: no limit)")
+    s.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
+                   help=f"DuckDB's memory limit for the query, e.g. 500MB (default {MEMORY_LIMIT})")
+    s.add_argument("--max-rows", type=int, default=None, metavar="N",
+                   help=f"print at most N rows, saying so when there were more (default {TABLE_ROWS:,} as a table, "
+                        f"{MAX_ROWS:,} as CSV or JSON; 0: no limit)")
+    s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
+                   help="read ledger snapshot N (a commit number, kept for tables.RETENTION_S), not the current one")
+    s.add_argument("sql")
+    s.set_defaults(func=cmd_sql)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser. Every module it reads is light (no JAX, numpy or nats-py): a command imports
     what it needs when it runs, so `runledger sql` starts in the time DuckDB takes to load."""
     p = Parser(prog="runledger", description="An open, auditable ledger for model-training runs.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
+    if command == "sql":  # only the parser of the command given, when it is `sql`: a query starts in the time DuckDB takes
+        add_sql(sub)
+        return p
+    from runledger.tools import agents, audit, chores, importing, ladder, notify, report, status, train, ui
 
     s = sub.add_parser("demo", help="the main job, end to end on one machine")
     s.add_argument("--root", type=checks.folder, default=None,
@@ -482,22 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_nats(s)
     s.set_defaults(func=cmd_publish)
 
-    from runledger.queries import MAX_ROWS, MEMORY_LIMIT, TIMEOUT_S
-
-    s = sub.add_parser("sql", help="read-only SQL over the ledger views")
-    add_root(s)
-    s.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    s.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
-                   help=f"stop the query after this long (default {TIMEOUT_S:g}; 0: no limit)")
-    s.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
-                   help=f"DuckDB's memory limit for the query, e.g. 500MB (default {MEMORY_LIMIT})")
-    s.add_argument("--max-rows", type=int, default=None, metavar="N",
-                   help=f"print at most N rows, saying so when there were more (default {TABLE_ROWS:,} as a table, "
-                        f"{MAX_ROWS:,} as CSV or JSON; 0: no limit)")
-    s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
-                   help="read ledger snapshot N (a commit number, kept for tables.RETENTION_S), not the current one")
-    s.add_argument("sql")
-    s.set_defaults(func=cmd_sql)
+    add_sql(sub)
 
     s = sub.add_parser("replay", help="the run's rebuilt state as JSON")
     s.add_argument("run", type=checks.run, help=RUN_HELP)
@@ -564,7 +573,7 @@ def missing_extra(err: ModuleNotFoundError) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))  # (the command: no option before it takes a value)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
