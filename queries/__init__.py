@@ -16,8 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from runledger.ledger.storage import paths
 from runledger.ledger.storage.paths import event_files, quarantine_files
@@ -25,9 +24,14 @@ from runledger.ledger.contract.roles import PERSON_PRODUCERS
 from runledger.queries import thresholds
 from runledger.queries.columns import Columns, envelope_columns, kind_columns, kinds, quarantine_columns
 
+if TYPE_CHECKING:
+    import duckdb
+
 HERE = Path(__file__).parent
 # what each statement of views.sql defines
 _DEFINED = re.compile(r"^create or replace (?:view|macro) (\w+)", re.MULTILINE)
+_STARTS = re.compile(r"^(?=create or replace (?:view|macro) )", re.MULTILINE)  # where a line starts one
+_PLACEHOLDER = re.compile(r"\{\{(kind:)?([a-z_]+)\}\}")  # {{all_kinds}}, {{kind:metrics}}, ...
 _WORD = re.compile(r"\w+")
 _NAMED = re.compile(r"'(\w+)'")  # a string that is a name: a view a macro reads (`query_table('metrics_wide')`)
 _STRING = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")  # a string, or a quoted column name ("metrics/loss")
@@ -78,22 +82,29 @@ def render_views(root: Path, files: dict[str, list[Path]] | None = None, at: pat
     """views.sql with its placeholders replaced for the files under `root` (the tables' current
     snapshot, or the cut `at`), or, given `files` (kind -> Parquet files), for exactly those files (a
     scope: one run and what its audit needs)."""
+    return "".join(view_statements(root, files, at))
+
+
+def view_statements(root: Path, files: dict[str, list[Path]] | None = None, at: paths.Cut | None = None) -> list[str]:
+    """render_views' text as its statements, one per view or macro in order (with the comments around it),
+    cut where a line of views.sql starts a definition: before its placeholders are replaced (no path can
+    cut one), and without DuckDB's parser, which takes longer over the whole file than a small query runs."""
     root = Path(root).resolve()
-    sql = (HERE / "views.sql").read_text()
+    statements = _STARTS.split((HERE / "views.sql").read_text())
+    statements[1] = statements[0] + statements[1]  # (the file's opening comments)
     env_cols = ", ".join(envelope_columns())
     at = at or paths.cut(root)  # (given `files`: the quarantine and the runs of the current snapshot)
     if files is None:
         files = {k: event_files(root, k, at=at) for k in kinds()}
     kinds_sql = {k: scan_files(files.get(k, []), kind_columns(k)) for k in kinds()}
-    all_kinds = " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values())
-    sql = sql.replace("{{all_kinds}}", all_kinds)
     runs = sorted({f.run_id for table, listed in at.files.items() for f in listed if f.run_id is not None})
-    sql = sql.replace("{{audit_runs}}", f"select unnest([{', '.join(map(sql_str, runs))}]::varchar[]) as run_id")
-    sql = sql.replace("{{threshold_defaults}}", thresholds.values_sql())
-    sql = sql.replace("{{person_producers}}", ", ".join(map(sql_str, PERSON_PRODUCERS)))
-    sql = sql.replace("{{quarantine}}", scan_files(quarantine_files(root, at=at), quarantine_columns()))
-    sql = re.sub(r"\{\{kind:([a-z_]+)\}\}", lambda m: kinds_sql[m.group(1)], sql)
-    return sql
+    values = {"all_kinds": " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values()),
+              "audit_runs": f"select unnest([{', '.join(map(sql_str, runs))}]::varchar[]) as run_id",
+              "threshold_defaults": thresholds.values_sql(),
+              "person_producers": ", ".join(map(sql_str, PERSON_PRODUCERS)),
+              "quarantine": scan_files(quarantine_files(root, at=at), quarantine_columns())}
+    return [_PLACEHOLDER.sub(lambda m: kinds_sql[m.group(2)] if m.group(1) else values[m.group(2)], st)
+            for st in statements[1:]]
 
 
 COMPACTION_RACE_TRIES = 5
@@ -103,6 +114,8 @@ def open_connection(threads: int | None = None, read_only: bool = True) -> duckd
     """An in-memory DuckDB connection with no views yet, for connect() to define them on (`threads`:
     DuckDB's worker threads, default all cores). A caller that reads a few rows before the views are
     defined (audit.scope_files) reads them on it, and so opens one DuckDB rather than two."""
+    import duckdb  # (here, not at the top: `runledger.queries.names` and `.thresholds`, which `init` reads, need no DuckDB)
+
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     if threads:
         config["threads"] = int(threads)
@@ -136,6 +149,8 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
     not installed, and the configuration is locked. Use `query()` to also refuse any statement
     that is not a query, and to bound its time.
     """
+    import duckdb
+
     root = Path(root).resolve()
     paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
     given = con
@@ -146,10 +161,8 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
         if at is not None and (why := at.refusal()):
             raise paths.NotALedger(f"{root}: {why}")
         con = given if given is not None else open_connection(threads, read_only)
-        sql = render_views(root, files, at)
+        sql = render_views(root, files, at) if uses is None else "".join(reachable(view_statements(root, files, at), uses))
         try:
-            if uses is not None:
-                sql = ";\n".join(reachable([st.query for st in con.extract_statements(sql)], uses))
             if on_view is None:
                 con.execute(sql)
             else:
@@ -204,6 +217,8 @@ def reachable(statements: list[str], uses: str) -> list[str]:
 
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Raise ReadOnlyViolation unless every statement in `sql` is a plain query."""
+    import duckdb
+
     statements = con.extract_statements(sql)
     if not statements:
         raise ReadOnlyViolation("no SQL statement given")
@@ -250,6 +265,8 @@ def fetch_bounded(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | N
     at most `max_rows` of them and about `max_bytes` (None: no limit): DuckDB streams the result, so
     the rows past the bounds are never made, in DuckDB or in Python (`rows.truncated` says so).
     Raises QueryTimeout when interrupted."""
+    import duckdb
+
     timer = None
     if timeout_s:
         timer = threading.Timer(timeout_s, con.interrupt)

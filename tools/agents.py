@@ -4,7 +4,6 @@ decision, recorded like an agent's)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import logging
@@ -39,6 +38,8 @@ def register(sub) -> None:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
+    import asyncio  # (here: the parser that imports this module serves `runledger sql` too, which runs no loop)
+
     from runledger.agents.runner import run_agents
     from runledger.training.reforecast import revisions  # the ladder's forecast again when a decision changes the plan
 

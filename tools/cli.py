@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
-from runledger.tools import agents, audit, checks, chores, importing, ladder, notify, report, status, train, ui
+from runledger.tools import checks
 from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
 log = logging.getLogger("runledger")
@@ -202,18 +202,54 @@ def write_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
         w.writerow(cols)
         w.writerows(rows)
     else:
+        # stored text is anyone's: printed as it is (never read as markup), with its control characters
+        # written as escapes (an ESC would reach the terminal)
+        cells = [[visible(c) for c in cols]] + [["" if v is None else visible(str(v)) for v in r] for r in rows]
+        width = max(120, min(250, 20 * len(cols)))
+        drawn = plain_table(cells, width) if plain_output() else None
+        if drawn is not None:
+            sys.stdout.write(drawn)
+            return
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        # stored text is anyone's: a Text is printed as it is (never read as markup), with its
-        # control characters written as escapes (an ESC would reach the terminal)
         t = Table(show_lines=False)
-        for c in cols:
-            t.add_column(Text(visible(c)))
-        for r in rows:
-            t.add_row(*(Text("" if v is None else visible(str(v))) for v in r))
-        Console(width=max(120, min(250, 20 * len(cols)))).print(t)
+        for c in cells[0]:
+            t.add_column(Text(c))
+        for r in cells[1:]:
+            t.add_row(*(Text(v) for v in r))
+        Console(width=width).print(t)
+
+
+def plain_output() -> bool:
+    """Whether rich would print to stdout without styles or substitutions: not a terminal (nor forced to act
+    as one), UTF-8, no notebook."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    encoding = (getattr(sys.stdout, "encoding", "utf-8") or "utf-8").lower()
+    return (not (isatty and isatty()) and encoding.startswith("utf") and "IPython" not in sys.modules
+            and not {"FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"} & set(os.environ))
+
+
+def plain_table(cells: list[list[str]], width: int) -> str | None:
+    """rich's Table as `write_rows` makes it (heavy head, a cell's padding 1), drawn without importing rich (most of
+    a small query's start), where it is the same text: printable ASCII (a character a cell), a header, and a
+    table `width` holds with no cell wrapped or cut; else None (rich draws it). tests/unit/test_cli.py holds the
+    two to the same output."""
+    if not cells[0] or not all(v.isascii() and v.isprintable() for row in cells for v in row):
+        return None
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    if sum(widths) + 3 * len(widths) + 1 > width:
+        return None
+
+    def line(left: str, fill: str, mid: str, right: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + right + "\n"
+
+    def row(bar: str, values: list[str]) -> str:
+        return bar + bar.join(f" {v.ljust(w)} " for v, w in zip(values, widths)) + bar + "\n"
+
+    return "".join([line("┏", "━", "┳", "┓"), row("┃", cells[0]), line("┡", "━", "╇", "┩"),
+                    *(row("│", r) for r in cells[1:]), line("└", "─", "┴", "┘")])
 
 
 _INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -397,12 +433,36 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {visible(redact.redact(message))} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_sql(sub) -> None:
+    """The `sql` command's parser."""
+    from runledger.queries import MAX_ROWS, MEMORY_LIMIT, TIMEOUT_S
+
+    s = sub.add_parser("sql", help="read-only SQL over the ledger views")
+    add_root(s)
+    s.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    s.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
+                   help=f"stop the query after this long (default {TIMEOUT_S:g}; 0: no limit)")
+    s.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
+                   help=f"DuckDB's memory limit for the query, e.g. 500MB (default {MEMORY_LIMIT})")
+    s.add_argument("--max-rows", type=int, default=None, metavar="N",
+                   help=f"print at most N rows, saying so when there were more (default {TABLE_ROWS:,} as a table, "
+                        f"{MAX_ROWS:,} as CSV or JSON; 0: no limit)")
+    s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
+                   help="read ledger snapshot N (a commit number, kept for tables.RETENTION_S), not the current one")
+    s.add_argument("sql")
+    s.set_defaults(func=cmd_sql)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser. Every module it reads is light (no JAX, numpy or nats-py): a command imports
     what it needs when it runs, so `runledger sql` starts in the time DuckDB takes to load."""
     p = Parser(prog="runledger", description="An open, auditable ledger for model-training runs.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
+    if command == "sql":  # only the parser of the command given, when it is `sql`: a query starts in the time DuckDB takes
+        add_sql(sub)
+        return p
+    from runledger.tools import agents, audit, chores, importing, ladder, notify, report, status, train, ui
 
     s = sub.add_parser("demo", help="the main job, end to end on one machine")
     s.add_argument("--root", type=checks.folder, default=None,
@@ -446,22 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_nats(s)
     s.set_defaults(func=cmd_publish)
 
-    from runledger.queries import MAX_ROWS, MEMORY_LIMIT, TIMEOUT_S
-
-    s = sub.add_parser("sql", help="read-only SQL over the ledger views")
-    add_root(s)
-    s.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    s.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
-                   help=f"stop the query after this long (default {TIMEOUT_S:g}; 0: no limit)")
-    s.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
-                   help=f"DuckDB's memory limit for the query, e.g. 500MB (default {MEMORY_LIMIT})")
-    s.add_argument("--max-rows", type=int, default=None, metavar="N",
-                   help=f"print at most N rows, saying so when there were more (default {TABLE_ROWS:,} as a table, "
-                        f"{MAX_ROWS:,} as CSV or JSON; 0: no limit)")
-    s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
-                   help="read ledger snapshot N (a commit number, kept for tables.RETENTION_S), not the current one")
-    s.add_argument("sql")
-    s.set_defaults(func=cmd_sql)
+    add_sql(sub)
 
     s = sub.add_parser("replay", help="the run's rebuilt state as JSON")
     s.add_argument("run", type=checks.run, help=RUN_HELP)
@@ -528,7 +573,7 @@ def missing_extra(err: ModuleNotFoundError) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))  # (the command: no option before it takes a value)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 
 from runledger.tools.args import UsageError, add_nats, add_root, server_of
@@ -23,6 +22,8 @@ def register(sub) -> None:
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
+    import asyncio
+
     from runledger.interop.notify import DURABLE, serve
     from runledger.interop.routes import RoutesError, load_routes
     from runledger.ledger.contract.events import InvalidEvent

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 
@@ -11,6 +10,7 @@ from runledger.tools.args import add_nats, add_root, resolve_nats
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    import asyncio
     from pathlib import Path
 
     from runledger.ledger.ingest import partitions

@@ -22,7 +22,6 @@ from pathlib import Path
 from nats.errors import NoRespondersError, NoServersError, TimeoutError as NatsTimeout
 
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.storage import reads
 from runledger.ledger.bus.natsserver import LEDGER_API
 from runledger.ledger.redact import redact
 
@@ -67,6 +66,8 @@ def ledger_attempts(run_id: str, producer: str, nats_url: str, wait_s: float = 0
 
 def stored_attempts(root: str | Path, run_id: str, producer: str) -> list[int]:
     """The attempts of (run_id, producer) in a root's Parquet files."""
+    from runledger.ledger.storage import reads  # (pyarrow: loaded here, for a root's files, not by `init`)
+
     t = reads.read_events(Path(root), run_id=run_id, columns=["producer", "attempt"])
     return [a for p, a in zip(t.column("producer").to_pylist(), t.column("attempt").to_pylist()) if p == producer]
 

@@ -16,16 +16,17 @@ import itertools
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import orjson
 from pydantic import BaseModel
 
-from runledger.ledger.storage import positions, store
-from runledger.ledger.storage.rows import StoredEvent
 from runledger.ledger.contract.events import KINDS, Payload
 from runledger.ledger.emit.sealing import seal, seal_many, utc_now
 from runledger.ledger.contract.validation import check_exact_floats, check_payload, long_int_in
+
+if TYPE_CHECKING:  # (ParquetSink's writer, pyarrow, is loaded when one is made: the Emitter of `init` needs none of it)
+    from runledger.ledger.storage.rows import StoredEvent
 
 KIND_OF: dict[type[Payload], str] = {model: kind for kind, model in KINDS.items()}
 
@@ -165,8 +166,12 @@ class ParquetSink(ChainSink):
     def __init__(self, root: str | Path, run_id: str, producer: str = "worker-0", attempt: int = 0, *,
                  stream_seqs: Iterator[int] | None = None, rows: list[StoredEvent] | None = None,
                  flush_every: int | None = 100_000) -> None:
+        from runledger.ledger.storage import positions, store
+        from runledger.ledger.storage.rows import StoredEvent
+
         super().__init__(run_id, producer, attempt)
         self.root = Path(root)
+        self._row, self._write = StoredEvent, store.write_events
         self.stream_seqs = stream_seqs if stream_seqs is not None else itertools.count(positions.taken_upto(self.root) + 1)
         self.rows = rows if rows is not None else []
         self.flush_every = flush_every
@@ -178,7 +183,7 @@ class ParquetSink(ChainSink):
             payload_text = text[text.index(b',"payload":') + 11:text.rindex(b',"prev_hash":"')].decode()
             if long_int_in(kind, env["payload"]):
                 check_exact_floats(kind, env["payload"], fix=True)  # (as the ledger stores it)
-            self.rows.append(StoredEvent(env, payload_text, next(self.stream_seqs)))
+            self.rows.append(self._row(env, payload_text, next(self.stream_seqs)))
 
     def _kept(self) -> None:
         if self.flush_every is not None and len(self.rows) >= self.flush_every:
@@ -190,7 +195,7 @@ class ParquetSink(ChainSink):
             rows = self.rows[:]
             del self.rows[:]
         if rows:
-            store.write_events(self.root, rows)
+            self._write(self.root, rows)
 
     def close(self) -> bool:
         self.flush()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 UNIQUE_COLUMNS = frozenset({"event_id", "seq", "time", "ts", "step", "prev_hash", "hash", "payload", "stream_seq", "raw"})
@@ -40,6 +40,8 @@ def write_atomic(table: pa.Table, final: Path, metadata: dict[bytes, bytes] | No
     """Write `table` to `final` so that it is either absent or complete and durable; return its size.
     `fast`: compress with snappy, not zstd (1.6x faster to write, 2x larger; for the ledger's fresh
     files, which compaction rewrites with zstd)."""
+    import pyarrow.parquet as pq  # (here: the spool's fsync_dir, which `init` reads, needs no pyarrow)
+
     _make_dirs(final.parent)
     tmp = final.parent / f".{final.name}.tmp"
     if metadata:

@@ -116,8 +116,9 @@ def test_nats_up_prints_the_url_and_down_stops_it(tmp_path):
 
 def test_sql_starts_without_jax_numpy_or_nats(ledger_root, tmp_path):
     """`runledger sql` loads DuckDB and the CLI, nothing of training, Arrow or NATS (once the view columns
-    are in the cache, which the first run fills)."""
-    heavy = ("jax", "numpy", "nats", "pydantic", "pyarrow", "scipy", "orbax")
+    are in the cache, which the first run fills), no asyncio (it runs no loop) and, its table drawn to a pipe
+    in plain ASCII, no rich."""
+    heavy = ("jax", "numpy", "nats", "pydantic", "pyarrow", "scipy", "orbax", "asyncio", "rich")
     code = ("import sys; from runledger.tools.cli import main; rc = main(sys.argv[1:]); "
             f"print(sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr); sys.exit(rc)")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}

@@ -190,6 +190,26 @@ def test_connect_lists_the_files_again_when_one_was_compacted_away(root, monkeyp
     assert len(calls) == 2 and con.execute("select count(*) from steps").fetchone() == (1,)
 
 
+def test_view_statements_are_duckdbs_statements_of_the_views(root):
+    """connect(uses=) cuts views.sql where a line starts a definition, not with DuckDB's parser: the same statements,
+    in order, one view or macro each, and together the text render_views gives; a root whose path holds what looks
+    like a definition or a placeholder is read as a path."""
+    p = Producer()
+    store.write_events(root, [canonical(p.event("step", step_payload(1.0), 0, 1))])
+    con = queries.open_connection()
+    for where in (root, root.parent / "x\ncreate or replace view steps as select 1 {{all_kinds}}"):
+        if where != root:
+            root.rename(where)
+        ours = queries.view_statements(where)
+        theirs = [st.query for st in con.extract_statements(queries.render_views(where))]
+        assert "".join(ours) == queries.render_views(where)
+        assert [queries._DEFINED.search(st).group(1) for st in ours] == [queries._DEFINED.search(st).group(1) for st in theirs]
+        words = lambda sql: queries._COMMENT.sub("", sql).replace(";", " ").split()  # noqa: E731 (comments apart)
+        assert [words(st) for st in ours] == [words(st) for st in theirs]
+        steps = queries.connect(where, uses="select count(*) from steps")
+        assert steps.execute("select count(*) from steps").fetchone() == (1,)
+
+
 def test_quarantine_keeps_a_lone_surrogate_as_its_escape(tmp_path):
     """A subject or reason holding a lone surrogate (a str from Python can; hypothesis found one in
     test_properties) is written escaped, not refused by Parquet: quarantining must not fail."""
