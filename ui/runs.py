@@ -55,6 +55,32 @@ SILENT_S = 600.0  # Marin: telemetry silent > 10 min (queries/thresholds.py sile
 _MISSING = object()
 
 
+def unseen(files: dict[str, dict[str, list[Path]]], kinds, kept: dict[str, list]) -> tuple[dict, dict, dict]:
+    """The files of `kinds` split by what `kept` (str(path) -> [size:mtime, ..., what was read]) holds for them:
+    ({path: what was read} for those kept at their present size and mtime, {kind: [paths to read]}, {path to
+    read: its size:mtime}). A file gone since the listing (a compaction's: the next listing has its successor)
+    is in neither."""
+    out: dict[str, object] = {}
+    todo: dict[str, list[str]] = {}
+    idents: dict[str, str] = {}
+    for kind in kinds:
+        for run in files.values():
+            for f in run.get(kind, []):
+                p = str(f)
+                try:
+                    st = f.stat()
+                except OSError:
+                    continue
+                ident = f"{st.st_size}:{st.st_mtime_ns}"
+                have = kept.get(p)
+                if have is not None and have[0] == ident:
+                    out[p] = have[-1]
+                else:
+                    todo.setdefault(kind, []).append(p)
+                    idents[p] = ident
+    return out, todo, idents
+
+
 class RunsIndex:
     """The runs page's rows of one ledger root, kept by the files they were summarised from."""
 
@@ -73,18 +99,13 @@ class RunsIndex:
         return cache.path(self.snapshot.root, "files", PARTS_VERSION)
 
     def _load_parts(self) -> None:
-        try:
-            found = json.loads(self.cache_path().read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(found, dict):
-            self.parts.update({p: v for p, v in found.items() if isinstance(v, list) and len(v) == 3})
-        try:
-            found = json.loads(self.lasts_path().read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(found, dict):
-            self.lasts.update({p: v for p, v in found.items() if isinstance(v, list) and len(v) == 2})
+        for kept, path, size in ((self.parts, self.cache_path(), 3), (self.lasts, self.lasts_path(), 2)):
+            try:
+                found = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(found, dict):
+                kept.update({p: v for p, v in found.items() if isinstance(v, list) and len(v) == size})
 
     def lasts_path(self) -> Path:
         """Where the files' last metric values are kept between starts."""
@@ -93,24 +114,7 @@ class RunsIndex:
     def file_parts(self, files: dict[str, dict[str, list[Path]]]) -> dict[str, list[dict]]:
         """str(path) -> that file's parts (rows of FILE_PARTS, one per run in it), for the files of the
         kinds the runs page reads; read only for the files not seen before (one query per kind)."""
-        out: dict[str, list[dict]] = {}
-        todo: dict[str, list[str]] = {}
-        idents: dict[str, str] = {}
-        for kind in FILE_PARTS:
-            for run in files.values():
-                for f in run.get(kind, []):
-                    p = str(f)
-                    try:
-                        st = f.stat()
-                    except OSError:  # dropped by a compaction since the listing: the next listing has its successor
-                        continue
-                    ident = f"{st.st_size}:{st.st_mtime_ns}"
-                    kept = self.parts.get(p)
-                    if kept is not None and kept[0] == ident:
-                        out[p] = kept[2]
-                    else:
-                        todo.setdefault(kind, []).append(p)
-                        idents[p] = ident
+        out, todo, idents = unseen(files, FILE_PARTS, self.parts)
         for kind, paths_ in todo.items():
             t0 = time.perf_counter()
             scan = ", ".join(queries.sql_str(p) for p in paths_)
@@ -170,24 +174,7 @@ class RunsIndex:
         """str(path) -> {run: {metric: [step, time (us), value]}}: each metric's last value in that file (at
         its greatest step, then time; nulls skipped), for the files of LAST_KINDS; read only for the files not
         seen before: one grouped query per kind (and per LAST_COLUMNS of its columns), kept like `file_parts`."""
-        out: dict[str, dict] = {}
-        todo: dict[str, list[str]] = {}
-        idents: dict[str, str] = {}
-        for kind in LAST_KINDS:
-            for run in files.values():
-                for f in run.get(kind, []):
-                    p = str(f)
-                    try:
-                        st = f.stat()
-                    except OSError:  # (dropped by a compaction since the listing)
-                        continue
-                    ident = f"{st.st_size}:{st.st_mtime_ns}"
-                    kept = self.lasts.get(p)
-                    if kept is not None and kept[0] == ident:
-                        out[p] = kept[1]
-                    else:
-                        todo.setdefault(kind, []).append(p)
-                        idents[p] = ident
+        out, todo, idents = unseen(files, LAST_KINDS, self.lasts)
         envelope = set(envelope_columns())
         for kind, paths_ in todo.items():
             t0 = time.perf_counter()
