@@ -19,29 +19,23 @@ import pytest
 
 from support import REPO
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
-from support.processes import LedgerProcess
 from support.reading import wait_for_count
-from support.ui import UiProcess
+from support.ui import UiStack
 
 TOKEN, READ_TOKEN = "write-token-0123456789abcdef", "read-token-0123456789abcdef"
 LOSS_RGB = (0xD6, 0x27, 0x28)  # the first series' color (app.js COLORS[0]): attempt 0's loss line
 WATCHDOG_S = 30.0  # a hang guard, not a promise of speed
 
 
-class Served:
+class Served(UiStack):
     """A nats-server, a ledger process, a worker's and an agent's Emitters, and `runledger ui`."""
 
     def __init__(self, tmp: Path):
-        from runledger.ledger.bus.natsserver import NatsServer
         from runledger.ledger.emit.emitter import Emitter
 
-        self.tmp, self.root = tmp, tmp / "ledger"
-        self.root.mkdir()
-        self.nats = NatsServer(tmp / "nats").start()
-        self.ledger = LedgerProcess(self.root, self.nats.url, tmp / "ledger.log").start()
+        super().__init__(tmp)
         self.worker = Emitter("alpha", "worker-0", 0, self.nats.url, tmp / "spool")
         self.agent = Emitter("alpha", "agent-drops", 0, self.nats.url, tmp / "spool")
-        self.ui = None
         self.step = 0
 
     def write_runs(self) -> None:
@@ -87,18 +81,10 @@ class Served:
         worker.emit(MetricsLogged(metrics={"eval/acc": 0.1 + 0.01 * k}), step=k)
         self.step = k
 
-    def start_ui(self) -> str:
-        self.ui = UiProcess(self.root, self.tmp / "ui.log", "--nats", self.nats.url, "--host", "0.0.0.0",
-                            "--token", TOKEN, "--read-token", READ_TOKEN)
-        return self.ui.base
-
     def stop(self) -> None:
         for em in (self.worker, self.agent):
             em.close(timeout=5)
-        if self.ui is not None:
-            self.ui.stop()
-        self.ledger.kill()
-        self.nats.stop()
+        super().stop()
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +92,7 @@ def served(tmp_path_factory):
     s = Served(tmp_path_factory.mktemp("ui"))
     try:
         s.write_runs()
-        s.base = s.start_ui()
+        s.base = s.start_ui("--host", "0.0.0.0", "--token", TOKEN, "--read-token", READ_TOKEN).base
         yield s
     finally:
         s.stop()

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import pytest
 
 from support import REPO
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
-from support.processes import LedgerProcess
 from support.reading import wait_for_count
-from support.ui import UiProcess
+from support.ui import UiStack
 
 STEPS = 30
 LAYERS = 3
@@ -36,18 +34,9 @@ NOT_LOGGED = ("drop_fraction", "drops_vs_ladder", "forecast_hit", "grad_norm_max
               "mfu_below_plan", "mfu_constant", "param_norm_growth", "router_entropy")
 
 
-class AnyRunPage:
+class AnyRunPage(UiStack):
     """A nats-server, a ledger process, two runs (a numpy-like loop through runledger.init, and one that sent
     a metric only), and `runledger ui` over them."""
-
-    def __init__(self, tmp: Path):
-        from runledger.ledger.bus.natsserver import NatsServer
-
-        self.tmp, self.root = tmp, tmp / "ledger"
-        self.root.mkdir()
-        self.nats = NatsServer(tmp / "nats").start()
-        self.ledger = LedgerProcess(self.root, self.nats.url, tmp / "ledger.log").start()
-        self.ui = None
 
     def log_runs(self) -> None:
         import runledger
@@ -72,15 +61,6 @@ class AnyRunPage:
         assert bare.close(timeout=30)
         wait_for_count(self.root, "select count(*) from metric_events where run_id in ('mlp', 'bare')", STEPS + 1, timeout=60)
 
-    def start_ui(self) -> str:
-        self.ui = UiProcess(self.root, self.tmp / "ui.log", "--nats", self.nats.url)
-        return self.ui.line  # the address (with its token)
-
-    def stop(self) -> None:
-        if self.ui is not None:
-            self.ui.stop()
-        self.ledger.kill()
-        self.nats.stop()
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +68,7 @@ def any_run(tmp_path_factory):
     s = AnyRunPage(tmp_path_factory.mktemp("anyrun"))
     try:
         s.log_runs()
-        s.url = s.start_ui()
+        s.url = s.start_ui().line  # the address (with its token)
         yield s
     finally:
         s.stop()

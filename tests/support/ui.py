@@ -50,3 +50,28 @@ class UiProcess:
             self.proc.wait()
         self.proc.stdout.close()
         self._log.close()
+
+
+class UiStack:
+    """A nats-server and a ledger process over `tmp`/ledger, and (`start_ui`) `runledger ui` following them; `stop()`
+    stops what was started, the dashboard first."""
+
+    def __init__(self, tmp: Path):
+        from runledger.ledger.bus.natsserver import NatsServer
+        from support.processes import LedgerProcess
+
+        self.tmp, self.root = tmp, tmp / "ledger"
+        self.root.mkdir()
+        self.nats = NatsServer(tmp / "nats").start()
+        self.ledger = LedgerProcess(self.root, self.nats.url, tmp / "ledger.log").start()
+        self.ui: UiProcess | None = None
+
+    def start_ui(self, *args: str) -> UiProcess:
+        self.ui = UiProcess(self.root, self.tmp / "ui.log", "--nats", self.nats.url, *args)
+        return self.ui
+
+    def stop(self) -> None:
+        if self.ui is not None:
+            self.ui.stop()
+        self.ledger.kill()
+        self.nats.stop()
