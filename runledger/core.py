@@ -617,6 +617,13 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     unknown = sorted(map(str, set(thresholds or ()) - NAMES))
     if unknown:
         raise LogError(f"unknown thresholds {', '.join(unknown)} (known: {', '.join(sorted(NAMES))})")
+    if resumed_from:  # (refused before anything starts)
+        try:
+            resumed_from = {"path": str(resumed_from["path"]), "step": int(resumed_from["step"]),
+                            "content_hash": str(resumed_from["content_hash"])}
+        except (KeyError, TypeError, ValueError) as err:
+            raise LogError(f"resumed_from {str(resumed_from)[:80]}: a dict of path, step (a whole number) and "
+                           f"content_hash ({type(err).__name__}: {err})") from None
     root = Path(settings.root(root))
     fresh = id is None  # a new id: no chain of it exists anywhere, so attempt 0 is its own
     if id is not None:
@@ -685,8 +692,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     if thresholds:
         started["thresholds"] = {k: float(v) for k, v in thresholds.items()}
     if resumed_from:
-        started["resumed_from"] = {"path": str(resumed_from["path"]), "step": int(resumed_from["step"]),
-                                   "content_hash": str(resumed_from["content_hash"])}
+        started["resumed_from"] = resumed_from
     if commit := _code_commit():
         started["code_commit"] = commit
     sink.emit_dict("run_started", started, first_step if first_step else None)

@@ -53,3 +53,12 @@ def test_bad_input_is_refused_at_the_call(tmp_path):
 def test_a_disabled_run_records_nothing(tmp_path):
     run, sink = a_run(tmp_path, mode="disabled")
     assert run.log_checkpoint(tmp_path / "absent") == {} and sink.payloads("checkpoint") == []
+
+
+@pytest.mark.parametrize("bad", [{"path": "ckpt/4"}, {"path": "ckpt/4", "step": "four", "content_hash": "h"}, ["ckpt/4", 4]])
+def test_a_resumed_from_without_its_path_step_and_hash_is_refused_in_one_line_before_anything_starts(tmp_path, bad):
+    import runledger
+
+    with pytest.raises(LogError, match="resumed_from .*a dict of path, step"):
+        runledger.init(project="p", root=tmp_path / "root", resumed_from=bad)
+    assert not (tmp_path / "root").exists()  # nothing started, nothing written
