@@ -258,6 +258,9 @@ def _last_step(root: Path, spool: Path, run_id: str) -> int | None:
         for line in seg.read_bytes().splitlines()[-3:]:
             m = re.search(rb'"step":(\d+)', line)
             steps += [int(m.group(1))] if m else []
+    for intake in spool.glob(f"{run_id}/*/*/in-*.jsonl"):  # accepted, not yet sealed: [seq, kind, step, ...]
+        data = intake.read_bytes()
+        steps += [int(m) for m in re.findall(rb'(?m)^\[\d+,"[a-z_]+",(\d+),', data[:data.find(b"\0")] if b"\0" in data else data)]
     return max(steps, default=None)
 
 
@@ -272,6 +275,7 @@ class Run(WandbRun):
         self.mode, self.entity = mode, entity
         self.name, self.project, self.root, self.attempt, self.tags = name or run_id, project, root, attempt, tags
         self._sink, self._attachment = sink, attachment
+        self._accept = getattr(sink, "accept", None) or sink.emit_dict  # (the Emitter's: sealed off this thread)
         self._step = first_step  # the next step `log` takes when not given one
         self._pending: dict | None = None  # log(commit=False) data waiting for its step's commit
         self._pending_step: int | None = None
@@ -338,7 +342,7 @@ class Run(WandbRun):
 
     def _emit_metrics(self, payload: dict, step: int) -> None:
         with _Deferred.signals():
-            self._sink.emit_dict("metrics", payload, step)
+            self._accept("metrics", payload, step)
         if len(payload) == 1 and self._defined is None:
             self.summary.update(payload["metrics"])
         else:

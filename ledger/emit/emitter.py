@@ -29,6 +29,7 @@ from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.storage import locks
 from runledger.ledger.emit.chains import next_attempt
 from runledger.ledger.emit.publisher import Publisher
+from runledger.ledger.emit.sealing import utc_now
 from runledger.ledger.emit.sink import ChainSink
 from runledger.ledger.emit.spool import Spool, SpoolFull, chain_dir
 
@@ -65,12 +66,38 @@ class Emitter(ChainSink):
         self.dir = chain_dir(spool_dir, run_id, producer, attempt)
         self.spool = Spool(self.dir, max_spool_bytes, f"; is NATS at {nats_url} reachable?")
         super().__init__(run_id, producer, attempt, self.spool.seq, self.spool.prev_hash)
-        self._lock = self.spool.lock  # one lock for the chain: sealing and spooling are one step
+        self._lock = _ChainLock(self)  # one lock for the chain: sealing and spooling are one step
         self.publisher = Publisher(self.spool, run_id, producer, attempt, nats_url, batch)
         if nats_url is not None:  # None: offline, the spool only (sent later: `runledger sync`, send_leftovers)
             self.publisher.start()
         else:
             self.publisher.stopped.set()
+
+    def accept(self, kind: str, payload: dict, step: int | None = None) -> str:
+        """`emit_dict` for `log`'s hot path: the event is in the spool's intake when this returns (it
+        survives a SIGKILL from then on) and the publisher's thread seals it, in seq order, with the hash
+        and text sealing here would give (`Spool.accept`). Only for payloads checked already (`log`'s,
+        built by `metrics_payload`): a bad one is quarantined by the ledger, not refused here. Without a
+        publisher (offline) it is sealed here."""
+        if self.publisher.stopped.is_set():
+            return self.emit_dict(kind, payload, step)
+        spool = self.spool
+        with spool.lock:
+            seq = spool.accept(kind, payload, step, utc_now())
+        return f"{self.run_id}:{self.producer}:{self.attempt}:{seq}"
+
+    @property
+    def next_seq(self) -> int:
+        return self.spool.next_seq
+
+    def hand_over(self) -> None:
+        """Stop without waiting for NATS: seal and fsync what is spooled, stop the publisher (what it has
+        in flight gets its acknowledgement for up to a second), and free the chain, leaving the rest for
+        whoever opens it next (the root's supervisor sends it: `send_leftovers`)."""
+        self.spool.seal_accepted()
+        if self.nats_url is not None:
+            self.publisher.stop(None, 2.0)
+        self.spool.close(stored=False)
 
     @property
     def conflicts(self) -> set[int]:
@@ -102,7 +129,7 @@ class Emitter(ChainSink):
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event emitted so far is acknowledged; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.spool.acked_upto < self._seq:
+        while self.spool.acked_upto < self.spool.next_seq:
             if self.publisher.stopped.is_set() or (deadline is not None and time.monotonic() > deadline):
                 return False
             time.sleep(0.005)
@@ -118,11 +145,11 @@ class Emitter(ChainSink):
             self.publisher.stop(deadline if ok and self.confirm else None, max(10.0, deadline - time.monotonic() + 5))
         # the ledger's tables hold every event of the chain: the spool's copy goes (Spool.close)
         stored = (ok and self.nats_url is not None and self.confirmed and not self.conflicts
-                  and self.publisher.stored_upto >= self._seq)
+                  and self.publisher.stored_upto >= self.spool.seq)
         self.spool.close(stored=stored)
         if not ok and self.nats_url is not None and say_unsent:
             log.warning("emitter %s/%s closed with %d events unacknowledged (kept in %s)",
-                        self.run_id, self.producer, self._seq - self.spool.acked_upto, self.dir)
+                        self.run_id, self.producer, self.spool.seq - self.spool.acked_upto, self.dir)
         if self.conflicts:
             log.error("chain %s:%s:%d: the ledger found conflicting events at seq %s: another producer wrote this "
                       "chain too; see `runledger verify`", self.run_id, self.producer, self.attempt,
@@ -134,6 +161,31 @@ class Emitter(ChainSink):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _ChainLock:
+    """The Emitter's chain lock, as ChainSink takes it to seal an event inline: the spool's `sealing`,
+    then its `lock`; what was accepted before is sealed first (so the inline event comes after it), and
+    the sink's position is the spool's. On leaving, the spool's next accepted seq follows the event."""
+
+    def __init__(self, emitter: "Emitter") -> None:
+        self.emitter, self.spool = emitter, emitter.spool
+
+    def __enter__(self) -> None:
+        spool = self.spool
+        spool.sealing.acquire()
+        spool.lock.acquire()
+        try:
+            spool.seal_accepted_locked()
+        except BaseException:
+            self.__exit__()
+            raise
+        self.emitter._seq, self.emitter._prev_hash = spool.seq, spool.prev_hash
+
+    def __exit__(self, *exc) -> None:
+        self.spool.next_seq = self.spool.seq
+        self.spool.lock.release()
+        self.spool.sealing.release()
 
 
 def _ranges(seqs: list[int]) -> str:
@@ -155,10 +207,11 @@ def leftover_chains(spool_dir: str | Path, run_id: str | None = None) -> list[tu
     found = []
     for d in sorted(Path(spool_dir).glob(f"{run_id or '*'}/*/*")):
         segments = sorted(d.glob("seg-*.jsonl"))
-        if not d.name.isdigit() or not segments:
+        intake = any(d.glob("in-*.jsonl"))  # accepted events a killed process never sealed (Spool.accept)
+        if not d.name.isdigit() or not (segments or intake):
             continue
         acked = d / "acked"
-        if acked.exists() and acked.stat().st_mtime_ns >= segments[-1].stat().st_mtime_ns:
+        if not intake and acked.exists() and acked.stat().st_mtime_ns >= segments[-1].stat().st_mtime_ns:
             continue
         if not locks.is_held(d / "lock"):
             found.append((d.parent.parent.name, d.parent.name, int(d.name)))

@@ -94,23 +94,35 @@ class Publisher:
             self.stopped.set()
             loop.close()
 
+    def url(self) -> str | None:
+        """The server's URL: `nats_url`, or what it says when called (the root's local server, which may be
+        starting: None until it is up)."""
+        return self.nats_url() if callable(self.nats_url) else self.nats_url
+
     async def _connect(self):
         while not self.closing.is_set():
-            nc = None
+            nc = url = None
+            self.spool.seal_accepted()  # (what `log` accepted is sealed meanwhile)
             try:  # (nats-py's first connect to a server that is not there tries again forever, deaf to stop())
-                if not await bus.listening(self.nats_url, CONNECT_PROBE_S):
-                    raise ConnectionRefusedError(f"nothing listens at {self.nats_url}")
-                nc = await asyncio.wait_for(bus.connect(self.nats_url, name=f"emitter-{self.producer}",
+                url = self.url()
+                if url is None:
+                    raise ConnectionRefusedError("the root's local server is starting")
+                if not await bus.listening(url, CONNECT_PROBE_S):
+                    raise ConnectionRefusedError(f"nothing listens at {url}")
+                nc = await asyncio.wait_for(bus.connect(url, name=f"emitter-{self.producer}",
                                                         error_cb=self._on_error), CONNECT_PROBE_S * 5)
                 js = nc.jetstream(publish_async_max_pending=MAX_INFLIGHT * 2)
                 await bus.ensure_stream(js)
                 self.connected_once = True
                 return nc, js
             except Exception as err:  # server down, or no stream yet: keep the events spooled, try again
-                log.debug("emitter: NATS at %s not ready (%s)", self.nats_url, err)
+                log.debug("emitter: NATS not ready (%s)", err)
                 if nc is not None:
                     await nc.close()
-                await asyncio.sleep(0.25)
+                try:  # (stop() wakes it at once)
+                    await asyncio.wait_for(self._wake.wait(), 0.1 if url is None else 0.25)
+                except asyncio.TimeoutError:
+                    pass
         return None, None
 
     async def _on_error(self, err: Exception) -> None:
@@ -154,6 +166,7 @@ class Publisher:
         last_sync = time.monotonic()
         try:
             while True:
+                spool.seal_accepted()  # what `log` accepted since the last round (Spool.accept)
                 # send
                 while spool.pending and len(inflight) < MAX_INFLIGHT:
                     if not await self._send(js, self.take(), inflight, done):

@@ -9,12 +9,15 @@ event's `prev_hash` is the hash of the one before it in its (run_id, producer, a
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 
 from runledger.ledger.contract.canonical import (canonical_json, envelope_text, event_hash, fast_canonical, fast_canonical_texts)
 from runledger.ledger.contract.columns import NUMERIC_KINDS
 from runledger.ledger.contract.events import KINDS, SCHEMA_VERSION, InvalidEvent, make_event_id
 from runledger.ledger.contract.validation import (check_exact_floats, check_name, check_payload, check_position, check_time, long_int_in, names_ok, payloads_valid, steps_ok)
+
+log = logging.getLogger(__name__)
 
 _second_text: list = [None, ""]  # (second, its formatted text): formatting dominates otherwise
 
@@ -30,11 +33,13 @@ def utc_now() -> str:
 
 def seal(
     run_id: str, producer: str, attempt: int, seq: int, kind: str, payload: dict,
-    step: int | None, prev_hash: str, time: str | None = None,
+    step: int | None, prev_hash: str, time: str | None = None, checked: bool = True,
 ) -> tuple[dict, str]:
     """Build a valid, hashed envelope; return (envelope, its canonical wire text).
 
-    Raises InvalidEvent for a bad name or payload, so a producer learns at `emit` time.
+    Raises InvalidEvent for a bad name or payload, so a producer learns at `emit` time. With
+    `checked=False` the payload is not checked (an event accepted already, sealed as it was given: the
+    ledger quarantines it if it is bad, naming why).
     """
     if not names_ok(run_id, producer):
         check_name(run_id, "run_id")
@@ -42,7 +47,8 @@ def seal(
     if time is not None:
         check_time(time)
     check_position(attempt, seq, step)
-    check_payload(kind, payload)
+    if checked:
+        check_payload(kind, payload)
     time = time or utc_now()
     env = {
         "event_id": make_event_id(run_id, producer, attempt, seq),
@@ -58,7 +64,7 @@ def seal(
         "payload": payload,
     }
     payload_text = fast_canonical(payload, numeric=kind in NUMERIC_KINDS)
-    if long_int_in(kind, payload):
+    if checked and long_int_in(kind, payload):
         check_exact_floats(kind, payload)
     if payload_text is None:  # the reference writer
         payload_text = canonical_json(payload)
@@ -122,22 +128,72 @@ def seal_many(
     return (ids, *_envelope_texts(run_id, producer, attempt, seq, kind, time, steps, payload_texts, prev_hash))
 
 
+def seal_accepted(
+    run_id: str, producer: str, attempt: int, seq: int, records: list[tuple[str, int | None, str, dict]],
+    prev_hash: str,
+) -> tuple[list[str], list[str], list[bytes], list[str]]:
+    """Seal events accepted earlier (`Spool.accept`: each (kind, step, time, payload) given its seq and
+    time then): (event_ids, hashes, canonical wire texts, kinds), the same bytes as `seal` called for
+    each in turn at its time (tests/unit/test_intake.py compares them). An accepted event is sealed
+    whatever it holds: one that does not pass its kind's check is sealed as given, with an error logged,
+    and the ledger quarantines it naming why (it was accepted: it is never dropped here)."""
+    ids, hashes, texts, kinds = [], [], [], []
+    i = 0
+    while i < len(records):
+        kind = records[i][0]
+        j = i + 1
+        while j < len(records) and records[j][0] == kind:
+            j += 1
+        group = records[i:j]
+        payloads = [r[3] for r in group]
+        payload_texts = None
+        if kind in KINDS and payloads_valid(kind, payloads) and not any(long_int_in(kind, p) for p in payloads):
+            payload_texts = fast_canonical_texts(payloads, kind in NUMERIC_KINDS)
+        if payload_texts is not None:
+            h, t = _envelope_texts(run_id, producer, attempt, seq + i, kind, "", [r[1] for r in group], payload_texts,
+                                   prev_hash, [r[2] for r in group])
+        else:  # one at a time, by the reference writer
+            h, t = [], []
+            for n, (_, step, at, payload) in enumerate(group):
+                try:
+                    env, text = seal(run_id, producer, attempt, seq + i + n, kind, payload, step, prev_hash, at)
+                except InvalidEvent as err:
+                    log.error("chain %s:%s:%d seq %d: an accepted %s event does not pass its check (%s); sealed as "
+                              "given, for the ledger to quarantine", run_id, producer, attempt, seq + i + n, kind, err)
+                    env, text = seal(run_id, producer, attempt, seq + i + n, kind, payload, step, prev_hash, at,
+                                     checked=False)
+                h.append(prev_hash := env["hash"])
+                t.append(text.encode())
+        ids += [f"{run_id}:{producer}:{attempt}:{s}" for s in range(seq + i, seq + j)]
+        hashes += h
+        texts += t
+        kinds += [kind] * len(group)
+        prev_hash = h[-1]
+        i = j
+    return ids, hashes, texts, kinds
+
+
 def _envelope_texts(
     run_id: str, producer: str, attempt: int, seq: int, kind: str, time: str, steps: list[int | None],
-    payload_texts: list[bytes], prev_hash: str,
+    payload_texts: list[bytes], prev_hash: str, times: list[str] | None = None,
 ) -> tuple[list[str], list[bytes]]:
-    """(hashes, canonical texts) of consecutive envelopes, put together around their payloads' texts.
-    The keys are in canonical order; the strings (names, kind, time, ids, hex) are checked already
-    to need no escaping and hold no "%"; the ints (attempt, seq, steps) are ints, not bools."""
+    """(hashes, canonical texts) of consecutive envelopes, put together around their payloads' texts,
+    all at `time` or each at its own of `times`. The keys are in canonical order; the strings (names,
+    kind, time, ids, hex) are checked already to need no escaping and hold no "%"; the ints (attempt,
+    seq, steps) are ints, not bools."""
+    at = "%s" if times is not None else time
     rest = (f',"kind":"{kind}","payload":%s,"prev_hash":"%s","producer":"{producer}","run_id":"{run_id}",'
-            f'"schema_version":{SCHEMA_VERSION},"seq":%d,"step":%s,"time":"{time}"}}').encode()
+            f'"schema_version":{SCHEMA_VERSION},"seq":%d,"step":%s,"time":"{at}"}}').encode()
     head = f'{{"attempt":{attempt},"event_id":"{run_id}:{producer}:{attempt}:'.encode()
     sha256 = hashlib.sha256
     prev = prev_hash.encode()
     hashes, texts = [], []
-    for s, step, payload_text in zip(range(seq, seq + len(steps)), steps, payload_texts):
+    for n, (s, step, payload_text) in enumerate(zip(range(seq, seq + len(steps)), steps, payload_texts)):
         start = b'%s%d"' % (head, s)
-        tail = rest % (payload_text, prev, s, b"null" if step is None else b"%d" % step)
+        if times is None:
+            tail = rest % (payload_text, prev, s, b"null" if step is None else b"%d" % step)
+        else:
+            tail = rest % (payload_text, prev, s, b"null" if step is None else b"%d" % step, times[n].encode())
         digest = sha256(start + tail).hexdigest()
         hashes.append(digest)
         prev = digest.encode()

@@ -12,6 +12,17 @@ Layout: {spool_dir}/{run_id}/{producer}/{attempt}/seg-{first_seq}.jsonl (one can
 line), `acked` (every seq below this number is acknowledged) and `lock`; `damaged/` holds the lines
 found damaged on reopening (not JSON, not this chain's envelope, torn), each beside its `.reason`.
 
+The intake (what `log` does on the caller's thread): `accept(kind, payload, step)` gives the event
+its seq and time and copies `[seq, kind, step, time, payload]` as one JSON line into
+in-{first_seq}.jsonl, a file of INTAKE_BYTES mapped into memory (MAP_SHARED: the bytes are the
+file's page cache, so they outlive a SIGKILL of the process the moment the copy is done, with no
+system call on the caller's thread; the unused rest of the file is zeros). The publisher's thread
+seals what was accepted (`seal_accepted`: the hashes and texts `seal` would give at those times)
+and appends it to the segments like any event; once a segment holding them is fsync'd, their intake
+file goes. Reopening a chain (`_recover_intake`) seals the accepted records past the segments' last
+seq first, so a crash between accept and seal loses nothing and seals each event once (the intake's
+records below the segments' next seq were sealed before the crash, and are skipped).
+
 Once the ledger's tables hold every event of the chain (its producer asked the ledger at close), the
 spool's copy goes (`close(stored=True)`): first `stored` is written (`{seq} {hash}`: every seq below
 `seq` is stored, `hash` the last one's), then the segments are removed. The folder stays with those
@@ -27,11 +38,15 @@ import collections
 import hashlib
 import json
 import logging
+import mmap
 import operator
 import os
+import re
 import threading
 from pathlib import Path
 from typing import NamedTuple
+
+import orjson
 
 from runledger.ledger.storage import locks
 from runledger.ledger.contract.events import HASH_RE, KINDS
@@ -40,6 +55,8 @@ from runledger.ledger.storage.files import fsync_dir
 log = logging.getLogger(__name__)
 
 SEGMENT_EVENTS = 20_000  # events per spool segment file
+INTAKE_BYTES = 4 << 20  # an intake file's size (sparse: its unused part costs no disk)
+_INTAKE_RE = re.compile(r"in-(\d{12})\.jsonl")
 STORED = "stored"  # in a chain's folder: `{seq} {hash}`, every seq below seq in the ledger's tables
 
 
@@ -87,12 +104,23 @@ class Spool:
             self._seg_first = 0
             self._dirty = False
             self._recover()
+            # the intake: accepted events, not yet sealed (see the module docstring)
+            self.sealing = threading.RLock()  # held while accepted events are sealed and appended (then `lock`)
+            self.accepted: list[tuple] = []  # (seq, kind, step, time, payload), in seq order, not yet sealed
+            self.accepted_bytes = 0
+            self.next_seq = self.seq  # the seq the next accepted event gets
+            self._in_map: mmap.mmap | None = None
+            self._in_pos = 0
+            self._in_files: list[tuple[Path, int]] = []  # (intake file, the seq past its last record), oldest first
+            self._synced_upto = self.seq  # every sealed seq below it is fsync'd in a segment
+            self._recover_intake()
+            self.next_seq = self.seq
         except BaseException:
             self._chain_lock.release()
             raise
 
     def unacknowledged(self) -> int:
-        return self.seq - self.acked_upto - len(self.acked)
+        return self.next_seq - self.acked_upto - len(self.acked)
 
     def append(self, kind: str, ids: list[str], hashes: list[str], texts: list[bytes]) -> None:
         """Append sealed events (the next seqs) to the spool and the queue; under `lock`."""
@@ -109,6 +137,129 @@ class Spool:
         self.unacked_bytes += len(data) - n
         self.seq += n
         self.prev_hash = hashes[-1]
+
+    def accept(self, kind: str, payload: dict, step: int | None, time: str) -> int:
+        """Take an event for sealing later (see the module docstring); return its seq. Under `lock`.
+        The record is in the intake file when this returns; `seal_accepted` seals it in seq order."""
+        seq = self.next_seq
+        try:
+            data = orjson.dumps([seq, kind, step, time, payload]) + b"\n"
+        except TypeError:  # an int past 64 bits, a subclass of a plain type: the standard library's text
+            data = json.dumps([seq, kind, step, time, payload], separators=(",", ":")).encode() + b"\n"
+        if self.unacked_bytes + self.accepted_bytes + len(data) > self.max_bytes:
+            raise SpoolFull(f"spool {self.dir} holds {self.unacked_bytes + self.accepted_bytes} bytes of "
+                            f"unacknowledged events (limit {self.max_bytes}){self.full_hint}")
+        if self._in_map is None or self._in_pos + len(data) >= len(self._in_map):
+            self._open_intake(seq, len(data))
+        pos = self._in_pos
+        self._in_map[pos:pos + len(data)] = data
+        self._in_pos = pos + len(data)
+        self.accepted.append((seq, kind, step, time, payload))
+        self.accepted_bytes += len(data)
+        self.next_seq = seq + 1
+        return seq
+
+    def seal_accepted(self) -> int:
+        """Seal what was accepted, in seq order, and append it (the publisher's thread calls this, and
+        `close`): the sealing outside `lock`, so `accept` never waits for it. Returns how many it sealed."""
+        with self.sealing:
+            with self.lock:
+                records, self.accepted, self.accepted_bytes = self.accepted, [], 0
+            if not records:
+                return 0
+            sealed = self._seal(records)
+            with self.lock:
+                self._append_sealed(*sealed)
+            return len(records)
+
+    def seal_accepted_locked(self) -> None:
+        """`seal_accepted` for a caller that holds `sealing` and `lock` (an event sealed inline goes after
+        every event accepted before it)."""
+        if self.accepted:
+            records, self.accepted, self.accepted_bytes = self.accepted, [], 0
+            self._append_sealed(*self._seal(records))
+
+    def _seal(self, records: list[tuple]) -> tuple[list, list, list, list]:
+        from runledger.ledger.emit.sealing import seal_accepted
+
+        run_id, producer, attempt = self.dir.parts[-3:]
+        ids, hashes, texts, kinds = seal_accepted(run_id, producer, int(attempt), records[0][0],
+                                                  [r[1:] for r in records], self.prev_hash)
+        return kinds, ids, hashes, texts
+
+    def _append_sealed(self, kinds: list[str], ids: list[str], hashes: list[str], texts: list[bytes]) -> None:
+        """`append` for events of several kinds (sealed from the intake): one write, one queue."""
+        data = b"\n".join(texts) + b"\n"
+        if self._seg_fd is None or self.seq - self._seg_first >= SEGMENT_EVENTS:
+            self._open_segment(self.seq)
+        self._append(data)
+        self._dirty = True
+        n = len(ids)
+        self.pending.extend(map(Spooled, range(self.seq, self.seq + n), kinds, ids, texts, hashes))
+        self.unacked_bytes += len(data) - n
+        self.seq += n
+        self.prev_hash = hashes[-1]
+
+    def _open_intake(self, first: int, need: int) -> None:
+        """Start a new intake file at seq `first` (the old one stays until what it holds is synced)."""
+        if self._in_map is not None:
+            self._in_map.close()
+        path = self.dir / f"in-{first:012d}.jsonl"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, max(INTAKE_BYTES, need * 2))
+            self._in_map = mmap.mmap(fd, 0)
+        finally:
+            os.close(fd)
+        fsync_dir(self.dir)
+        self._in_pos = 0
+        if self._in_files:
+            self._in_files[-1] = (self._in_files[-1][0], first)
+        self._in_files.append((path, -1))  # -1: still being written
+
+    def _drop_synced_intake(self) -> None:
+        """Remove the intake files whose every record is sealed and fsync'd in a segment (under `lock`)."""
+        while self._in_files and 0 <= self._in_files[0][1] <= self._synced_upto:
+            self._in_files.pop(0)[0].unlink(missing_ok=True)
+
+    def _recover_intake(self) -> None:
+        """Seal the records a crashed process accepted and never sealed (those past the segments' last
+        seq), then fsync them and remove the intake files. A record that is not JSON, not the next seq, or
+        torn is moved aside into damaged/ with its reason, as a damaged segment line is."""
+        files = sorted(p for p in self.dir.glob("in-*.jsonl") if _INTAKE_RE.fullmatch(p.name))
+        if not files:
+            return
+        records, damaged = [], []
+        for path in files:
+            data = path.read_bytes()
+            end = data.find(b"\0")
+            lines = (data if end < 0 else data[:end]).split(b"\n")
+            torn = lines.pop()
+            for line in lines:
+                try:
+                    seq, kind, step, at, payload = json.loads(line)
+                    if type(seq) is not int or not isinstance(payload, dict) or kind not in KINDS:
+                        raise ValueError("not an accepted record [seq, kind, step, time, payload]")
+                except ValueError as err:  # (UnicodeDecodeError too)
+                    damaged.append((path, line, f"not an accepted record: {err}"))
+                    continue
+                if seq < self.seq:  # sealed before the crash
+                    continue
+                if seq != self.seq + len(records):
+                    damaged.append((path, line, f"seq {seq} is not the next one ({self.seq + len(records)})"))
+                    continue
+                records.append((kind, step, at, payload))
+            if torn:
+                damaged.append((path, torn, "a torn last record: the copy was cut off before log returned"))
+        for path, line, reason in damaged:
+            self._set_aside(path.stem, line, reason)
+        if records:
+            self._append_sealed(*self._seal([(self.seq + i, *r) for i, r in enumerate(records)]))
+            self._sync_segment()
+            log.info("spool %s: %d events accepted before a crash were sealed", self.dir, len(records))
+        for path in files:
+            path.unlink()
+        fsync_dir(self.dir)
 
     def requeue(self, items: list[Spooled]) -> None:
         """Put events back in the queue, keeping seq order (the producer may be appending meanwhile)."""
@@ -145,13 +296,19 @@ class Spool:
         duplicate of the segment's descriptor, so a segment rotated meanwhile is still the one synced."""
         with self.lock:
             if self._seg_fd is None or not self._dirty:
+                self._synced_upto = self.seq
+                self._drop_synced_intake()
                 return
             fd = os.dup(self._seg_fd)
             self._dirty = False
+            upto = self.seq
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+        with self.lock:
+            self._synced_upto = upto
+            self._drop_synced_intake()
 
     def write_acked(self) -> None:
         tmp = self.dir / ".acked.tmp"
@@ -165,12 +322,19 @@ class Spool:
     def close(self, stored: bool = False) -> None:
         """Sync and close the open segment, record the acknowledged bound, free the chain. With
         `stored` (the ledger's tables hold every event appended), the segments go (see the module
-        docstring)."""
+        docstring). What was accepted and not yet sealed is sealed first."""
+        self.seal_accepted()
         with self.lock:
             self._sync_segment()
             if self._seg_fd is not None:
                 os.close(self._seg_fd)
                 self._seg_fd = None
+            if self._in_map is not None:
+                self._in_map.close()
+                self._in_map = None
+            for path, _ in self._in_files:  # every record sealed and synced just above
+                path.unlink(missing_ok=True)
+            self._in_files.clear()
         if stored and self.seq > self.stored_upto:
             self.prune()
         self.write_acked()
@@ -280,14 +444,8 @@ class Spool:
     def _quarantine(self, seg: Path, kept: list[bytes], damaged: list[tuple[bytes, str]]) -> None:
         """Move damaged lines of `seg` aside into damaged/ (each with a .reason file), then rewrite
         the segment with the lines kept."""
-        aside = self.dir / "damaged"
-        aside.mkdir(exist_ok=True)
         for line, reason in damaged:
-            name = f"{seg.stem}.{hashlib.sha256(line).hexdigest()[:16]}.line"
-            (aside / name).write_bytes(line + b"\n")
-            (aside / f"{name}.reason").write_text(reason + "\n")
-            log.warning("spool %s: a damaged line of %s moved to %s: %s", self.dir, seg.name, aside / name, reason)
-        fsync_dir(aside)
+            self._set_aside(seg.stem, line, reason)
         tmp = seg.with_name(f".{seg.name}.tmp")
         with open(tmp, "wb") as f:
             f.write(b"".join(line + b"\n" for line in kept))
@@ -295,6 +453,16 @@ class Spool:
             os.fsync(f.fileno())
         os.replace(tmp, seg)
         fsync_dir(self.dir)
+
+    def _set_aside(self, stem: str, line: bytes, reason: str) -> None:
+        """Keep a damaged line in damaged/, beside a .reason file."""
+        aside = self.dir / "damaged"
+        aside.mkdir(exist_ok=True)
+        name = f"{stem}.{hashlib.sha256(line).hexdigest()[:16]}.line"
+        (aside / name).write_bytes(line + b"\n")
+        (aside / f"{name}.reason").write_text(reason + "\n")
+        fsync_dir(aside)
+        log.warning("spool %s: a damaged line of %s moved to %s: %s", self.dir, stem, aside / name, reason)
 
     def _open_segment(self, first: int) -> None:
         self._sync_segment()
