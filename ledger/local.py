@@ -3,12 +3,15 @@ every process that logs to the root, stopped when no one has used them for a whi
 
 `attach(root)` is what `runledger.init` calls when no server is configured. Under the root's start
 lock it registers the calling process as a client (a lock file that the OS frees when the process
-dies), starts the root's supervisor unless one runs, and returns the server's URL. The supervisor
-(`python -m runledger.ledger.local ROOT`, detached from the caller) starts nats-server (`natsserver.up`, or
-takes the one `runledger nats up` left running), serves the ledger (`service.serve`) and, every
-POLL_S, sends what dead producers left in the root's spool (`emitter.send_leftovers`) and looks at
-its clients; every PRUNE_SPOOL_S it lets go of the spool lines of closed chains the ledger has stored
-since they closed (`emitter.prune_stored`). Once no client has been alive for `idle_s` and the ledger has taken every message, it
+dies), starts the root's supervisor unless one runs, and returns the server's URL (`init` passes
+wait=False: it gets a `LocalUrl`, read by its publisher once the server is up, and never waits). The
+supervisor (`python -m runledger.ledger.local ROOT`, detached from the caller) starts nats-server
+(`natsserver.up`, or takes the one `runledger nats up` left running), serves the ledger
+(`service.serve`) and, every POLL_S, sends what producers left in the root's spool (a killed one's,
+and a finished run's: `finish` hands its chain over; `emitter.send_leftovers`), looks at its clients,
+and lets go of the spool lines of closed chains the ledger has stored since they closed
+(`emitter.prune_stored`: a chain not stored yet is asked again after 0.5 s, then twice as long each
+time). Once no client has been alive for `idle_s` and the ledger has taken every message, it
 stops: the ledger drains, the server it started stops, and it exits. `down(root)` stops it now.
 
 Starting and stopping happen under the start lock, so a process attaching while the supervisor stops
@@ -43,8 +46,8 @@ log = logging.getLogger(__name__)
 
 IDLE_S = float(os.environ.get("RUNLEDGER_IDLE_S", 60))  # no client alive this long: the supervisor stops
 POLL_S = 1.0  # how often the supervisor looks at its clients and the spool
-PRUNE_SPOOL_S = 10.0  # how often it lets go of the spool lines of closed chains the ledger has stored since
 START_TIMEOUT_S = 60.0  # nats-server and the ledger up
+SPAWNED = "spawned"  # in local/: `{pid} {unix time}` of the supervisor last started
 
 
 def local_dir(root: str | Path) -> Path:
@@ -53,9 +56,10 @@ def local_dir(root: str | Path) -> Path:
 
 @dataclass
 class Attachment:
-    """A process's use of its root's local server: `url`, held until `release()` (or its death)."""
+    """A process's use of its root's local server: `url` (a `LocalUrl` when the server may be starting),
+    held until `release()` (or its death)."""
 
-    url: str
+    url: "str | LocalUrl"
     lease: locks.Lock
 
     def release(self) -> None:
@@ -63,9 +67,24 @@ class Attachment:
         self.lease.path.unlink(missing_ok=True)
 
 
-def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIMEOUT_S) -> Attachment:
+class LocalUrl:
+    """The URL of a root's local server, read when called: None while its supervisor is starting (an
+    Emitter's publisher takes this, so `init` never waits for the server it started)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = root
+
+    def __call__(self) -> str | None:
+        return running_url(self.root)
+
+    def __repr__(self) -> str:
+        return f"LocalUrl({str(self.root)!r})"
+
+
+def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIMEOUT_S, wait: bool = True) -> Attachment:
     """Register this process as a client of the root's local server and ledger, starting them unless
-    they run; returns the server's URL with the client's lease."""
+    they run; returns the server's URL with the client's lease. With `wait=False` a supervisor is only
+    started (it comes up meanwhile) and the URL is a `LocalUrl`, read when needed."""
     d = local_dir(root)
     stopped = halted(root)
     if stopped:  # its ledger stopped for good (a lost stream): a new supervisor would only die at once
@@ -74,7 +93,11 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
         lease = locks.hold(d / "clients" / f"{os.getpid()}-{secrets.token_hex(4)}.lock", "a client")
         try:
             url = running_url(root)
-            if url is None:
+            if url is None and not wait:
+                if not _starting(root):
+                    _spawn_supervisor(root, idle_s)
+                url = LocalUrl(root)
+            elif url is None:
                 url = _start_supervisor(root, idle_s, timeout)
         except BaseException:
             lease.release()
@@ -102,7 +125,9 @@ def running_url(root: str | Path) -> str | None:
         return None
 
 
-def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:
+def _spawn_supervisor(root: str | Path, idle_s: float) -> subprocess.Popen:
+    """Start the root's supervisor, detached, without waiting for it (under the start lock); its pid
+    goes in local/spawned, so that a process attaching while it starts does not start another."""
     d = local_dir(root)
     d.mkdir(parents=True, exist_ok=True)
     (d / "state.json").unlink(missing_ok=True)
@@ -110,6 +135,29 @@ def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:
         proc = subprocess.Popen([sys.executable, "-m", "runledger.ledger.local", str(Path(root).resolve()), "--idle-s", str(idle_s)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=settings.child_env(PYTHONPATH=_source_path()))
+    (d / SPAWNED).write_text(f"{proc.pid} {time.time()}\n")
+    return proc
+
+
+def _starting(root: str | Path) -> bool:
+    """Whether a supervisor spawned for the root (`_spawn_supervisor`) is still starting: alive, and
+    spawned less than START_TIMEOUT_S ago."""
+    try:
+        pid, at = (local_dir(root) / SPAWNED).read_text().split()
+        if time.time() - float(at) > START_TIMEOUT_S:
+            return False
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return False
+    try:  # (a zombie of this process's own: ended)
+        return os.waitpid(int(pid), os.WNOHANG) == (0, 0)
+    except ChildProcessError:  # not this process's child: alive, as os.kill said
+        return True
+
+
+def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:
+    d = local_dir(root)
+    proc = _spawn_supervisor(root, idle_s)
     deadline = time.monotonic() + timeout
     while (url := running_url(root)) is None:
         if proc.poll() is not None:
@@ -266,7 +314,6 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
     start_lock = None
     unopenable: set = set()  # spool chains that cannot be opened (logged once)
     not_stored: dict = {}  # spool chains the ledger had not stored when asked (emitter.prune_stored)
-    next_prune = 0.0
     sweep_failed = ""  # the last failure of the spool sweep (logged when it changes)
     while not stop.is_set() and not ledger.done():
         try:
@@ -275,9 +322,8 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
             pass
         try:
             await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url, unopenable=unopenable)
-            if time.monotonic() >= next_prune:  # closed chains the ledger stored since: their spool lines go
-                next_prune = time.monotonic() + PRUNE_SPOOL_S
-                await asyncio.to_thread(emitter.prune_stored, settings.spool_dir(root), url, not_stored)
+            # closed chains the ledger stored since: their spool lines go
+            await asyncio.to_thread(emitter.prune_stored, settings.spool_dir(root), url, not_stored)
         except Exception as err:  # damaged local state: the supervisor and its ledger go on
             if str(err) != sweep_failed:
                 log.warning("sending the spool's leftovers failed (tried again each %.0fs): %s", POLL_S, err)

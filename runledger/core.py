@@ -36,7 +36,7 @@ from runledger.ledger import local, settings
 from runledger.ledger.redact import redact
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.emit.chains import claim_attempt, ledger_attempts, next_attempt
+from runledger.ledger.emit.chains import claim_attempt, next_attempt
 from runledger.ledger.contract.columns import WIDE_COLUMNS_PER_RUN
 from runledger.ledger.emit.emitter import Emitter, origin, send_leftovers
 from runledger.ledger.emit.heartbeat import Heartbeat, interval_s as heartbeat_interval_s
@@ -51,8 +51,8 @@ from runledger.wandb_compat import Media, WandbRun, mode_of, silent, skipped, sk
 log = logging.getLogger("runledger")
 
 PRODUCER = "main"  # the producer name of a run's own process (several processes of one run: pass producer=)
-LEDGER_WAIT_S = 60.0  # for the ledger to say a run's attempts (the local one may be starting)
-REMOTE_LEDGER_WAIT_S = 5.0  # the same for a server of $RUNLEDGER_NATS, whose ledger runs already or not at all
+REMOTE_LEDGER_WAIT_S = 5.0  # for the ledger of a server of $RUNLEDGER_NATS to say a run's attempts (it runs already or not at all)
+FINISH_WAIT_ENV = "RUNLEDGER_FINISH_WAIT"  # "1": finish waits for the ledger's confirmation, as finish(wait=True)
 REACH_S = 3.0  # for a server of $RUNLEDGER_NATS to accept a connection; else the run starts offline
 FINISH_TIMEOUT_S = 60.0  # for the ledger to store what the run logged
 _BAD_NAME = re.compile(r"[\x00-\x1f\x7f]")
@@ -219,8 +219,10 @@ def _which_run(root: Path, name: str | None, project: str | None, resume: bool |
     is the name made an id, as it was given then); else a new one."""
     if name is None or resume in (None, False, "never"):
         return new_run_id(name, project), True
+    from runledger.ledger.storing import wait_stored
     from runledger.queries.names import runs_named  # (DuckDB: only to look a name up)
 
+    wait_stored(root)  # (a run of that name that finished a moment ago: stored first)
     found = runs_named(root, name, project)
     if len(found) == 1:
         return found[0], False
@@ -422,9 +424,14 @@ class Run(WandbRun):
     # -- the end
 
     def finish(self, status: str | None = None, exit_code: int | None = None, reason: str | None = None,
-               quiet: bool | None = None, timeout: float = FINISH_TIMEOUT_S) -> bool:
-        """Record `run_finished` (completed, failed or stopped; exit_code != 0 is failed) with the summary,
-        and wait up to `timeout` for the ledger to store the run's events. True if it did."""
+               quiet: bool | None = None, timeout: float = FINISH_TIMEOUT_S, wait: bool | None = None) -> bool:
+        """Record `run_finished` (completed, failed or stopped; exit_code != 0 is failed) with the summary.
+
+        On the root's local server (the default) it returns once every event is fsync'd in the spool and
+        the chain is freed for the root's supervisor, which stores what is left (`runledger sql`, `ui`
+        and `verify` on the root wait for it, or say it is still being stored): True. With `wait=True`
+        (or $RUNLEDGER_FINISH_WAIT=1), and always with a server of $RUNLEDGER_NATS, it waits up to
+        `timeout` for the ledger to confirm it stored the run's events: True if it did."""
         if self.finished:
             return True
         status = status or ("failed" if exit_code else "completed")
@@ -453,7 +460,15 @@ class Run(WandbRun):
         self._sink.emit_dict("run_finished", payload, self._step - 1 if self._step else None)
         if self._offline and not (isinstance(self._sink, Emitter) and self._sink.publisher.connected_once):
             timeout = 0.0  # its server never answered: the events are in the spool, as init said
-        ok = self._sink.close(timeout, not self._offline) if isinstance(self._sink, Emitter) else self._sink.close()
+        if wait is None:
+            wait = os.environ.get(FINISH_WAIT_ENV, "") not in ("", "0")
+        if isinstance(self._sink, Emitter) and self._attachment is not None and not wait:
+            self._sink.hand_over()  # fsync'd; the root's supervisor sends and stores the rest
+            ok = True
+        elif isinstance(self._sink, Emitter):
+            ok = self._sink.close(timeout, not self._offline)
+        else:
+            ok = self._sink.close()
         if self._attachment is not None:
             self._attachment.release()
         Current.finished(self)
@@ -648,21 +663,19 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     offline = f"mode={mode}" if mode == "offline" else ""  # why this run is spooled only, at first
     if url is not None and not bus.reachable(url, REACH_S):
         offline = f"nothing answers at {redact(url)}"
-    attachment = None if remote or offline else local.attach(root)
+    attachment = None if remote or offline else local.attach(root, wait=False)  # (never waits for the server)
     url = attachment.url if attachment else url
     spool = settings.spool_dir(root)
     attempt = None
     asked = producer
     try:
         spooled = (spool / run_id).exists()  # (before the claim below makes a folder there)
-        if fresh:
-            if attachment is not None:  # (the root's ledger may be starting: finish's verdict needs it up)
-                with contextlib.suppress(RuntimeError):
-                    ledger_attempts(run_id, producer, url, LEDGER_WAIT_S)
+        if fresh:  # a new id: no chain of it anywhere, attempt 0 claimed under the root
             attempt = claim_attempt(spool, run_id, producer, 0)
+        elif attachment is not None:  # the root's own ledger stores under the root: its files and spool say
+            attempt = next_attempt(run_id, producer, spool, root=root)  # (claimed: concurrent starts get two)
         else:
-            attempt, producer = _attempt(run_id, producer, spool, None if offline else url,
-                                         LEDGER_WAIT_S if attachment else REMOTE_LEDGER_WAIT_S)
+            attempt, producer = _attempt(run_id, producer, spool, None if offline else url, REMOTE_LEDGER_WAIT_S)
         exists = attempt > 0 or spooled or (producer != asked and _stored(root, run_id))
         if exists and resume in (None, False, "never"):
             raise LogError(f"run {run_id!r} exists; pass resume=True to go on with it, or another name")
@@ -670,7 +683,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
             raise LogError(f"run {run_id!r} does not exist, and resume='must'")
         first_step = 0
         if exists:
-            if not offline:
+            if not offline and attachment is None:  # (the root's supervisor sends a local run's leftovers)
                 send_leftovers(spool, url, run_id)
             last = _last_step(root, spool, run_id)
             first_step = 0 if last is None else last + 1

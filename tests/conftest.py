@@ -11,7 +11,12 @@ Helpers live once in tests/support/. Nothing here is mocked.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# a run's finish hands its events to the root's supervisor; the commands that read the root (and the
+# tests' readers, support.reading) wait for them: on a loaded 2-core machine, longer than a user would
+os.environ.setdefault("RUNLEDGER_STORE_WAIT_S", "60")
 
 import pytest
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
+from runledger.ledger.storing import say_still_storing
 from runledger.tools import checks
 from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats, warn_secrets
 
@@ -177,6 +178,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     max_rows = args.max_rows if args.max_rows is not None else TABLE_ROWS if args.format == "table" else queries.MAX_ROWS
     if max_rows < 0:
         raise UsageError(f"--max-rows {max_rows} is not a number of rows >= 0 (0: no limit)")
+    if args.snapshot is None:  # runs finished a moment ago: stored first, or said to be on their way
+        say_still_storing(args.root)
     try:  # the rows are fetched in here too: a query fails at run time as often as at parse time
         cols, rows = queries.query(args.root, args.sql, args.timeout, args.memory_limit, snapshot=args.snapshot,
                                    max_rows=max_rows or None)
@@ -352,6 +355,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.assume_unchanged and not args.since:
         raise UsageError("--assume-unchanged goes with --since FILE (the files it assumes unchanged are FILE's)")
     record_to = args.record or args.since
+    if args.snapshot is None:
+        say_still_storing(args.root)
     started = time.monotonic()
     with _progress_bar("verifying (rows checked + chains walked)") as progress:
         try:

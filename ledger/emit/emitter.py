@@ -26,12 +26,14 @@ import time
 from pathlib import Path
 
 from runledger.ledger.bus import jetstream as bus
+from runledger.ledger.contract.events import STREAM
 from runledger.ledger.storage import locks
 from runledger.ledger.emit.chains import next_attempt
 from runledger.ledger.emit.publisher import Publisher
 from runledger.ledger.emit.sealing import utc_now
 from runledger.ledger.emit.sink import ChainSink
 from runledger.ledger.emit.spool import Spool, SpoolFull, chain_dir
+from runledger.ledger.storing import HANDED
 
 __all__ = ["Emitter", "SpoolFull", "origin", "prune_stored", "send_leftovers", "unique_producer"]
 
@@ -97,6 +99,7 @@ class Emitter(ChainSink):
         self.spool.seal_accepted()
         if self.nats_url is not None:
             self.publisher.stop(None, 2.0)
+        (self.dir / HANDED).touch()  # (the commands that read the root wait for it: runledger.ledger.storing)
         self.spool.close(stored=False)
 
     @property
@@ -246,12 +249,18 @@ def send_leftovers(spool_dir: str | Path, nats_url: str, run_id: str | None = No
     return sent
 
 
+RETRY_FIRST_S = 0.5  # prune_stored: a chain the ledger had not stored yet is asked again after this...
+RETRY_MAX_S = 30.0  # ...twice as long each time after, up to this
+
+
 def unconfirmed_chains(spool_dir: str | Path, seen: dict | None = None) -> list[tuple[str, str, int, int]]:
     """Chains in a spool whose lines may all be stored by now, though no one was told: closed (no process
     holds them, their acknowledged bound recorded after their last line), segments still there. (run,
-    producer, attempt, acknowledged bound). With `seen` (chain -> the `acked` file's mtime when last
-    found not stored), a chain not changed since is left out."""
+    producer, attempt, acknowledged bound). With `seen` (chain -> (the `acked` file's mtime when last
+    found not stored, when to ask again, the wait after that)), a chain not changed since is left out
+    until it is time to ask again."""
     found = []
+    now = time.monotonic()
     for d in sorted(Path(spool_dir).glob("*/*/*")):
         segments = sorted(d.glob("seg-*.jsonl"))
         acked = d / "acked"
@@ -259,7 +268,9 @@ def unconfirmed_chains(spool_dir: str | Path, seen: dict | None = None) -> list[
             continue
         mtime = acked.stat().st_mtime_ns
         chain = (d.parent.parent.name, d.parent.name, int(d.name))
-        if mtime < segments[-1].stat().st_mtime_ns or (seen is not None and seen.get(chain) == mtime):
+        if mtime < segments[-1].stat().st_mtime_ns:
+            continue
+        if seen is not None and chain in seen and seen[chain][0] == mtime and now < seen[chain][1]:
             continue
         try:
             upto = int(acked.read_text())
@@ -270,11 +281,21 @@ def unconfirmed_chains(spool_dir: str | Path, seen: dict | None = None) -> list[
     return found
 
 
+def _not_yet(seen: dict | None, chain: tuple, d: Path) -> None:
+    """Remember a chain the ledger had not stored when asked: ask again later, waiting longer each time."""
+    if seen is None or not (d / "acked").exists():
+        return
+    mtime = (d / "acked").stat().st_mtime_ns
+    wait = RETRY_FIRST_S if chain not in seen or seen[chain][0] != mtime else min(seen[chain][2] * 2, RETRY_MAX_S)
+    seen[chain] = (mtime, time.monotonic() + wait, wait)
+
+
 def prune_stored(spool_dir: str | Path, nats_url: str, seen: dict | None = None) -> int:
     """Let go of the spool lines of closed chains the ledger has stored since (a run finished before
     the ledger confirmed it, a dead producer's chain sent by `send_leftovers`): each is asked of the
     ledger, and opened (its lock taken) and pruned only if the ledger stored every seq it holds. Returns
-    the chains pruned; `seen` remembers the others until their spool changes."""
+    the chains pruned; `seen` remembers the others, asked again after a wait that doubles each time
+    (RETRY_FIRST_S to RETRY_MAX_S), or when their spool changes."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
@@ -286,21 +307,22 @@ def prune_stored(spool_dir: str | Path, nats_url: str, seen: dict | None = None)
 
     async def ask() -> dict:
         nc = await bus.connect(nats_url, name="spool-prune", max_reconnect_attempts=0)
-        try:
-            return {(run, producer): await ask_ledger(nc, run, producer) for run, producer in {c[:2] for c in chains}}
+        try:  # (the stream's end first: a chain counts as stored once the ledger has committed up to it)
+            end = (await nc.jetstream().stream_info(STREAM)).state.last_seq
+            return {(run, producer): await ask_ledger(nc, run, producer) for run, producer in {c[:2] for c in chains}}, end
         finally:
             await nc.close()
 
     with ThreadPoolExecutor(1) as pool:  # its own loop: the caller may be inside one
-        answers = pool.submit(asyncio.run, ask()).result()
+        answers, end = pool.submit(asyncio.run, ask()).result()
     pruned = 0
     for run, producer, attempt, upto in chains:
         status = answers.get((run, producer)) or {}
         mine = status.get("chains", {}).get(str(attempt), {})
         d = chain_dir(spool_dir, run, producer, attempt)
-        if mine.get("conflicts") or mine.get("stored_upto", 0) < upto:
-            if seen is not None and (d / "acked").exists():
-                seen[(run, producer, attempt)] = (d / "acked").stat().st_mtime_ns
+        # stored, and committed (its tables readable): the ledger has acknowledged the stream up to its end
+        if mine.get("conflicts") or mine.get("stored_upto", 0) < upto or status.get("ack_floor", 0) < end:
+            _not_yet(seen, (run, producer, attempt), d)
             continue
         try:
             spool = Spool(d, 1 << 62)
@@ -311,8 +333,8 @@ def prune_stored(spool_dir: str | Path, nats_url: str, seen: dict | None = None)
         stored = spool.seq <= mine["stored_upto"] and not spool.pending
         spool.close(stored=stored)
         pruned += stored
-        if not stored and seen is not None:
-            seen[(run, producer, attempt)] = (d / "acked").stat().st_mtime_ns
+        if not stored:
+            _not_yet(seen, (run, producer, attempt), d)
         if stored:
             log.info("spool chain %s/%s/%d: the ledger stored its %d events; its spool lines are gone", run, producer,
                      attempt, spool.seq)

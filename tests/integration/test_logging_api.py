@@ -321,6 +321,9 @@ def test_the_local_ledger_killed_mid_run_loses_nothing(local_root):
     run = runledger.init(id="survivor", system_metrics=False)
     for step in range(200):
         runledger.log({"loss": 1.0 / (step + 1)})
+    deadline = time.monotonic() + 60  # (init does not wait for the supervisor it started: here it must be up)
+    while local.running_url(local_root) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     pid = json.loads((local.local_dir(local_root) / "state.json").read_text())["pid"]
     os.kill(pid, signal.SIGKILL)  # the supervisor, and the ledger in it
     for step in range(200, 400):

@@ -33,6 +33,11 @@ class Reader:
 
 
 def reader(root: Path) -> Reader:
+    """A reader of the root once the runs finished on it are stored (as `runledger sql` waits for them:
+    runledger.ledger.storing)."""
+    from runledger.ledger.storing import wait_stored
+
+    wait_stored(root)
     return Reader(root)
 
 
