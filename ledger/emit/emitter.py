@@ -71,6 +71,7 @@ class Emitter(ChainSink):
         self._lock = _ChainLock(self)  # one lock for the chain: sealing and spooling are one step
         self.publisher = Publisher(self.spool, run_id, producer, attempt, nats_url, batch)
         if nats_url is not None:  # None: offline, the spool only (sent later: `runledger sync`, send_leftovers)
+            self.spool.open_intake()  # (for `accept`: made here, not in the first `log`)
             self.publisher.start()
         else:
             self.publisher.stopped.set()

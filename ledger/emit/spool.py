@@ -113,6 +113,7 @@ class Spool:
             self._in_pos = 0
             self._in_files: list[tuple[Path, int]] = []  # (intake file, the seq past its last record), oldest first
             self._synced_upto = self.seq  # every sealed seq below it is fsync'd in a segment
+            self._dir_dirty = False  # an intake file made since the folder was last fsync'd
             self._recover_intake()
             self.next_seq = self.seq
         except BaseException:
@@ -211,7 +212,7 @@ class Spool:
             self._in_map = mmap.mmap(fd, 0)
         finally:
             os.close(fd)
-        fsync_dir(self.dir)
+        self._dir_dirty = True  # (the folder's entry fsync'd by `sync`, off the caller's thread)
         self._in_pos = 0
         if self._in_files:
             self._in_files[-1] = (self._in_files[-1][0], first)
@@ -291,9 +292,18 @@ class Spool:
                 acked.discard(self.acked_upto)
                 self.acked_upto += 1
 
+    def open_intake(self) -> None:
+        """Make the intake file now (an Emitter with a publisher does, at its start), not in the first `accept`."""
+        with self.lock:
+            if self._in_map is None:
+                self._open_intake(self.next_seq, 0)
+
     def sync(self) -> None:
         """fsync the spool without holding up the producer (a disk flush takes milliseconds): on a
         duplicate of the segment's descriptor, so a segment rotated meanwhile is still the one synced."""
+        if self._dir_dirty:
+            self._dir_dirty = False
+            fsync_dir(self.dir)
         with self.lock:
             if self._seg_fd is None or not self._dirty:
                 self._synced_upto = self.seq
@@ -332,12 +342,12 @@ class Spool:
             if self._in_map is not None:
                 self._in_map.close()
                 self._in_map = None
-            for path, _ in self._in_files:  # every record sealed and synced just above
-                path.unlink(missing_ok=True)
-            self._in_files.clear()
         if stored and self.seq > self.stored_upto:
             self.prune()
         self.write_acked()
+        for path, _ in self._in_files:  # every record they hold sealed and synced above
+            path.unlink(missing_ok=True)
+        self._in_files.clear()
         segments = self.segments()
         if self.unacknowledged() and segments:  # left to send: the last segment newer than `acked`, so that
             acked_ns = (self.dir / "acked").stat().st_mtime_ns  # emitter.leftover_chains finds the chain
