@@ -133,6 +133,12 @@ def envs(base: Path, code: str | None) -> dict:
     return env
 
 
+def down(base: Path, env: dict) -> None:
+    """Stop the root's supervisor (before its folder goes)."""
+    subprocess.run([sys.executable, "-m", "runledger.tools.cli", "down", "--root", str(base / "root")], env=env,
+                   capture_output=True, timeout=120)
+
+
 def per_call(args) -> None:
     print(f"log per call: {args.names} names, {args.steps} steps, {args.step_ms:g} ms of {args.work} a step, "
           f"{args.rounds} rounds; load {load()}")
@@ -143,10 +149,11 @@ def per_call(args) -> None:
         order = list(scripts) if r % 2 == 0 else list(reversed(scripts))
         this: dict[str, list] = {}
         for tool in order:
-            with tempfile.TemporaryDirectory() as d:
+            with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
                 code = scripts[tool].format(setup=SETUP[args.work], work=WORK[args.work])
                 _, _, out = child(code, [str(args.steps), str(args.names), str(args.step_ms), args.work],
                                   envs(Path(d), args.code), Path(d))
+                down(Path(d), envs(Path(d), args.code))
             data = json.loads(out.strip().splitlines()[-1])
             this[tool] = [c / 1e3 for c in data["calls"]]
             if "floor" in data:
@@ -170,7 +177,7 @@ def per_call(args) -> None:
 def first(args) -> None:
     print(f"a fresh process: import, init, one log of 20 names, finish; {args.rounds} rounds; load {load()}")
     walls: dict[str, list] = {}
-    with tempfile.TemporaryDirectory() as warm_dir:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as warm_dir:
         warm = Path(warm_dir)
         child(FIRST["runledger"], [], envs(warm, args.code), warm)  # the warm root's server up (and trackio's dir made)
         child(FIRST["trackio"], [], envs(warm, args.code), warm)
@@ -180,15 +187,13 @@ def first(args) -> None:
                      ("wandb offline", FIRST["wandb"], None)]
             cases = cases[r % len(cases):] + cases[:r % len(cases)]
             for name, code, where in cases:
-                with tempfile.TemporaryDirectory() as d:
+                with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
                     base = where or Path(d)
                     wall, cpu, _ = child(code, [], envs(base, args.code), base)
                     walls.setdefault(name, []).append((wall, cpu))
                     if where is None and name.startswith("runledger"):  # its supervisor: stopped with its root
-                        subprocess.run([sys.executable, "-m", "runledger.tools.cli", "down", "--root", str(base / "root")],
-                                       env=envs(base, args.code), capture_output=True, timeout=120)
-        subprocess.run([sys.executable, "-m", "runledger.tools.cli", "down", "--root", str(warm / "root")],
-                       env=envs(warm, args.code), capture_output=True, timeout=120)
+                        down(base, envs(base, args.code))
+        down(warm, envs(warm, args.code))
     med = {k: statistics.median(w for w, _ in v) for k, v in walls.items()}
     for k, v in walls.items():
         print(f"{k:15s} wall median {med[k]:.2f} s (rounds {', '.join(f'{w:.2f}' for w, _ in v)}), "
@@ -217,7 +222,7 @@ KILLED = textwrap.dedent("""
 def kill(args) -> None:
     print(f"SIGKILL 0.5 s after the last of {args.steps} logs; load {load()}")
     for tool in ("runledger", "trackio"):
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
             base = Path(d)
             env = envs(base, args.code)
             p = subprocess.Popen([sys.executable, "-c", KILLED, str(args.steps), tool], env=env, cwd=base,
@@ -231,8 +236,7 @@ def kill(args) -> None:
                                       "--format", "csv", "select count(*) from metrics where key = 'step_seen'"],
                                      env={**env, "RUNLEDGER_STORE_WAIT_S": "60"}, capture_output=True, text=True, timeout=300)
                 kept = int(out.stdout.strip().splitlines()[-1])
-                subprocess.run([sys.executable, "-m", "runledger.tools.cli", "down", "--root", str(base / "root")],
-                               env=env, capture_output=True, timeout=120)
+                down(base, env)
             else:
                 kept = 0
                 for db in base.rglob("*.db"):

@@ -94,7 +94,7 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
         try:
             url = running_url(root)
             if url is None and not wait:
-                if not _starting(root):
+                if not starting(root):
                     _spawn_supervisor(root, idle_s)
                 url = LocalUrl(root)
             elif url is None:
@@ -139,7 +139,7 @@ def _spawn_supervisor(root: str | Path, idle_s: float) -> subprocess.Popen:
     return proc
 
 
-def _starting(root: str | Path) -> bool:
+def starting(root: str | Path) -> bool:
     """Whether a supervisor spawned for the root (`_spawn_supervisor`) is still starting: alive, and
     spawned less than START_TIMEOUT_S ago."""
     try:

@@ -79,6 +79,9 @@ def spool_dir(root_dir: str | Path) -> Path:
     return Path(root_dir) / "spool"
 
 
+HANDED_OVER = "handed-over"  # in a spool chain's folder: its run finished and left the rest to the root's supervisor
+
+
 def cache_dir() -> Path:
     """This user's cache of what runledger can always work out again (`runledger.queries.columns`)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

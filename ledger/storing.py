@@ -24,7 +24,6 @@ from runledger.ledger.storage import locks
 STORE_WAIT_S = float(os.environ.get("RUNLEDGER_STORE_WAIT_S", 10))
 RECENT_S = 60.0  # a chain whose spool changed longer ago than this is not waited for (said only)
 POLL_S = 0.1
-HANDED = "handed-over"  # in a spool chain's folder: its producer finished and left the rest to the supervisor
 
 
 def unstored_runs(root: str | Path, recent_s: float | None = None) -> dict[str, float]:
@@ -40,7 +39,7 @@ def unstored_runs(root: str | Path, recent_s: float | None = None) -> dict[str, 
             continue
         try:
             newest = max(f.stat().st_mtime for f in files)
-            if locks.is_held(d / "lock") and not (d / HANDED).exists():
+            if locks.is_held(d / "lock") and not (d / settings.HANDED_OVER).exists():
                 continue  # a live producer's (one handed over is held by the supervisor sending it)
         except OSError:  # removed meanwhile: stored
             continue
@@ -57,7 +56,7 @@ def wait_stored(root: str | Path, timeout: float = STORE_WAIT_S) -> list[str]:
 
     deadline = time.monotonic() + timeout
     while unstored_runs(root, RECENT_S) and time.monotonic() < deadline:
-        if local.running_url(root) is None and not local._starting(root):
+        if local.running_url(root) is None and not local.starting(root):
             break  # no supervisor to store them: said, not waited for
         time.sleep(POLL_S)
     return sorted(unstored_runs(root))
@@ -71,7 +70,7 @@ def still_storing_line(root: str | Path, runs: list[str]) -> str | None:
 
     named = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
     how = ("the root's ledger is storing them: run this again in a moment" if local.running_url(root) or
-           local._starting(root) else f"they are stored at the next `runledger.init` on this root or by "
+           local.starting(root) else f"they are stored at the next `runledger.init` on this root or by "
            f"`runledger sync --root {root}`")
     return (f"runledger: {len(runs)} run{'s' if len(runs) > 1 else ''} ({named}) still being stored: some of their "
             f"events are in the spool ({settings.spool_dir(root)}), not yet in these results; {how}")

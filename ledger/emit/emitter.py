@@ -32,8 +32,8 @@ from runledger.ledger.emit.chains import next_attempt
 from runledger.ledger.emit.publisher import Publisher
 from runledger.ledger.emit.sealing import utc_now
 from runledger.ledger.emit.sink import ChainSink
+from runledger.ledger import settings
 from runledger.ledger.emit.spool import Spool, SpoolFull, chain_dir
-from runledger.ledger.storing import HANDED
 
 __all__ = ["Emitter", "SpoolFull", "origin", "prune_stored", "send_leftovers", "unique_producer"]
 
@@ -100,7 +100,7 @@ class Emitter(ChainSink):
         self.spool.seal_accepted()
         if self.nats_url is not None:
             self.publisher.stop(None, 2.0)
-        (self.dir / HANDED).touch()  # (the commands that read the root wait for it: runledger.ledger.storing)
+        (self.dir / settings.HANDED_OVER).touch()  # (the commands that read the root wait for it: runledger.ledger.storing)
         self.spool.close(stored=False)
 
     @property
