@@ -228,6 +228,9 @@ class Publisher:
             return
         while True:
             status = await ask_ledger(nc, self.run_id, self.producer)
+            if status is None and callable(self.nats_url) and time.monotonic() < deadline:
+                await asyncio.sleep(CONFIRM_POLL_S)  # the root's own ledger, starting: it answers in a moment
+                continue
             if status is None:
                 log.info("emitter %s/%s: no ledger answered; its verdict on this chain comes later (verify)",
                          self.run_id, self.producer)

@@ -66,6 +66,10 @@ def stored_of_run(root: Path) -> int:
 
 
 def supervisor_pid(root: Path) -> int:
+    """The root's supervisor's pid, once it is up (`init` does not wait for the one it starts)."""
+    deadline = time.monotonic() + 60
+    while local.running_url(root) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     return json.loads((local.local_dir(root) / "state.json").read_text())["pid"]
 
 

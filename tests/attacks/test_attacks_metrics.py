@@ -37,9 +37,10 @@ LOGGED = {  # run -> step -> name -> value: names that collide under case-foldin
 
 def log_runs(logged: dict, resume: bool = False) -> None:
     for run_id, steps in logged.items():
-        with runledger.init(id=run_id, project="names", system_metrics=False, resume=resume):
-            for step, values in steps.items():
-                runledger.log(values, step=step)
+        run = runledger.init(id=run_id, project="names", system_metrics=False, resume=resume)
+        for step, values in steps.items():
+            runledger.log(values, step=step)
+        assert run.finish(wait=True)  # (the tables are read directly next: stored first)
 
 
 def stored_metrics(root, run_id: str) -> dict:

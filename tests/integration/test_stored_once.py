@@ -134,7 +134,7 @@ KILLED_IN_PRUNE = """
     run = runledger.init(project="p", id="killed", system_metrics=False)
     for step in range(500):
         runledger.log({"loss": 1.0 / (step + 1)})
-    run.finish()
+    run.finish(wait=True)  # (the producer's own prune, once the ledger confirmed: the path finish(wait=True) takes)
     print("not killed")
 """
 
