@@ -321,7 +321,8 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
         except asyncio.TimeoutError:
             pass
         try:
-            await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url, unopenable=unopenable)
+            if await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url, unopenable=unopenable):
+                idle_since = time.monotonic()  # (a run handed over counts as a client: idle from when it was sent)
             # closed chains the ledger stored since: their spool lines go
             await asyncio.to_thread(emitter.prune_stored, settings.spool_dir(root), url, not_stored)
         except Exception as err:  # damaged local state: the supervisor and its ledger go on

@@ -178,8 +178,6 @@ def cmd_sql(args: argparse.Namespace) -> int:
     max_rows = args.max_rows if args.max_rows is not None else TABLE_ROWS if args.format == "table" else queries.MAX_ROWS
     if max_rows < 0:
         raise UsageError(f"--max-rows {max_rows} is not a number of rows >= 0 (0: no limit)")
-    if args.snapshot is None:  # runs finished a moment ago: stored first, or said to be on their way
-        say_still_storing(args.root)
     try:  # the rows are fetched in here too: a query fails at run time as often as at parse time
         cols, rows = queries.query(args.root, args.sql, args.timeout, args.memory_limit, snapshot=args.snapshot,
                                    max_rows=max_rows or None)
@@ -355,8 +353,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.assume_unchanged and not args.since:
         raise UsageError("--assume-unchanged goes with --since FILE (the files it assumes unchanged are FILE's)")
     record_to = args.record or args.since
-    if args.snapshot is None:
-        say_still_storing(args.root)
     started = time.monotonic()
     with _progress_bar("verifying (rows checked + chains walked)") as progress:
         try:
@@ -394,6 +390,7 @@ def resolve_run_arg(args: argparse.Namespace) -> None:
 
 
 READS_LEDGER = ("sql", "replay", "verify", "audit", "report", "runs", "du", "delete")  # commands that read a ledger that must exist
+STORED_FIRST = READS_LEDGER + ("ui", "lineage", "decide")  # commands that wait for runs finished a moment ago
 OBSERVES_ROOT = ("status", "down")  # commands that look at a root's processes: a root that is not there is a mistake
 
 
@@ -592,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "root", None) is not None:
             check_root(args.command, args.root)
+            if args.command in STORED_FIRST and getattr(args, "snapshot", None) is None:
+                say_still_storing(args.root)  # runs finished a moment ago: stored first, or named as on their way
             resolve_run_arg(args)
         return args.func(args) or 0
     except (UsageError, Busy) as err:  # (Busy: another process holds the root, chain or consumer)

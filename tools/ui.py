@@ -11,7 +11,6 @@ import sys
 
 from runledger.ledger import settings
 from runledger.ledger.redact import redact
-from runledger.ledger.storing import say_still_storing
 from runledger.tools import checks
 from runledger.tools.args import UsageError, add_nats, add_root
 
@@ -97,7 +96,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
                     "user: prefer --token-file (a JSON file only you can read)")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a TCP port")
-    say_still_storing(args.root)  # (the dashboard shows them as they are stored)
     try:
         access = configure(args.host, args.token, args.read_token, args.token_file)
     except (ValueError, OSError) as err:

@@ -84,6 +84,7 @@ def test_notify_delivers_the_alert_of_a_run_started_after_the_embedded_server_ca
         held.release()
         old_url, taken = idled_out(root)  # nothing holds it: it stops; notify keeps running
         second = run_to_end(ALERTING_RUN, root, "after")  # init starts the root's server again
+        held = local.attach(root, idle_s=1)  # (its finish hands over and returns: the server held while notify follows)
         assert until(lambda: len(receiver.keys("/json")) == 2), log.read_text()
         urls = servers_taken_up(log)
         assert urls[0] == old_url and len(urls) >= 2 and urls[1] != old_url, urls  # the new port, taken up
