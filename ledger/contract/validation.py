@@ -259,7 +259,7 @@ def check_envelope(obj: Any, parsed: bool = False, payload_checked: bool = False
     check_time(obj["time"])
     if not payload_checked:
         check_payload(obj["kind"], obj["payload"])
-    if (obj["kind"] in ("alert", "tombstone") or obj["kind"] in WORKER_ONLY_KINDS) and \
+    if (obj["kind"] in ("alert", "alert_ack", "tombstone") or obj["kind"] in WORKER_ONLY_KINDS) and \
             (problem := speaker_problem(obj["kind"], obj["producer"], [obj["payload"]])):
         raise InvalidEvent(problem)
     unhashed = obj.copy()

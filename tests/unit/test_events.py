@@ -551,3 +551,14 @@ def test_every_kind_s_view_is_in_views_sql():
     for kind, k in REGISTRY.items():
         assert f"create or replace view {k.view} as" in views, (kind, k.view)
 
+
+
+@pytest.mark.parametrize("producer, allowed", [("cli", True), ("ui", True), ("notify", True), ("worker-0", False),
+                                               ("agent-drops", False)])
+def test_only_a_person_or_notify_acknowledges_an_alert(producer, allowed):
+    env, _ = seal("run-1", producer, 0, 0, "alert_ack", MINIMAL["alert_ack"], None, "", time=T0)
+    if allowed:
+        assert check_envelope(env) == canonical_json(MINIMAL["alert_ack"])
+    else:
+        with pytest.raises(InvalidEvent, match=f"an alert_ack is a person's or notify's .*not producer '{producer}'"):
+            check_envelope(env)
