@@ -169,3 +169,77 @@ repeat_every_s = {REPEAT_S}
         except subprocess.TimeoutExpired:
             notify.kill()
         receiver.down()
+
+
+def test_the_dashboard_acknowledges_a_page_and_the_repeats_stop(tmp_path, nats_server, ledger_process):
+    """The run page's Acknowledge (POST /api/ack with the read-write token) records an alert_ack from
+    producer `ui` through NATS; notify, reading it back, stops the page."""
+    from starlette.testclient import TestClient
+
+    from runledger.interop.notify import serve
+    from runledger.interop.routes import Route
+    from runledger.ui.access import configure
+    from runledger.ui.app import create_app
+
+    ledger_process.start()
+    url, root = nats_server.url, ledger_process.root
+    receiver = PageReceiver()
+    routes = [Route("oncall", f"http://127.0.0.1:{receiver.port}/pages", kinds=("alert",), repeat_every_s=0.5)]
+
+    def pages() -> int:
+        return alert_ids(receiver.requests()).count("down")
+
+    async def main():
+        stop, ready = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(serve(routes, url, from_start=True, stop=stop, ready=ready, poll_s=0.2))
+        await asyncio.wait_for(ready.wait(), 15)
+        em = Emitter("r1", "agent-test", 0, url, tmp_path / "spool")
+        em.emit_dict("alert", payload("down", "fail", 0))
+        assert await asyncio.to_thread(em.close, 30)
+        assert await asyncio.to_thread(receiver.wait_until, lambda r: pages() >= 3, 30)
+        assert await asyncio.to_thread(wait_for_count, root, "select count(*) from alerts", 1) == 1
+
+        def acknowledge():
+            app = create_app(root, url, configure("127.0.0.1", token=TOKEN))
+            with TestClient(app, base_url="http://127.0.0.1:8765") as c:
+                return c.post("/api/ack", json={"run": "r1", "alert_id": "down", "by": "ada"},
+                              headers={"x-runledger-token": TOKEN})
+
+        answer = await asyncio.to_thread(acknowledge)
+        assert answer.status_code == 200 and answer.json()["acknowledged"] is True, answer.text
+        for _ in range(100):
+            if not await asyncio.to_thread(asyncio.run, consumer_pending(url)):
+                break
+            await asyncio.sleep(0.2)
+        settled = pages()
+        await asyncio.sleep(2.0)  # four repeat periods
+        stop.set()
+        await task
+        return settled
+
+    try:
+        settled = asyncio.run(main())
+    finally:
+        receiver.down()
+    assert pages() == settled
+    assert wait_for_count(root, "select count(*) from alert_acks", 1) == 1
+    assert reader(root).execute("select producer, \"by\", via from alert_acks").fetchall() == [("ui", "ada", "dashboard")]
+
+
+def test_a_consumer_made_before_paging_is_brought_to_take_acknowledgements(nats_server):
+    """A notify consumer made without `alert_ack` (an older notify's) takes it once a route repeats pages."""
+
+    async def main():
+        nc = await bus.connect(nats_server.url)
+        js = nc.jetstream()
+        await bus.ensure_stream(js)
+        await ensure_consumer(js, DURABLE, True)
+        before = (await js.consumer_info(STREAM, DURABLE)).config.filter_subjects
+        await ensure_consumer(js, DURABLE, True, acks=True, holds=True)
+        after = (await js.consumer_info(STREAM, DURABLE)).config.filter_subjects
+        await nc.close()
+        return before, after
+
+    before, after = asyncio.run(main())
+    assert "runledger.*.alert_ack" not in before
+    assert sorted(after) == sorted([*before, "runledger.*.alert_ack"])
