@@ -243,3 +243,20 @@ def test_a_consumer_made_before_paging_is_brought_to_take_acknowledgements(nats_
     before, after = asyncio.run(main())
     assert "runledger.*.alert_ack" not in before
     assert sorted(after) == sorted([*before, "runledger.*.alert_ack"])
+
+
+def test_a_person_acknowledges_from_the_cli(tmp_path, nats_server, ledger_process):
+    """`runledger decide RUN --ack ALERT_ID`: an alert_ack from producer `cli`, with the reason as its note;
+    a name that is not one is refused in one line (exit 2)."""
+    from support.processes import cli
+
+    ledger_process.start()
+    root = ledger_process.root
+    done = cli("decide", "r1", "--ack", "down", "--by", "bob", "--reason", "on it", "--nats", nats_server.url,
+               "--root", str(root))
+    assert done.returncode == 0 and "acknowledged down of r1 as bob" in done.stdout, done.stderr
+    assert wait_for_count(root, "select count(*) from alert_acks", 1) == 1
+    row = reader(root).execute("select producer, alert_id, \"by\", via, note from alert_acks").fetchone()
+    assert row == ("cli", "down", "bob", "cli", "on it")
+    bad = cli("decide", "r1", "--ack", "down", "--by", "<b>", "--nats", nats_server.url, "--root", str(root))
+    assert bad.returncode == 2 and "not a valid acknowledgement" in bad.stderr
