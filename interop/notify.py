@@ -1,4 +1,4 @@
-"""`runledger notify`: a durable JetStream consumer that delivers `alert` and `decision` events to webhooks, at least once.
+"""`runledger notify`: a durable JetStream consumer that delivers `alert` and `decision` events to webhooks, at least once, and pages.
 
 One durable pull consumer of its own (`notify`, or `notify-{name}`), filtered to `runledger.*.alert` and
 `runledger.*.decision`: the ledger's consumer is another, so a receiver that is down never slows the
@@ -16,6 +16,14 @@ it nor counts it lost. Killed mid-delivery, notify starts again from the consume
 rewinds the consumer, as the ledger does), so nothing is skipped; what a route had delivered but
 not yet acked is sent again. Hence at least once: every request carries the event id as its
 `Idempotency-Key` header and in its body, for the receiver to dedupe by.
+
+A route with paging rules (cooldown, digest, repeat until acknowledged: runledger.interop.paging) sends
+what its Pager says when it says it, and holds a page's message unacked until an `alert_ack` event (which
+the consumer then takes too) or the alert's resolution, a digest's until the digest is delivered: the
+unacked messages are the state a SIGKILLed notify gets back. Such a consumer is not rewound at start (what
+followed a page held for hours, sent long since, would all go again): JetStream gives back the unacked
+ones after its ack_wait. Bodies: Slack, JSON, ntfy (the text; title, priority and tags in headers),
+Pushover (its message API, with the route's `params`: token and user).
 
 A slow or dead route holds back only itself: the others keep delivering new events while its queue
 grows, up to MAX_PENDING messages held unacked (the consumer's max_ack_pending); past that, fetching
