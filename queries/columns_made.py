@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '5859618275b0e671d3aab515e8c8b0a2'
+DIGEST = '0589a2ea520244e47bd1c700af4a3c3c'
 LAYOUT = r"""
 {
  "kinds": {
