@@ -1,4 +1,4 @@
-"""`runledger notify`: a durable JetStream consumer that delivers `alert` and `decision` events to webhooks, at least once.
+"""`runledger notify`: a durable JetStream consumer that delivers `alert` and `decision` events to webhooks, at least once, and pages.
 
 One durable pull consumer of its own (`notify`, or `notify-{name}`), filtered to `runledger.*.alert` and
 `runledger.*.decision`: the ledger's consumer is another, so a receiver that is down never slows the
@@ -17,6 +17,14 @@ rewinds the consumer, as the ledger does), so nothing is skipped; what a route h
 not yet acked is sent again. Hence at least once: every request carries the event id as its
 `Idempotency-Key` header and in its body, for the receiver to dedupe by.
 
+A route with paging rules (cooldown, digest, repeat until acknowledged: runledger.interop.paging) sends
+what its Pager says when it says it, and holds a page's message unacked until an `alert_ack` event (which
+the consumer then takes too) or the alert's resolution, a digest's until the digest is delivered: the
+unacked messages are the state a SIGKILLed notify gets back. Such a consumer is not rewound at start (what
+followed a page held for hours, sent long since, would all go again): JetStream gives back the unacked
+ones after its ack_wait. Bodies: Slack, JSON, ntfy (the text; title, priority and tags in headers),
+Pushover (its message API, with the route's `params`: token and user).
+
 A slow or dead route holds back only itself: the others keep delivering new events while its queue
 grows, up to MAX_PENDING messages held unacked (the consumer's max_ack_pending); past that, fetching
 waits until it catches up. For routes that must never wait on each other at all, run one notify per
@@ -26,6 +34,7 @@ route (`--name`), each with its own consumer.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import random
@@ -38,6 +47,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from runledger.interop import webhook
+from runledger.interop.paging import PAGE_SEVERITY, Out, Pager, rank
 from runledger.interop.routes import KINDS, Route
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
@@ -108,8 +118,69 @@ def json_body(env: dict) -> dict:
             "run_id": env["run_id"], "summary": summary(env), "event": env}
 
 
-def request_body(route: Route, env: dict) -> bytes:
-    body = slack_body(env) if route.format == "slack" else json_body(env)
+NTFY_PRIORITY = {"fail": "5", "warn": "4", "info": "3"}  # ntfy's urgent, high, default (a decision: default)
+PUSHOVER_PRIORITY = {"fail": 1, "warn": 0, "info": -1}  # Pushover's high, normal, low (notify repeats pages itself)
+PUSHOVER_TITLE, PUSHOVER_MESSAGE = 250, 1024  # Pushover's limits, in characters
+
+
+def _label(out: Out) -> str:
+    return f"[REPEAT {out.repeat}] " if out.repeat else ""
+
+
+def _severity(out: Out) -> str:
+    """The highest severity among an out's alerts ("" for decisions only)."""
+    sev = [e["payload"].get("severity", "warn") for e in out.envs if e["kind"] == "alert"]
+    return max(sev, key=rank) if sev else ""
+
+
+def digest_title(route: Route, out: Out) -> str:
+    return f"[DIGEST] {len(out.envs)} alert{'s' if len(out.envs) != 1 else ''} ({route.name})"
+
+
+def out_text(route: Route, out: Out) -> tuple[str, str]:
+    """(title, text) of an out in plain words: an event's title and summary, or a digest's line per event."""
+    if out.digest:
+        return digest_title(route, out), "\n".join(summary(e) for e in out.envs)
+    env = out.envs[0]
+    return _label(out) + title(env), _label(out) + summary(env)
+
+
+def _ascii_header(text: str) -> str:
+    """A header value ntfy reads: the text on one line, RFC 2047-encoded (UTF-8, base64) if not ASCII."""
+    text = " ".join(text.split())
+    if text.isascii():
+        return text
+    return "=?UTF-8?B?" + base64.b64encode(text.encode()).decode() + "?="
+
+
+def request_body(route: Route, env_or_out: dict | Out) -> bytes:
+    """The body of one request in the route's format (an event, or an Out: a repeat or a digest)."""
+    out = env_or_out if isinstance(env_or_out, Out) else Out(env_or_out["event_id"], [env_or_out])
+    if route.format == "ntfy":
+        return out_text(route, out)[1].encode()
+    if route.format == "pushover":
+        head, text = out_text(route, out)
+        sev = _severity(out)
+        body = {**route.params, "title": head[:PUSHOVER_TITLE], "message": text[:PUSHOVER_MESSAGE],
+                "priority": PUSHOVER_PRIORITY.get(sev, 0)}
+    elif out.digest:
+        head, text = out_text(route, out)
+        if route.format == "slack":
+            body = {"text": _mrkdwn(head), "blocks": [
+                {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_mrkdwn(head)}*\n{_mrkdwn(text)}"}},
+                {"type": "context", "elements": [{"type": "mrkdwn", "text": _mrkdwn(f"digest `{out.key}`")}]}]}
+        else:
+            body = {"event_id": out.key, "idempotency_key": out.key, "kind": "digest", "summary": head,
+                    "events": [json_body(e) for e in out.envs]}
+    elif route.format == "slack":
+        body = slack_body(out.envs[0])
+        if out.repeat:
+            body["text"] = _mrkdwn(_label(out)) + body["text"]
+            body["blocks"][1]["elements"][0]["text"] += f" · repeat {out.repeat} `{out.key}`"
+    else:
+        body = json_body(out.envs[0])
+        if out.repeat:
+            body.update(idempotency_key=out.key, repeat=out.repeat, summary=_label(out) + body["summary"])
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -120,8 +191,19 @@ def backoff_s(failures: int, rng: random.Random) -> float:
     return full / 2 + rng.uniform(0, full / 2)
 
 
-def request_headers(route: Route, event_id: str) -> dict[str, str]:
-    return {"Content-Type": "application/json", "Idempotency-Key": event_id, "User-Agent": USER_AGENT, **route.headers}
+def request_headers(route: Route, event_id: str, out: Out | None = None) -> dict[str, str]:
+    """The headers of one request: its Idempotency-Key (the event id, a repeat's or a digest's key), and for
+    ntfy the title, priority and tags it shows."""
+    if route.format != "ntfy":
+        return {"Content-Type": "application/json", "Idempotency-Key": event_id, "User-Agent": USER_AGENT,
+                **route.headers}
+    sev = _severity(out) if out is not None else ""
+    head = out_text(route, out)[0] if out is not None else event_id
+    tags = ",".join(t for t in ("rotating_light" if sev == PAGE_SEVERITY else sev, "digest" if out and out.digest
+                                else "", f"repeat-{out.repeat}" if out and out.repeat else "") if t)
+    return {"Content-Type": "text/plain; charset=utf-8", "Idempotency-Key": event_id, "User-Agent": USER_AGENT,
+            "Title": _ascii_header(head)[:1000], "Priority": NTFY_PRIORITY.get(sev, "3"),
+            **({"Tags": tags} if tags else {}), **route.headers}
 
 
 def post(route: Route, body: bytes, event_id: str) -> int:
@@ -158,34 +240,61 @@ class Counters:
 
 
 class RouteSender:
-    """One route's queue and the task that drains it, an event at a time, in order."""
+    """One route's queue and the task that drains it, an event at a time, in order; a route with paging
+    rules (runledger.interop.paging) sends what its Pager says, when it says."""
 
     def __init__(self, route: Route, notifier: "Notifier", rng: random.Random) -> None:
         self.route, self.notifier, self.rng = route, notifier, rng
         self.queue: asyncio.Queue[tuple[dict, Held]] = asyncio.Queue()
         self.sent: OrderedDict[str, None] = OrderedDict()  # event ids delivered (the latest SENT_MEMORY)
         self.failing_since: float | None = None
+        self.pager = Pager(route, notifier.ack_wait_s) if route.pages else None
 
     async def run(self) -> None:
-        while True:
-            env, held = await self.queue.get()
-            eid = env["event_id"]
-            if eid in self.sent:
-                self.notifier.counters.skipped_known += 1
-            else:
-                await self.deliver(env)
-                self.sent[eid] = None
-                if len(self.sent) > SENT_MEMORY:
-                    self.sent.popitem(last=False)
-            await self.notifier.delivered(held)
+        getter: asyncio.Future | None = None
+        try:
+            while True:
+                getter = getter or asyncio.ensure_future(self.queue.get())
+                wait = None
+                if self.pager is not None and (at := self.pager.next_due()) is not None:
+                    wait = max(0.0, at - time.monotonic())
+                done, _ = await asyncio.wait({getter}, timeout=wait)
+                outs, released = [], []
+                if done:
+                    env, held = getter.result()
+                    getter = None
+                    if self.pager is None:
+                        outs = [Out(env["event_id"], [env], releases=[held])]
+                    else:
+                        self.pager.ack_wait_s = self.notifier.ack_wait_s
+                        outs, released = self.pager.take(env, held, time.monotonic())
+                if self.pager is not None:
+                    more, freed = self.pager.due(time.monotonic())
+                    outs, released = outs + more, released + freed
+                for out in outs:
+                    if out.key in self.sent:
+                        self.notifier.counters.skipped_known += 1
+                    else:
+                        await self.deliver(out)
+                        self.sent[out.key] = None
+                        if len(self.sent) > SENT_MEMORY:
+                            self.sent.popitem(last=False)
+                    for held in out.releases:
+                        await self.notifier.delivered(held)
+                for held in released:
+                    await self.notifier.delivered(held)
+        finally:
+            if getter is not None:
+                getter.cancel()
 
-    async def deliver(self, env: dict) -> None:
-        body = request_body(self.route, env)
+    async def deliver(self, out: Out | dict) -> None:
+        out = out if isinstance(out, Out) else Out(out["event_id"], [out])
+        body = request_body(self.route, out)
+        headers = request_headers(self.route, out.key, out)
         failures = 0
         while True:
             try:
-                await webhook.post_async(self.route.url, body, request_headers(self.route, env["event_id"]),
-                                         self.route.timeout_s)
+                await webhook.post_async(self.route.url, body, headers, self.route.timeout_s)
             except webhook.NotDelivered as err:
                 failures += 1
                 self.notifier.counters.failures += 1
@@ -194,7 +303,7 @@ class RouteSender:
                     self.failing_since = time.monotonic()
                 level = logging.WARNING if failures in (1, 5) or failures % 20 == 0 else logging.DEBUG
                 log.log(level, "route %s: %s not delivered (%s, try %d); trying again in %.1fs (%d queued)",
-                        self.route.name, env["event_id"], err, failures, wait, self.queue.qsize())
+                        self.route.name, out.key, err, failures, wait, self.queue.qsize())
                 await asyncio.sleep(wait)
                 continue
             if self.failing_since is not None:
@@ -212,7 +321,7 @@ class Notifier:
 
     def __init__(self, routes: list[Route], seed: int | None = None, ack_wait_s: float = ACK_WAIT_S) -> None:
         rng = random.Random(seed)
-        self.ack_wait_s = ack_wait_s
+        self.ack_wait_s = ack_wait_s  # (before the senders: a pager's acknowledgement grace is counted in it)
         self.senders = [RouteSender(r, self, rng) for r in routes]
         self.held: dict[int, Held] = {}  # stream seq -> message
         self.counters = Counters()
@@ -237,7 +346,7 @@ class Notifier:
         for env, _ in good:
             self.counters.events += 1
             for sender in self.senders:
-                if sender.route.matches(env):
+                if sender.route.matches(env) if env["kind"] != "alert_ack" else sender.route.repeat_every_s:
                     work.append((sender, env))
         held.left = len(work)
         if not work:
@@ -280,29 +389,49 @@ class Notifier:
                     log.debug("in-progress ack of %d failed: %s", held.seq, err)
 
 
+ACK_KIND = "alert_ack"  # what a consumer for pages also takes: the acknowledgements that stop them
+
+
 def consumer_config(durable: str, start: DeliverPolicy, opt_start_seq: int | None = None,
-                    ack_wait_s: float = ACK_WAIT_S) -> ConsumerConfig:
+                    ack_wait_s: float = ACK_WAIT_S, acks: bool = False) -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=durable, deliver_policy=start, opt_start_seq=opt_start_seq, ack_policy=AckPolicy.EXPLICIT,
         ack_wait=ack_wait_s, max_deliver=-1, max_ack_pending=MAX_PENDING,
-        filter_subjects=[f"{SUBJECT_PREFIX}.*.{k}" for k in KINDS],
+        filter_subjects=[f"{SUBJECT_PREFIX}.*.{k}" for k in (*KINDS, *((ACK_KIND,) if acks else ()))],
     )
 
 
-async def ensure_consumer(js, durable: str, from_start: bool, ack_wait_s: float = ACK_WAIT_S) -> float:
+async def ensure_consumer(js, durable: str, from_start: bool, ack_wait_s: float = ACK_WAIT_S, acks: bool = False,
+                          holds: bool = False) -> float:
     """Create notify's consumer (from the stream's start with `from_start`, else from new events), or, if
     a previous notify died holding unacked messages, rewind it to just past its ack floor so that they
-    come again at once (the receivers dedupe what had been delivered). Returns its ack_wait in seconds."""
+    come again at once (the receivers dedupe what had been delivered). Returns its ack_wait in seconds.
+
+    `acks`: it takes `alert_ack` events too (a route repeats pages until acknowledged); an existing
+    consumer's subjects are brought to what this notify takes. `holds`: a route holds messages for long
+    (pages until acknowledged, digests): then it is not rewound, since everything after its ack floor, sent
+    long since, would go again; JetStream itself gives back only the unacked ones, after its ack_wait."""
     try:
         info = await js.consumer_info(STREAM, durable)
     except NotFoundError:
         start = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
-        await js.add_consumer(STREAM, consumer_config(durable, start, ack_wait_s=ack_wait_s))
+        await js.add_consumer(STREAM, consumer_config(durable, start, ack_wait_s=ack_wait_s, acks=acks))
         log.info("consumer %s created: delivering %s", durable, "every recorded event" if from_start else "new events")
         return ack_wait_s
     ack_wait_s = info.config.ack_wait or ack_wait_s  # an existing consumer's own
+    wanted = consumer_config(durable, info.config.deliver_policy, info.config.opt_start_seq, ack_wait_s, acks)
+    if sorted(info.config.filter_subjects or [info.config.filter_subject or ""]) != sorted(wanted.filter_subjects):
+        cfg = info.config
+        cfg.filter_subjects, cfg.filter_subject = wanted.filter_subjects, None
+        await js.add_consumer(STREAM, cfg)  # (create or update: the same consumer, its subjects changed)
+        log.info("consumer %s now takes %s", durable, ", ".join(wanted.filter_subjects))
+    if holds:
+        if info.num_ack_pending:
+            log.info("consumer %s has %d unacked messages (pages, digests): JetStream gives them again within %gs",
+                     durable, info.num_ack_pending, ack_wait_s)
+        return ack_wait_s
     await rewind_to_ack_floor(js, STREAM, durable, info, consumer_config(durable, DeliverPolicy.BY_START_SEQUENCE,
-                                                                         ack_wait_s=ack_wait_s))
+                                                                         ack_wait_s=ack_wait_s, acks=acks))
     return ack_wait_s
 
 
@@ -348,7 +477,9 @@ async def _consume(nc, url: str, url_of, notifier: Notifier, tasks: list, durabl
     """Deliver from one connection until `stop`, or until `url_of()` names another server."""
     js = nc.jetstream()
     await bus.ensure_stream(js)
-    notifier.ack_wait_s = await ensure_consumer(js, durable, from_start, ack_wait_s)
+    notifier.ack_wait_s = await ensure_consumer(
+        js, durable, from_start, ack_wait_s, acks=any(s.route.repeat_every_s for s in notifier.senders),
+        holds=any(s.route.repeat_every_s or s.route.digest_every_s for s in notifier.senders))
     puller = await bus.Puller(nc, STREAM, durable).start()
     if ready is not None:
         ready.set()

@@ -11,6 +11,15 @@
     runs = ["prod-*"]                     # globs on run_id (default any)
     timeout_s = 10                        # one request's limit in all, connect to last byte (default 10)
     headers = { Authorization = "env:ONCALL_TOKEN" }   # "env:NAME": the value of $NAME, read at start
+    cooldown_s = 600                      # an alert_id not sent again within this unless its severity rises (0: off)
+    digest_every_s = 900                  # alerts of digest_severity sent as one digest this often (0: off)
+    digest_severity = ["info"]            # which severities wait for the digest (default info)
+    repeat_every_s = 300                  # a `fail` alert pages again this often until acknowledged or resolved (0: off)
+    params = { token = "env:PUSHOVER_TOKEN", user = "env:PUSHOVER_USER" }  # fields added to a pushover body
+
+The paging rules (cooldown, digest, repeat until acknowledged) are runledger.interop.paging's; format
+`ntfy` posts to an ntfy topic URL (the text, with Title, Priority and Tags headers), `pushover` to
+Pushover's messages API (`params` holds its token and user key).
 
 An event goes to every route it matches (all of a route's conditions hold). Unknown keys are an error,
 so a misspelt condition cannot silently widen a route.
@@ -31,7 +40,7 @@ from runledger.interop.webhook import where as webhook_where
 from runledger.ledger.contract.events import NAME_RE, AlertRaised
 
 KINDS = ("alert", "decision")
-FORMATS = ("slack", "json")
+FORMATS = ("slack", "json", "ntfy", "pushover")
 SEVERITIES = tuple(AlertRaised.model_fields["severity"].annotation.__args__)  # info, warn, fail (the contract's)
 DEFAULT_TIMEOUT_S = 10.0  # a receiver that has not answered in this time has failed this try
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -53,6 +62,16 @@ class Route:
     runs: tuple[str, ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     headers: dict[str, str] = field(default_factory=dict)
+    cooldown_s: float = 0.0
+    digest_every_s: float = 0.0
+    digest_severity: tuple[str, ...] = ("info",)
+    repeat_every_s: float = 0.0
+    params: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pages(self) -> bool:
+        """Whether any paging rule is on (runledger.interop.paging)."""
+        return bool(self.cooldown_s or self.digest_every_s or self.repeat_every_s)
 
     def matches(self, env: dict) -> bool:
         """Whether the route takes this (valid) envelope."""
@@ -115,16 +134,23 @@ def route_from(obj: dict, i: int, env: dict[str, str] | None = None) -> Route:
         problem = header_problem(k, "") or (k.lower() == "idempotency-key" and f"header {k} is notify's own")
         if problem:
             raise RoutesError(f"{where}: {problem}")
-        if v.startswith("env:"):
-            if not v[4:]:
-                raise RoutesError(f"{where}: header {k}: \"env:\" needs the name of a variable")
-            if v[4:] not in env:
-                raise RoutesError(f"{where}: header {k} names ${v[4:]}, which is not set")
-            v = env[v[4:]]
+        v = _from_env(v, f"header {k}", where, env)
         problem = header_problem(k, v)
         if problem:  # (never the value: it is a secret)
             raise RoutesError(f"{where}: {problem}")
         resolved[k] = v
+    params = obj.get("params", {})
+    if not isinstance(params, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in params.items()):
+        raise RoutesError(f"{where}: params is a table of strings")
+    params = {k: _from_env(v, f"params.{k}", where, env) for k, v in params.items()}
+    if fmt == "pushover" and not {"token", "user"} <= set(params):
+        raise RoutesError(f"{where}: a pushover route needs params.token and params.user (e.g. \"env:PUSHOVER_TOKEN\")")
+    seconds = {}
+    for key in ("cooldown_s", "digest_every_s", "repeat_every_s"):
+        value = obj.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 7 * 86400:
+            raise RoutesError(f"{where}: {key} {value!r} is not a number of seconds in [0, 604800] (0: off)")
+        seconds[key] = float(value)
     for key in ("agents", "producers", "runs"):
         if any(_CONTROL.search(g) for g in obj.get(key, []) if isinstance(g, str)):
             raise RoutesError(f"{where}: {key}: a glob holds a control character")
@@ -135,8 +161,21 @@ def route_from(obj: dict, i: int, env: dict[str, str] | None = None) -> Route:
         agents=_strings("agents", where, obj.get("agents", [])),
         producers=_strings("producers", where, obj.get("producers", [])),
         runs=_strings("runs", where, obj.get("runs", [])),
-        timeout_s=float(timeout), headers=resolved,
+        timeout_s=float(timeout), headers=resolved, params=params,
+        digest_severity=_strings("digest_severity", where, obj.get("digest_severity", ["info"]), SEVERITIES),
+        **seconds,
     )
+
+
+def _from_env(value: str, what: str, where: str, env: dict[str, str]) -> str:
+    """A value as given, or, written "env:NAME", the value of $NAME (read at start: a secret stays out of the file)."""
+    if not value.startswith("env:"):
+        return value
+    if not value[4:]:
+        raise RoutesError(f"{where}: {what}: \"env:\" needs the name of a variable")
+    if value[4:] not in env:
+        raise RoutesError(f"{where}: {what} names ${value[4:]}, which is not set")
+    return env[value[4:]]
 
 
 def parse_routes(text: str, suffix: str = ".toml", env: dict[str, str] | None = None) -> list[Route]:

@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '73ac48f3bc88f8af9db1a884ac066caa'
+DIGEST = '0589a2ea520244e47bd1c700af4a3c3c'
 LAYOUT = r"""
 {
  "kinds": {
@@ -14,6 +14,7 @@ LAYOUT = r"""
   "forecast": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["target_run", "VARCHAR"], ["fraction", "DOUBLE"], ["target_tokens", "BIGINT"], ["target_flops", "DOUBLE"], ["projected_loss", "DOUBLE"], ["band_low", "DOUBLE"], ["band_high", "DOUBLE"], ["fit", "VARCHAR"], ["rungs", "VARCHAR"], ["flags", "VARCHAR"], ["self_check_error", "DOUBLE"], ["method", "VARCHAR"], ["e_fixed", "DOUBLE"], ["revision", "BIGINT"], ["decision_id", "VARCHAR"], ["horizon_tokens", "BIGINT"], ["from_step", "BIGINT"], ["from_tokens", "BIGINT"], ["supported", "BOOLEAN"]],
   "alert": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["alert_id", "VARCHAR"], ["agent", "VARCHAR"], ["rule", "VARCHAR"], ["severity", "VARCHAR"], ["state", "VARCHAR"], ["message", "VARCHAR"], ["evidence", "VARCHAR"]],
   "decision": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["decision_id", "VARCHAR"], ["agent", "VARCHAR"], ["rule", "VARCHAR"], ["action", "VARCHAR"], ["params", "VARCHAR"], ["rationale", "VARCHAR"], ["evidence", "VARCHAR"], ["mode", "VARCHAR"]],
+  "alert_ack": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["alert_id", "VARCHAR"], ["by", "VARCHAR"], ["via", "VARCHAR"], ["note", "VARCHAR"]],
   "decision_applied": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["decision_id", "VARCHAR"], ["action", "VARCHAR"], ["status", "VARCHAR"], ["before", "VARCHAR"], ["after", "VARCHAR"], ["reason", "VARCHAR"]],
   "run_finished": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["status", "VARCHAR"], ["final_step", "BIGINT"], ["tokens_seen", "BIGINT"], ["final_loss", "DOUBLE"], ["reason", "VARCHAR"], ["summary", "VARCHAR"]],
   "metrics": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["nonfinite", "MAP(VARCHAR, VARCHAR)"], ["text", "MAP(VARCHAR, VARCHAR)"]],
@@ -35,6 +36,7 @@ LAYOUT = r"""
   "forecast": "forecasts",
   "alert": "alerts",
   "decision": "decisions",
+  "alert_ack": "alert_acks",
   "decision_applied": "decisions_applied",
   "run_finished": "runs_finished",
   "metrics": "metric_events",

@@ -205,6 +205,11 @@ select * from {{kind:forecast}};
 create or replace view alerts as
 select * from {{kind:alert}};
 
+-- the pages people took (`alert_ack`): which alert of the run, by whom, how (webhook, dashboard, cli), when (ts);
+-- only a person's producer (cli, ui) or notify's ack listener gives one, the ledger quarantines any other's
+create or replace view alert_acks as
+select * from {{kind:alert_ack}};
+
 -- the alerts open now. An alert is its producer's (its `agent` is its producer: runledger.ledger.contract.roles):
 -- raised and resolved by (run_id, alert_id, producer), so another producer's event with the same
 -- alert_id neither closes nor rewrites it; a person's resolution (producer {{person_producers}}) closes it

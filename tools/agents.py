@@ -31,8 +31,10 @@ def register(sub) -> None:
     g.add_argument("--approve", metavar="DECISION_ID", type=checks.line, help="approve a proposed decision")
     g.add_argument("--reject", metavar="DECISION_ID", type=checks.line, help="reject a proposed decision")
     g.add_argument("--action", type=checks.line, help="a decision of your own, e.g. set_token_horizon")
+    g.add_argument("--ack", metavar="ALERT_ID", type=checks.line,
+                   help="acknowledge an alert: an alert_ack event (`runledger notify` stops repeating its page)")
     s.add_argument("--param", action="append", type=checks.line, default=[], metavar="K=V", help="the action's parameters (JSON values)")
-    s.add_argument("--reason", default=None, help="why (required with --action)")
+    s.add_argument("--reason", default=None, help="why (required with --action; with --ack, its note)")
     s.add_argument("--by", type=checks.line, default=None, help="who decides (default: the login name)")
     s.set_defaults(func=cmd_decide)
 
@@ -51,6 +53,23 @@ def cmd_agents(args: argparse.Namespace) -> int:
         await run_agents(args.root, server_of(args), args.run_id, stop, revise=revisions)
 
     asyncio.run(main())
+    return 0
+
+
+def acknowledge_alert(args: argparse.Namespace) -> int:
+    """`decide RUN --ack ALERT_ID`: the person takes the page (an alert_ack from producer `cli`)."""
+    from pydantic import ValidationError
+
+    from runledger.ledger.decisions import acknowledge
+
+    try:
+        ack = acknowledge.acknowledgement(args.ack, args.by or getpass.getuser(), "cli", args.reason)
+    except (ValidationError, acknowledge.AckRefused) as err:
+        raise UsageError(f"not a valid acknowledgement: {str(err).splitlines()[0]}") from None
+    if not acknowledge.record(args.root, resolve_nats(args), args.run, ack, "cli"):
+        log.error("the acknowledgement is spooled but NATS has not acknowledged it yet; it will be sent next time")
+        return 1
+    print(f"acknowledged {args.ack} of {args.run} as {ack.by}")
     return 0
 
 
@@ -94,6 +113,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from runledger.ledger.contract.validation import check_name
 
     check_name(args.run, "run_id")
+    if args.ack:
+        return acknowledge_alert(args)
     decision = decision_made(args)
     try:  # (the path the dashboard's approve and reject take too)
         acked = review.record(args.root, resolve_nats(args), args.run, decision, producer="cli")

@@ -8,7 +8,8 @@ metrics, default the first section the runs share; `/api/compare?runs=A,B[&sourc
 points of K, L (default the first section they share), every metric they logged and the config keys that
 differ; `/api/run/R/config`: its config with every config.update applied, and the step each key changed
 at); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
-one read per wake per run); `POST /api/decide` approve or reject a proposed decision.
+one read per wake per run); `POST /api/decide` approve or reject a proposed decision; `POST /api/ack` acknowledge
+an alert (an `alert_ack` event from producer `ui`: notify stops repeating its page).
 
 Every route checks its input before anything is read: a bad run id, number, source, key or body is a
 400 (a body too big 413, not JSON 415) with a one-line reason, never a 500.
@@ -31,7 +32,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runledger import queries
-from runledger.ledger.decisions import review
+from runledger.ledger.decisions import acknowledge, review
 from runledger.ledger.contract.validation import check_name
 from runledger.ui.access import MAX_BODY, Access, AccessMiddleware
 from runledger.ui.compare import compared_metrics, config_diff, default_metrics, logged, opened_on, overlaid
@@ -317,6 +318,31 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
                       "note": None if acked else "spooled: NATS has not acknowledged it yet; it will be sent"},
                      200 if acked else 202)
 
+    async def api_ack(request: Request) -> Response:
+        body = await _body(request)
+        for k in ("run", "alert_id", "by"):
+            if not isinstance(body.get(k), str) or not body[k]:
+                raise BadInput(f"{k!r} must be a non-empty string")
+        run = check_name(body["run"], "run_id")
+        try:
+            ack = acknowledge.acknowledgement(body["alert_id"], body["by"].strip(), "dashboard", body.get("note"))
+            def known() -> int:
+                with reader.scoped([run]) as cur:
+                    return cur.execute("select count(*) from alerts where run_id = $run and alert_id = $id",
+                                       {"run": run, "id": body["alert_id"]}).fetchone()[0]
+
+            if not await run_in_threadpool(known):
+                return _error(404, f"no alert {body['alert_id'][:100]!r} in run {run!r}")
+            if decide_url is None:
+                return _error(503, "no NATS server to send the acknowledgement to")
+            url = decide_url() if callable(decide_url) else decide_url
+            acked = await run_in_threadpool(acknowledge.record, reader.root, url, run, ack, "ui", DECIDE_TIMEOUT_S)
+        except (ValueError, TypeError) as err:
+            return _error(400, str(err).splitlines()[0])
+        return _json({"alert_id": body["alert_id"], "acknowledged": acked,
+                      "note": None if acked else "spooled: NATS has not acknowledged it yet; it will be sent"},
+                     200 if acked else 202)
+
     async def api_live(request: Request) -> Response:
         run = request.query_params.get("run") or None
         if run is not None:
@@ -368,6 +394,7 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         Route("/api/ladder/{name}", api_ladder),
         Route("/api/sql", api_sql),
         Route("/api/decide", api_decide, methods=["POST"]),
+        Route("/api/ack", api_ack, methods=["POST"]),
         Route("/api/live", api_live),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

@@ -1,5 +1,5 @@
 """What a run's page shows first: its attempts, chart keys (and the x axis `define_metric` gave each), the kinds
-of events it has, its decision trail and forecast band."""
+of events it has, its decision trail, its open alerts (and who acknowledged each) and forecast band."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def run_info(snapshot: Snapshot, run_id: str) -> dict:
         found = keys(snapshot, run_id, cur)
         return {"run_id": run_id, "attempts": rows_of(cur.execute(load("run_attempts"), {"run": run_id})),
                 "keys": found, "decisions": decisions(snapshot, run_id, cur),
+                "alerts": rows_of(cur.execute(load("open_alerts"), {"run": run_id})),
                 "step_metrics": step_metrics(cur, run_id, found.get("metrics", [])),
                 "kinds": sorted(snapshot.run_files().get(run_id, {})),  # (the page draws an MoE panel where drops came)
                 "forecast": rows_of(cur.execute(load("forecast_band"), {"run": run_id})), "position": snapshot.position}

@@ -33,6 +33,7 @@ MAX_PAYLOAD = 8 << 20  # so that oversized events reach the ledger and are quara
 WORKER_KINDS = kinds_of("worker")  # the registry's (runledger.ledger.contract.events.REGISTRY)
 AGENT_KINDS = kinds_of("agent")
 ADMIN_KINDS = kinds_of("admin")
+NOTIFY_KINDS = kinds_of("notify")  # alert_ack: its ack listener records the pages people take
 LEDGER_API = "runledger-ledger"  # requests the ledger answers: {LEDGER_API}.chains.{run_id}.{producer}
 
 
@@ -133,7 +134,8 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
     ledger  consuming only: the stream's and consumers' API and acks, no event subjects; it answers
             LEDGER_API requests (allow_responses: replies only to requests it was sent); the only role
             that may purge the stream (what every durable consumer acked: runledger.ledger.bus.retention)
-    notify  consuming only, with its own consumer (`notify`): no event subjects, never another's consumer
+    notify  its own consumer (`notify`), never another's; of the event subjects only `alert_ack` (its ack
+            listener: a page taken), asking the ledger about its own chains (producer `notify`)
     reader  nothing on NATS (readers use the Parquet ledger through SQL)
     admin   a person deleting runs (`runledger delete`): a tombstone for any run and asking the ledger
             about chains; no worker or agent kind, no consumer, and no purge (NATS cannot confine a
@@ -158,7 +160,9 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
                 "subscribe": {"allow": [*inbox["allow"], f"{LEDGER_API}.>"]},
                 "allow_responses": True}
     if role == "notify":
-        return {"publish": {"allow": [stream_info, *consumer_subjects(NOTIFY_DURABLE)]}, "subscribe": inbox}
+        return {"publish": {"allow": [stream_info, *consumer_subjects(NOTIFY_DURABLE)]
+                            + [f"{SUBJECT_PREFIX}.*.{k}" for k in NOTIFY_KINDS] + [f"{LEDGER_API}.chains.*.notify"]},
+                "subscribe": inbox}
     if role == "reader":
         return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
     if role == "admin":

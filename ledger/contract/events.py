@@ -279,6 +279,17 @@ class AlertRaised(Payload):
     evidence: Json = Field(default_factory=dict)
 
 
+class AlertAcknowledged(Payload):
+    """A person took a page: alert `alert_id` of the run is acknowledged, by whom and how (the envelope's
+    time says when). Only a person's producer (`cli`, `ui`) or notify's ack listener (`notify`) may give
+    one (runledger.ledger.contract.roles.may_acknowledge); notify stops repeating the page once it reads it."""
+
+    alert_id: Annotated[str, Field(min_length=1, max_length=256)]
+    by: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
+    via: Literal["webhook", "dashboard", "cli"]
+    note: str | None = None
+
+
 # Decisions: what each action takes (`params`) and what it changes (`decision_applied.before/after`).
 
 
@@ -541,6 +552,7 @@ REGISTRY: dict[str, Kind] = {
     "forecast": Kind(ForecastMade, "forecasts", ()),  # the ladder's, on an open server
     "alert": Kind(AlertRaised, "alerts", ("agent", "worker")),  # a worker's on its own run (`runledger.alert`)
     "decision": Kind(DecisionMade, "decisions", ("agent",)),
+    "alert_ack": Kind(AlertAcknowledged, "alert_acks", ("agent", "notify")),  # a person's (cli/ui) or notify's ack listener
     "decision_applied": Kind(DecisionApplied, "decisions_applied", ("worker",)),
     "run_finished": Kind(RunFinished, "runs_finished", ("worker",)),
     "metrics": Kind(MetricsLogged, "metric_events", ("worker",)),  # long form: metrics_all, metrics

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 AGENT_PREFIX = "agent-"  # the agents' producer names (agents/*.py NAME)
 PERSON_PRODUCERS = ("cli", "ui")  # a person's: `runledger decide` and the dashboard (runledger.ledger.decisions.review)
+ACK_PRODUCERS = (*PERSON_PRODUCERS, "notify")  # who may acknowledge an alert: a person, or notify's ack listener
 PERSON_PREFIX = "person:"  # a person named in a payload's `agent` (runledger.ledger.decisions.review)
 
 
@@ -21,3 +22,8 @@ def is_person(producer: str) -> bool:
 def is_agent_or_person(producer: str) -> bool:
     """Whether `producer` is a name only an agent or a person may use."""
     return producer.startswith(AGENT_PREFIX) or is_person(producer)
+
+
+def may_acknowledge(producer: str) -> bool:
+    """Whether `producer` may give an `alert_ack` (a person's, or notify's ack listener taking a webhook call)."""
+    return producer in ACK_PRODUCERS

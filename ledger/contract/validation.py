@@ -17,7 +17,7 @@ from typing_extensions import NotRequired, Required, TypedDict
 
 from runledger.ledger.contract.canonical import canonical_json, event_hash, fast_canonical
 from runledger.ledger.contract.columns import FLOAT_FIELDS
-from runledger.ledger.contract.roles import PERSON_PREFIX, is_agent_or_person, is_person
+from runledger.ledger.contract.roles import ACK_PRODUCERS, PERSON_PREFIX, is_agent_or_person, is_person, may_acknowledge
 from runledger.ledger.contract.events import (ENVELOPE_FIELDS, HASH_RE, INT64_MAX, KINDS, NAME_RE, REGISTRY, SCHEMA_VERSION, TIME_RE, TIME_YEARS, Envelope, InvalidEvent, Payload, make_event_id)
 
 def check_time(value: str) -> str:
@@ -129,6 +129,8 @@ def speaker_problem(kind: str, producer: str, payloads: list) -> str | None:
             agent = p.get("agent") if isinstance(p, dict) else None
             if agent != producer and not (is_person(producer) and isinstance(agent, str) and agent.startswith(PERSON_PREFIX)):
                 return f"an alert speaks for its producer: payload.agent {agent!r} is not the producer {producer!r}"
+    elif kind == "alert_ack" and not may_acknowledge(producer):
+        return f"an alert_ack is a person's or notify's (producer {', '.join(ACK_PRODUCERS)}), not producer {producer!r}'s"
     elif kind == "tombstone" and not is_person(producer):
         return f"a tombstone is a person's (`runledger delete`, producer 'cli'), not producer {producer!r}'s"
     elif kind in WORKER_ONLY_KINDS and is_agent_or_person(producer):
@@ -257,7 +259,7 @@ def check_envelope(obj: Any, parsed: bool = False, payload_checked: bool = False
     check_time(obj["time"])
     if not payload_checked:
         check_payload(obj["kind"], obj["payload"])
-    if (obj["kind"] in ("alert", "tombstone") or obj["kind"] in WORKER_ONLY_KINDS) and \
+    if (obj["kind"] in ("alert", "alert_ack", "tombstone") or obj["kind"] in WORKER_ONLY_KINDS) and \
             (problem := speaker_problem(obj["kind"], obj["producer"], [obj["payload"]])):
         raise InvalidEvent(problem)
     unhashed = obj.copy()

@@ -229,3 +229,84 @@ def test_notify_routes_for_agents_do_not_deliver_a_workers_forgery(secure, tmp_p
         receiver.close()
     delivered = {(path, b"GENUINE" in body, b"FORGED" in body) for path, body in receiver.bodies}
     assert delivered == {("/agent", True, False), ("/producer", True, False)}, delivered
+
+
+# ------------------------------------------------------------------------------------ acknowledgements
+
+
+def test_a_worker_cannot_acknowledge_a_page_but_notify_can(secure, tmp_path):
+    """The agent pages (a fail alert) on a notify route that repeats until acknowledged. As worker-r1, an
+    `alert_ack` of it: the server refuses the publish (a worker may not send that kind). A worker's name
+    on an acknowledgement sent with credentials that may (the agent's): the ledger quarantines it with
+    the reason, and notify, which checks events as the ledger does, does not take it. The page goes on
+    repeating through both. Then notify's own (its credentials, producer `notify`) is stored, and the
+    repeats stop."""
+    import nats
+
+    from runledger.interop.notify import serve
+    from runledger.interop.routes import Route
+    from runledger.ledger.emit.sealing import seal
+
+    root, creds = secure
+    receiver = Keeper()
+    routes = [Route("oncall", f"{receiver.url}/page", kinds=("alert",), repeat_every_s=0.5)]
+    ack = {"alert_id": AGENT_ALERT, "by": "mallory", "via": "webhook"}
+
+    def pages() -> int:
+        return sum(1 for p, _ in receiver.bodies if p == "/page")
+
+    async def wait_pages(more_than: int, timeout: float = 15) -> int:
+        for _ in range(int(timeout / 0.05)):
+            if pages() > more_than:
+                break
+            await asyncio.sleep(0.05)
+        return pages()
+
+    async def as_worker() -> list[str]:
+        errors: list[str] = []
+
+        async def on_error(err):
+            errors.append(str(err))
+
+        env, wire = seal("r1", "worker-0", 0, 0, "alert_ack", ack, 1, "")
+        nc = await nats.connect(url(creds, "worker-r1"), error_cb=on_error, max_reconnect_attempts=0)
+        await nc.publish("runledger.r1.alert_ack", wire.encode())
+        await nc.flush()
+        await asyncio.sleep(1.0)
+        await nc.close()
+        return errors
+
+    async def main():
+        stop, ready = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(serve(routes, url(creds, "notify"), from_start=True, stop=stop, ready=ready,
+                                         poll_s=0.2))
+        await asyncio.wait_for(ready.wait(), 15)
+        await asyncio.to_thread(emit, creds, "agent", "r1", AGENT, tmp_path, "alert",
+                                agent_alert(AGENT_ALERT, AGENT, "drops above 7%"))
+        assert await wait_pages(1) >= 2  # paged, and repeated
+
+        errors = await as_worker()
+        assert any("permissions violation for publish" in e.lower() and "alert_ack" in e for e in errors), errors
+        await asyncio.to_thread(emit, creds, "agent", "r1", "worker-0", tmp_path, "alert_ack", ack)
+        assert await asyncio.to_thread(wait_for_count, root, "select count(*) from quarantine", 1, 30) == 1
+        seen = pages()
+        assert await wait_pages(seen + 1) > seen + 1  # still paging
+
+        await asyncio.to_thread(emit, creds, "notify", "r1", "notify", tmp_path, "alert_ack",
+                                {**ack, "by": "alice"})
+        assert await asyncio.to_thread(wait_for_count, root, "select count(*) from alert_acks", 1, 30) == 1
+        await asyncio.sleep(1.0)  # (notify reads it: at most a repeat in flight)
+        settled = pages()
+        await asyncio.sleep(2.0)
+        stop.set()
+        await task
+        return settled
+
+    try:
+        settled = asyncio.run(main())
+    finally:
+        receiver.close()
+    assert pages() == settled  # no repeat once acknowledged
+    reason = reader(root).execute("select reason from quarantine").fetchone()[0]
+    assert "an alert_ack is a person's or notify's" in reason and "'worker-0'" in reason, reason
+    assert reader(root).execute("select producer, \"by\" from alert_acks").fetchall() == [("notify", "alice")]

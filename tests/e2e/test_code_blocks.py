@@ -9,7 +9,7 @@ A block's fence says what it is, and so how it is run:
   inputs the pages' commands name that a user brings are made there too: `routes.toml` (the routes
   of docs/notify.md), `ui.json` (the tokens of docs/dashboard.md, mode 0600), `runs/mlp-1`, `mlruns`
   and `wandb` (a run each, written by TensorBoard's, MLflow's and W&B's own libraries), and
-  $ONCALL_TOKEN, which those routes read.
+  $ONCALL_TOKEN, $PUSHOVER_TOKEN and $PUSHOVER_USER, which those routes read.
 - `python`: by the venv's python, in such a directory. The README's logging example runs in one
   without `runledger-data`: it is what makes `my-run`.
 - `sql`: by `runledger sql --root runledger-data "<block>"` in such a directory.
@@ -60,6 +60,7 @@ RUNNABLE = (*SHELLS, "python", "sql", "toml", "json")
 SHOWN = ("text",)
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<lang>[^`\s]*)\s*$")
 ONCALL_TOKEN = "a-token-for-the-routes-of-docs-notify"
+ROUTE_SECRETS = {"ONCALL_TOKEN": ONCALL_TOKEN, "PUSHOVER_TOKEN": "a-pushover-app-token", "PUSHOVER_USER": "a-pushover-user"}
 NOT_LINKED = {".git", ".venv", "runledger-data", "__pycache__"}  # not part of a clone a user has
 
 
@@ -169,7 +170,7 @@ def run_python(text: str, cwd: Path, env: dict, timeout: float = 120) -> subproc
 def block_env(work: Path, shims: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RUNLEDGER_NATS", "RUNLEDGER_CREDS", "RUNLEDGER_ROOT")}
     env.update(PATH=f"{shims}{os.pathsep}{BIN}{os.pathsep}{env.get('PATH', '')}", RUNLEDGER_ROOT=str(work / "runledger-data"),
-               ONCALL_TOKEN=ONCALL_TOKEN, PYTHONDONTWRITEBYTECODE="1", RUNLEDGER_DOCS_REPO=str(REPO),
+               **ROUTE_SECRETS, PYTHONDONTWRITEBYTECODE="1", RUNLEDGER_DOCS_REPO=str(REPO),
                RUNLEDGER_DOCS_BIN=str(BIN), RUNLEDGER_DOCS_TEST=str(Path(__file__).resolve()),
                RUNLEDGER_DOCS_SERVE_S=str(SERVE_S), RUNLEDGER_DOCS_MAKE=shutil.which("make") or "make")
     return env
@@ -384,7 +385,7 @@ def check_data_block(block: Block) -> None:
     if "route" in data:  # a routes file: as `runledger notify --routes` reads it
         from runledger.interop.routes import parse_routes
 
-        assert parse_routes(block.text, ".toml", {"ONCALL_TOKEN": ONCALL_TOKEN})
+        assert parse_routes(block.text, ".toml", ROUTE_SECRETS)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])

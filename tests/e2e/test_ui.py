@@ -218,3 +218,23 @@ def test_approving_a_proposed_decision_stores_a_decision_event_with_the_approver
     assert rows == [("person:Ada Lovelace", "agent-drops:cf:1", "ui")]
     # and the page shows who decided, live
     wait(chromium, lambda d: "by person:Ada Lovelace" in d.find_element("css selector", "#decisions").text, timeout=10)
+
+
+def test_acknowledging_an_alert_stores_an_alert_ack_with_who_took_it(served, chromium):
+    from runledger import queries
+    from runledger.ledger.contract.events import AlertRaised
+
+    served.agent.emit(AlertRaised(alert_id="agent-drops:alpha:drop_fraction:9", agent="agent-drops", rule="drop_fraction",
+                                  severity="fail", message="drops above 7% for 3 blocks"), step=45)
+    assert served.agent.flush(timeout=30)
+    wait_for_count(served.root, "select count(*) from alerts where alert_id like '%:9'", 1, timeout=60)
+    chromium.get(f"{served.base}/?token={TOKEN}#/run/alpha")
+    box = wait(chromium, lambda d: d.find_elements("css selector", "#alerts .ack"), what="the open alert")[0]
+    who = box.find_element("css selector", "input.who")
+    who.clear()
+    who.send_keys("Grace Hopper")
+    box.find_element("css selector", "button.acknowledge").click()
+    wait(chromium, lambda d: "recorded" in d.find_element("css selector", "#alerts .msg").text, timeout=40)
+    wait_for_count(served.root, "select count(*) from alert_acks", 1, timeout=30)
+    rows = queries.query(served.root, 'select alert_id, "by", via, producer from alert_acks')[1]
+    assert rows == [("agent-drops:alpha:drop_fraction:9", "Grace Hopper", "dashboard", "ui")]

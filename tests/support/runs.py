@@ -163,6 +163,7 @@ MINIMAL = {
     "config": {"config": {"lr": 0.001}},
     "artifact": {"path": "/data/model.pt", "sha256": "0" * 64, "bytes": 7, "via": "save"},
     "heartbeat": {"host": "node-1", "pid": 4242, "interval_s": 30.0},
+    "alert_ack": {"alert_id": "loss-spike", "by": "alice", "via": "webhook"},
     "tombstone": {"chains": [{"producer": "worker-0", "attempt": 0, "seq": 3, "hash": "b" * 64}], "events": 4,
                   "by": "alice", "authority": "os_user"},
 }

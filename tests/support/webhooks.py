@@ -112,3 +112,51 @@ async def publish_raw(url: str, subject: str, *bodies: bytes) -> None:
     for body in bodies:
         await js.publish(subject, body)
     await nc.close()
+
+
+class PageReceiver:
+    """A receiver that keeps every request it takes, in order (nothing deduped): (path, Idempotency-Key,
+    body as JSON or text, headers, monotonic time). What a person's phone would show, repeats and all."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.got: list[tuple[str, str, object, dict, float]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = raw.decode()
+                with receiver.lock:
+                    receiver.got.append((self.path, self.headers["Idempotency-Key"], body, dict(self.headers),
+                                         time.monotonic()))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def requests(self, path: str | None = None) -> list[tuple[str, str, object, dict, float]]:
+        with self.lock:
+            return [g for g in self.got if path is None or g[0] == path]
+
+    def wait_until(self, check, timeout: float = 60) -> bool:
+        """Wait until `check(self)` is true; whether it became so within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check(self):
+                return True
+            time.sleep(0.1)
+        return check(self)

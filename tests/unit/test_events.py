@@ -157,7 +157,7 @@ def test_the_fast_path_declines_or_agrees_beyond_rfc8785s_integers(value, declin
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_seal_then_check_round_trips(kind):
-    producer = "cli" if kind == "tombstone" else "worker-0"  # (a tombstone is a person's: speaker_problem)
+    producer = "cli" if kind in ("tombstone", "alert_ack") else "worker-0"  # (a person's: speaker_problem)
     env, wire = seal("run-1", producer, 2, 7, kind, MINIMAL[kind], 7, "a" * 64, time=T0)
     assert env["event_id"] == f"run-1:{producer}:2:7"
     assert check_envelope(env) == canonical_json(MINIMAL[kind])
@@ -551,3 +551,14 @@ def test_every_kind_s_view_is_in_views_sql():
     for kind, k in REGISTRY.items():
         assert f"create or replace view {k.view} as" in views, (kind, k.view)
 
+
+
+@pytest.mark.parametrize("producer, allowed", [("cli", True), ("ui", True), ("notify", True), ("worker-0", False),
+                                               ("agent-drops", False)])
+def test_only_a_person_or_notify_acknowledges_an_alert(producer, allowed):
+    env, _ = seal("run-1", producer, 0, 0, "alert_ack", MINIMAL["alert_ack"], None, "", time=T0)
+    if allowed:
+        assert check_envelope(env) == canonical_json(MINIMAL["alert_ack"])
+    else:
+        with pytest.raises(InvalidEvent, match=f"an alert_ack is a person's or notify's .*not producer '{producer}'"):
+            check_envelope(env)

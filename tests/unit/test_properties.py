@@ -41,7 +41,7 @@ times = st.one_of(st.from_regex(TIME_RE, fullmatch=True), st.just("2026-11-29T10
 
 
 def valid_envelope(kind: str, seq: int) -> dict:
-    producer = "cli" if kind == "tombstone" else "worker-0"  # (a tombstone is a person's: speaker_problem)
+    producer = "cli" if kind in ("tombstone", "alert_ack") else "worker-0"  # (a person's: speaker_problem)
     env, _ = seal("run-1", producer, 0, seq, kind, copy.deepcopy(MINIMAL[kind]), seq, "" if seq == 0 else "b" * 64,
                   time="2026-11-29T10:00:00.000001Z")
     return env

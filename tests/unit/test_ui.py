@@ -243,3 +243,28 @@ def test_a_run_of_more_names_than_columns_has_a_chart_for_each_and_their_live_po
         assert live[last]["0"] == ([1, 2, 3], [100.0, 101.0, 102.0]) and live[names[0]]["0"] == ([1, 2, 3], [1.0, 2.0, 3.0])
     finally:
         reader.close()
+
+
+def test_a_run_page_lists_its_open_alerts_with_who_acknowledged_them_and_ack_needs_the_write_token(tmp_path):
+    """The page's open alerts, each with its latest acknowledgement (an `alert_ack` from the dashboard,
+    producer `ui`); POST /api/ack is guarded as approve and reject are, and refuses an alert the run has not."""
+    led = Ledger(tmp_path / "root")
+    led.emit("r1", "run_started", {"config": {}, "config_hash": "0" * 64}, 0, T0)
+    for i, sev in enumerate(("warn", "fail")):
+        led.emit("r1", "alert", {"alert_id": f"a{i}", "agent": "agent-x", "rule": f"rule{i}", "severity": sev,
+                                 "message": f"m{i}"}, i, T0 + timedelta(seconds=i), producer="agent-x")
+    led.emit("r1", "alert_ack", {"alert_id": "a1", "by": "ada", "via": "dashboard"}, None,
+             T0 + timedelta(seconds=5), producer="ui")
+    led.write()
+    with client(tmp_path / "root", "0.0.0.0", token=TOKEN, read_token=READ_TOKEN) as c:
+        reader_ = {"x-runledger-token": READ_TOKEN}
+        alerts = c.get("/api/run/r1", headers=reader_).json()["alerts"]
+        assert [(a["alert_id"], a["severity"], a["acked_by"]) for a in alerts] == [("a1", "fail", "ada"), ("a0", "warn", None)]
+        body = {"run": "r1", "alert_id": "a0", "by": "ada"}
+        assert c.post("/api/ack", json=body).status_code == 401
+        assert c.post("/api/ack", json=body, headers=reader_).status_code == 403
+        writer = {"x-runledger-token": TOKEN}
+        assert c.post("/api/ack", json=body, headers={**writer, "origin": "http://evil.example"}).status_code == 403
+        assert c.post("/api/ack", json={**body, "alert_id": "nope"}, headers=writer).status_code == 404
+        assert c.post("/api/ack", json={**body, "by": "<b>x</b>"}, headers=writer).status_code == 400
+        assert c.post("/api/ack", json=body, headers=writer).status_code == 503  # past the guards: no NATS here

@@ -652,6 +652,7 @@ async function viewRun(run) {
       <span id="chart-count" class="muted"></span></div>
     <div id="charts"></div>
     <h2>Decision trail</h2><div id="decisions"></div>
+    <h2>Open alerts</h2><div id="alerts"></div>
     <h2>Health checklist</h2><div id="health" class="muted">running the checks…</div>
     <h2>Provenance</h2><div id="provenance" class="muted">…</div>
     <h2>Attempts</h2><div id="attempts"></div>`;
@@ -665,6 +666,7 @@ async function viewRun(run) {
   loadConfig(run); // (the config with every config.update applied, and the step each key changed at)
   document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "code_commit"], info.attempts);
   renderDecisions(run, info.decisions);
+  renderAlerts(run, info.alerts || []);
   window.rlCharts = [];
   // what to chart: every key the run has, its title, section and x axis; the panels of the trainer's data
   // (the loss against the forecast band, LR with decisions marked, MFU, drops per layer) only where it has that data
@@ -883,6 +885,40 @@ function renderDecisions(run, decisions) {
         } catch (e) { msg.textContent = e.message; msg.className = "msg err"; }
       };
     }
+  }
+}
+// The run's open alerts, each with who acknowledged it; Acknowledge records an alert_ack (POST /api/ack, the
+// read-write token): `runledger notify` stops repeating its page once it reads it.
+function renderAlerts(run, alerts) {
+  const el = document.getElementById("alerts");
+  if (!alerts.length) { el.innerHTML = `<p class="muted">No open alerts.</p>`; return; }
+  const me = localStorage.getItem("rl-name") || "";
+  el.innerHTML = table(["raised at", "severity", "alert", "agent", "message", "acknowledged"], alerts, (a, c) => {
+    switch (c) {
+      case "raised at": return `step ${esc(a.step)}<br><span class="muted">${esc(a.raised_at)}</span>`;
+      case "severity": return `<span class="s-${esc(a.severity)}">${esc(a.severity)}</span>`;
+      case "alert": return `<b>${esc(a.rule)}</b><br><span class="muted">${esc(a.alert_id)}</span>`;
+      case "agent": return esc(a.agent);
+      case "message": return esc(a.message);
+      case "acknowledged":
+        return (a.acked_by ? `by ${esc(a.acked_by)}<br><span class="muted">${esc(a.acked_at)}</span>` : "") +
+          `<div class="ack" data-id="${esc(a.alert_id)}"><input class="who" placeholder="your name" value="${esc(me)}"> ` +
+          `<button class="acknowledge">Acknowledge</button> <span class="msg"></span></div>`;
+    }
+  });
+  for (const box of el.querySelectorAll(".ack")) {
+    box.querySelector(".acknowledge").onclick = async () => {
+      const by = box.querySelector(".who").value.trim();
+      const msg = box.querySelector(".msg");
+      if (!by) { msg.textContent = "your name, please"; return; }
+      localStorage.setItem("rl-name", by);
+      try {
+        const r = await api("/api/ack", {method: "POST", headers: {"content-type": "application/json"},
+          body: JSON.stringify({run, alert_id: box.dataset.id, by})});
+        msg.textContent = r.acknowledged ? "acknowledged: recorded" : r.note;
+        msg.className = "msg s-ok";
+      } catch (e) { msg.textContent = e.message; msg.className = "msg err"; }
+    };
   }
 }
 async function loadAudit(run, suite, id) {
