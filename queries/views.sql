@@ -162,10 +162,65 @@ select * exclude (has_loss) from (
     window w as (partition by run_id, producer, attempt, step))
 where has_loss;
 
--- one row per (run_id, step): the latest attempt's
+-- every attempt that started from a history (runledger.queries.forks): a fork (run_started.parent: another
+-- run's history, up to its step `fork_step`) or a rewind (run_started.rewind, `init(resume_from=)`: the run's
+-- own, up to `fork_step`; the attempts before it no longer count after it); the parent's attempt and ledger
+-- position (`parent_stream_seq`, `parent_event_id`) where the start recorded them
+create or replace view forks as
+select run_id, attempt, producer, ts, case when rewind is not null then 'rewind' else 'fork' end as how,
+       coalesce(rewind, parent) ->> 'run_id' as parent_run,
+       (coalesce(rewind, parent) ->> 'attempt')::bigint as parent_attempt,
+       (coalesce(rewind, parent) ->> 'step')::bigint as fork_step,
+       (coalesce(rewind, parent) ->> 'stream_seq')::bigint as parent_stream_seq,
+       coalesce(rewind, parent) ->> 'event_id' as parent_event_id
+from {{kind:run_started}}
+where coalesce(rewind, parent) is not null
+qualify row_number() over (partition by run_id, attempt order by seq) = 1;
+
+-- each fork's line of descent: the runs whose steps its spliced history reads (its parent at depth 1, the
+-- parent's parent at 2, ...), each for its steps in (step_lo, step_hi] (step_lo null: from the start), as
+-- they stood at the attempt the fork named (`as_of_attempt`: a later rewind of the parent leaves the fork's
+-- history as it was). A run's first fork start counts (its resumed attempts go on from its own steps).
+create or replace view fork_lines as
+with recursive first_fork as (
+    select run_id, parent_run, coalesce(parent_attempt, 9223372036854775807) as as_of_attempt, fork_step
+    from forks where how = 'fork' and parent_run <> run_id
+    qualify row_number() over (partition by run_id order by attempt) = 1
+), line(run_id, source_run, as_of_attempt, step_hi, depth) as (
+    select run_id, parent_run, as_of_attempt, fork_step, 1 from first_fork
+    union all
+    select l.run_id, f.parent_run, f.as_of_attempt, least(l.step_hi, f.fork_step), l.depth + 1
+    from line l join first_fork f on f.run_id = l.source_run
+    where l.depth < 64 and f.parent_run <> l.run_id
+)
+select l.run_id, l.source_run, l.as_of_attempt, f.fork_step as step_lo, l.step_hi, l.depth
+from line l left join first_fork f on f.run_id = l.source_run;
+
+-- one row per (run_id, step): the latest attempt's, unless a later attempt rewound the run to an earlier
+-- step; for a fork, spliced: its parent's rows up to the fork step (through the parent's own parents, see
+-- fork_lines) and its own after. `from_run` is the run whose row it is (run_id, or an ancestor's).
 create or replace view steps as
-select * from steps_all
-qualify row_number() over (partition by run_id, step order by attempt desc, seq desc) = 1;
+with latest as (
+    select * from steps_all
+    qualify row_number() over (partition by run_id, step order by attempt desc, seq desc) = 1
+), rewound as (
+    select run_id, attempt, fork_step from forks where how = 'rewind'
+), own as (
+    select l.*, l.run_id as from_run from latest l
+    where not exists (select 1 from rewound w where w.run_id = l.run_id and w.attempt > l.attempt and l.step > w.fork_step)
+      and not exists (select 1 from fork_lines f where f.run_id = l.run_id and f.depth = 1 and l.step <= f.step_hi)
+), inherited as (
+    select s.* replace (f.run_id as run_id), s.run_id as from_run
+    from fork_lines f
+    join steps_all s on s.run_id = f.source_run and s.attempt <= f.as_of_attempt and s.step <= f.step_hi
+                        and (f.step_lo is null or s.step > f.step_lo)
+    where not exists (select 1 from rewound w where w.run_id = s.run_id and w.attempt > s.attempt
+                                                and w.attempt <= f.as_of_attempt and s.step > w.fork_step)
+    qualify row_number() over (partition by f.run_id, s.step order by s.attempt desc, s.seq desc) = 1
+)
+select * from own
+union all by name
+select * from inherited;
 
 -- every drops event: at the trained length and probed ahead of a context extension
 create or replace view drops_all as
