@@ -471,6 +471,24 @@ select
     case when given is null then anchor else 'run_started.thresholds' end as source
 from given;
 
+-- the fork audit's window (queries/fork): for each fork (its first fork start), every step after its fork step
+-- that it and its parent both logged, the last fork_window_steps of them (0: all), the two runs' steps side
+-- by side (the fork's own rows; the parent's from its `steps`, spliced where it is a fork too)
+create or replace view fork_window as
+with pairs as (
+    select f.run_id, f.parent_run, f.fork_step, s.step, s.kind,
+           s.loss, p.loss as parent_loss, s.mfu, p.mfu as parent_mfu,
+           row_number() over (partition by f.run_id order by s.step desc) as from_end
+    from (select * from forks where how = 'fork' and parent_run <> run_id
+          qualify row_number() over (partition by run_id order by attempt) = 1) f
+    join steps s on s.run_id = f.run_id and s.from_run = f.run_id and s.step > f.fork_step
+    join steps p on p.run_id = f.parent_run and p.step = s.step
+)
+select x.* exclude (from_end)
+from pairs x
+join run_thresholds w on w.run_id = x.run_id and w.name = 'fork_window_steps'
+where w.value <= 0 or x.from_end <= w.value;
+
 -- the other runs of each run's ladder: the same run_started.ladder name, or the rungs a forecast for it used
 create or replace view ladder_peers as
 select distinct a.run_id, b.run_id as peer
