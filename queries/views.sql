@@ -165,7 +165,8 @@ where has_loss;
 -- every attempt that started from a history (runledger.queries.forks): a fork (run_started.parent: another
 -- run's history, up to its step `fork_step`) or a rewind (run_started.rewind, `init(resume_from=)`: the run's
 -- own, up to `fork_step`; the attempts before it no longer count after it); the parent's attempt and ledger
--- position (`parent_stream_seq`, `parent_event_id`) where the start recorded them
+-- position (`parent_stream_seq`, `parent_event_id`) where the start recorded them. (Read through `runs`, the
+-- run_started kind's view, so that a reader scoped to some runs' files reads theirs.)
 create or replace view forks as
 select run_id, attempt, producer, ts, case when rewind is not null then 'rewind' else 'fork' end as how,
        coalesce(rewind, parent) ->> 'run_id' as parent_run,
@@ -173,7 +174,7 @@ select run_id, attempt, producer, ts, case when rewind is not null then 'rewind'
        (coalesce(rewind, parent) ->> 'step')::bigint as fork_step,
        (coalesce(rewind, parent) ->> 'stream_seq')::bigint as parent_stream_seq,
        coalesce(rewind, parent) ->> 'event_id' as parent_event_id
-from {{kind:run_started}}
+from runs
 where coalesce(rewind, parent) is not null
 qualify row_number() over (partition by run_id, attempt order by seq) = 1;
 
@@ -203,19 +204,23 @@ create or replace view steps as
 with latest as (
     select * from steps_all
     qualify row_number() over (partition by run_id, step order by attempt desc, seq desc) = 1
-), rewound as (
-    select run_id, attempt, fork_step from forks where how = 'rewind'
+), rewinds as (  -- per run, its rewinds (few): a row of an attempt before one, after its step, no longer counts
+    select run_id, list({'attempt': attempt, 'step': fork_step}) as cuts from forks where how = 'rewind' group by run_id
 ), own as (
-    select l.*, l.run_id as from_run from latest l
-    where not exists (select 1 from rewound w where w.run_id = l.run_id and w.attempt > l.attempt and l.step > w.fork_step)
-      and not exists (select 1 from fork_lines f where f.run_id = l.run_id and f.depth = 1 and l.step <= f.step_hi)
+    select l.*, l.run_id as from_run
+    from latest l
+    left join rewinds w using (run_id)
+    left join (select run_id, step_hi as fork_step from fork_lines where depth = 1) f using (run_id)
+    where (w.cuts is null or not list_bool_or(list_transform(w.cuts, lambda c: c.attempt > l.attempt and l.step > c.step)))
+      and (f.fork_step is null or l.step > f.fork_step)
 ), inherited as (
     select s.* replace (f.run_id as run_id), s.run_id as from_run
     from fork_lines f
-    join steps_all s on s.run_id = f.source_run and s.attempt <= f.as_of_attempt and s.step <= f.step_hi
-                        and (f.step_lo is null or s.step > f.step_lo)
-    where not exists (select 1 from rewound w where w.run_id = s.run_id and w.attempt > s.attempt
-                                                and w.attempt <= f.as_of_attempt and s.step > w.fork_step)
+    join steps_all s on s.run_id = f.source_run
+    left join rewinds w on w.run_id = s.run_id
+    where s.attempt <= f.as_of_attempt and s.step <= f.step_hi and (f.step_lo is null or s.step > f.step_lo)
+      and (w.cuts is null or not list_bool_or(list_transform(w.cuts, lambda c: c.attempt > s.attempt
+                                                                          and c.attempt <= f.as_of_attempt and s.step > c.step)))
     qualify row_number() over (partition by f.run_id, s.step order by s.attempt desc, s.seq desc) = 1
 )
 select * from own

@@ -210,3 +210,19 @@ def test_the_fork_audits_window_is_the_last_fork_window_steps(tmp_path):
 def test_a_run_that_is_no_fork_is_skipped_by_the_fork_audit(cutover):
     rows, failed = checks(cutover, "main")
     assert not failed and {r["status"] for r in rows.values()} == {"skip"}
+
+
+def test_the_run_page_of_a_fork_names_its_parent_and_fork_step(family):
+    """The dashboard's run info (runledger.ui.run.run_info): the page draws the parent's charts beside the
+    fork's, the fork step marked, and lists each attempt's parent or rewind point."""
+    from runledger.ui.data import Reader
+
+    reader = Reader(family[0], threads=1)
+    try:
+        info = reader.run_info("cut2")
+        assert info["fork"] == {"parent": "cut", "step": 45, "attempt": 0}
+        assert json.loads(info["attempts"][0]["parent"])["event_id"].startswith("cut:")
+        assert reader.run_info("main")["fork"] is None
+        assert json.loads(reader.run_info("main")["attempts"][1]["rewind"])["step"] == 40
+    finally:
+        reader.close()
