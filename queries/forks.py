@@ -21,6 +21,7 @@ from runledger import queries
 from runledger.ledger.contract.events import INT64_MAX, NAME_RE
 from runledger.ledger.storage import paths
 from runledger.queries.columns import kind_columns
+from runledger.queries.names import resolve_run
 
 FORM = "RUN?_step=N or RUN@STEP"
 _POINT = re.compile(r"(?P<run>[^?@]*)(?:\?_step=(?P<w>[0-9]{1,19})|@(?P<t>[0-9]{1,19}))")
@@ -121,7 +122,7 @@ def start_of(root: str | Path, given: dict, run_id: str | None, resume, resolve:
     """What `runledger.init` starts, given its `fork_from` / `resume_from` (in `given`), `id` and `resume`:
     (the run_started field, "parent" or "rewind"; its ForkedFrom payload, the point alone unless `resolve`;
     the run id; the resume mode). A fork is a new run (its id given or made by init); a rewind is the named
-    run's next attempt."""
+    run's next attempt. RUN is a run's id, else its name where one run has it."""
     fork, rewind = given.get("fork_from"), given.get("resume_from")
     if fork and rewind:
         raise ForkRefused("fork_from and resume_from exclude each other: fork_from starts a new run, resume_from "
@@ -137,9 +138,12 @@ def start_of(root: str | Path, given: dict, run_id: str | None, resume, resolve:
         raise ForkRefused(f"resume_from={rewind!r} rewinds run {point.run_id!r}, not id={run_id!r}: give that id or none")
     else:
         run_id, resume = point.run_id, "must"
-    found = (fork_point(root, point.run_id, point.step, rewind=not fork) if resolve
-             else {"run_id": point.run_id, "step": point.step})
-    return ("parent" if fork else "rewind"), found, run_id, resume
+    if not resolve:
+        return ("parent" if fork else "rewind"), {"run_id": point.run_id, "step": point.step}, run_id, resume
+    named = resolve_run(root, point.run_id)  # an id, else the one run of that name (as every command takes a RUN)
+    if rewind and run_id == point.run_id:
+        run_id = named
+    return ("parent" if fork else "rewind"), fork_point(root, named, point.step, rewind=not fork), run_id, resume
 
 
 def checkpoint_point(root: str | Path, run_id: str, step: int, path: str, content_hash: str) -> dict:
