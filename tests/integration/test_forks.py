@@ -1,6 +1,7 @@
 """A user's own loop forks and rewinds (issue 42), through the embedded local server and ledger: a run
 logs and saves a checkpoint; `init(fork_from="main?_step=20")` starts a fork that logs on from step 21;
-`init(resume_from="fork?_step=30")` rewinds the fork as its next attempt. SQL shows the spliced history,
+`init(resume_from="fork?_step=30")` rewinds the fork as its next attempt. SQL (`steps`, `metrics`,
+`metric(name)`) shows the spliced history,
 `verify` exits 0, the parent's stored events are the same before and after, the fork's parent is the one
 the trainer's `--fork-from main@20` would record, and the fork audit tells a matching fork from a worse one.
 """
@@ -50,6 +51,11 @@ def test_a_users_loop_forks_and_rewinds_and_the_ledger_shows_the_spliced_history
     assert [r[0] for r in rows] == list(range(35))  # main's 0..20, the fork's 21..30, its rewind's 31..34
     assert [(r[1], r[2]) for r in rows] == [("main", 0)] * 21 + [("fork", 0)] * 10 + [("fork", 1)] * 4
     assert [r[3] for r in rows[31:]] == pytest.approx([loss_at(k) - 0.5 for k in range(31, 35)])
+    # the metrics alike (metric(name), metrics): the parent's up to the fork step, the fork's own after
+    metric = db.execute("select step, attempt, value from metric('mfu') where run_id = 'fork' order by step").fetchall()
+    assert [m[0] for m in metric] == list(range(35)) and [m[1] for m in metric] == [0] * 31 + [1] * 4
+    assert db.execute("select count(*) from metrics where run_id = 'fork' and key = 'grad_norm'").fetchone()[0] == 35
+    assert db.execute("select count(*) from metrics where run_id = 'main' and key = 'loss'").fetchone()[0] == 40
     starts = dict(db.execute("select attempt, coalesce(parent, rewind) from runs where run_id = 'fork'").fetchall())
     parent, rewind = json.loads(starts[0]), json.loads(starts[1])
     # the same parent as `runledger train --fork-from main@20` records from main's checkpoint at 20
