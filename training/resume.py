@@ -50,7 +50,7 @@ def fork_point(root: str | Path, parent_run: str, at_step: int) -> Start:
         saved = []
     saved = [(s, p) for s, p in saved if s is not None and s <= at_step]
     if saved:
-        step, payload = max(saved, key=lambda sp: sp[0])
+        step, payload = max(reversed(saved), key=lambda sp: sp[0])  # (of two at one step, the later: as forks.fork_point)
         path, digest = payload["path"], payload["content_hash"]
     else:  # not in the ledger (emission off): the parent's local checkpoints
         meta = checkpoint.latest(ckpt_dir(root, parent_run), at_or_before=at_step)

@@ -226,3 +226,23 @@ def test_the_run_page_of_a_fork_names_its_parent_and_fork_step(family):
         assert json.loads(reader.run_info("main")["attempts"][1]["rewind"])["step"] == 40
     finally:
         reader.close()
+
+
+def test_checkpoint_lineage_names_a_forks_checkpoint_a_rewind_and_a_history_only_fork(family):
+    rows = {(r["run_id"], r["attempt"]): r for r in audit.run_suite(family[0], "provenance").rows()
+            if "start_kind" in r}
+    assert (rows[("cut", 0)]["start_kind"], rows[("cut", 0)]["lineage"]) == ("fork", "matches a saved checkpoint")
+    assert rows[("cut", 0)]["saved_at_step"] == 30
+    assert (rows[("cut2", 0)]["start_kind"], rows[("cut2", 0)]["lineage"]) == ("fork", "no checkpoint named (the history only)")
+    assert rows[("main", 1)]["start_kind"] == "rewind" and rows[("main", 1)]["from_step"] == 40
+    assert rows[("main", 1)]["lineage"] == "matches a saved checkpoint"  # (main's checkpoint at 30, before step 40)
+
+
+def test_train_fork_from_takes_both_forms_of_a_point():
+    from runledger.tools import checks
+    from runledger.tools.train import fork_point as fork_arg
+
+    assert fork_arg("main@7") == fork_arg("main?_step=7") == "main@7"
+    for bad in ("main", "main?_step=x", "bad\nname@3"):
+        with pytest.raises(checks.Bad):
+            fork_arg(bad)
