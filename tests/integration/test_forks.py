@@ -18,7 +18,7 @@ from runledger.tools.cli import main as runledger_main
 from support.reading import reader
 
 
-def loss_at(k: int) -> float:
+def falling_loss(k: int) -> float:
     return 3.0 - 0.01 * k
 
 
@@ -32,7 +32,7 @@ def test_a_users_loop_forks_and_rewinds_and_the_ledger_shows_the_spliced_history
     ckpt.write_bytes(b"weights at step 20")
     with runledger.init(project="cutover", id="main", system_metrics=False) as run:
         for k in range(40):
-            run.log({"loss": loss_at(k), "mfu": 0.4, "grad_norm": 0.3}, step=k)
+            run.log({"loss": falling_loss(k), "mfu": 0.4, "grad_norm": 0.3}, step=k)
             if k == 20:
                 run.log_checkpoint(ckpt, step=20)
     before = parent_events(local_root)
@@ -40,17 +40,17 @@ def test_a_users_loop_forks_and_rewinds_and_the_ledger_shows_the_spliced_history
     with runledger.init(project="cutover", id="fork", fork_from="main?_step=20", system_metrics=False) as fork:
         assert fork.step == 21  # it logs on from the step after the fork point
         for k in range(21, 40):
-            runledger.log({"loss": loss_at(k), "mfu": 0.4, "grad_norm": 0.3})
+            runledger.log({"loss": falling_loss(k), "mfu": 0.4, "grad_norm": 0.3})
     with runledger.init(project="cutover", resume_from="fork?_step=30", system_metrics=False) as again:
         assert (again.run_id, again.attempt, again.step) == ("fork", 1, 31)
         for k in range(31, 35):
-            runledger.log({"loss": loss_at(k) - 0.5, "mfu": 0.4, "grad_norm": 0.3})
+            runledger.log({"loss": falling_loss(k) - 0.5, "mfu": 0.4, "grad_norm": 0.3})
 
     db = reader(local_root)
     rows = db.execute("select step, from_run, attempt, loss from steps where run_id = 'fork' order by step").fetchall()
     assert [r[0] for r in rows] == list(range(35))  # main's 0..20, the fork's 21..30, its rewind's 31..34
     assert [(r[1], r[2]) for r in rows] == [("main", 0)] * 21 + [("fork", 0)] * 10 + [("fork", 1)] * 4
-    assert [r[3] for r in rows[31:]] == pytest.approx([loss_at(k) - 0.5 for k in range(31, 35)])
+    assert [r[3] for r in rows[31:]] == pytest.approx([falling_loss(k) - 0.5 for k in range(31, 35)])
     # the metrics alike (metric(name), metrics): the parent's up to the fork step, the fork's own after
     metric = db.execute("select step, attempt, value from metric('mfu') where run_id = 'fork' order by step").fetchall()
     assert [m[0] for m in metric] == list(range(35)) and [m[1] for m in metric] == [0] * 31 + [1] * 4
@@ -70,10 +70,10 @@ def test_a_users_loop_forks_and_rewinds_and_the_ledger_shows_the_spliced_history
     assert runledger_main(["audit", "fork", "fork", "--root", str(local_root)]) == 0  # (its rewind logs a lower loss)
     with runledger.init(project="cutover", id="same", fork_from="main@20", system_metrics=False):
         for k in range(21, 40):
-            runledger.log({"loss": loss_at(k), "mfu": 0.4, "grad_norm": 0.3})
+            runledger.log({"loss": falling_loss(k), "mfu": 0.4, "grad_norm": 0.3})
     with runledger.init(project="cutover", id="worse", fork_from="main?_step=20", system_metrics=False):
         for k in range(21, 40):
-            runledger.log({"loss": loss_at(k) + 0.05, "mfu": 0.4, "grad_norm": 0.3})
+            runledger.log({"loss": falling_loss(k) + 0.05, "mfu": 0.4, "grad_norm": 0.3})
     capsys.readouterr()
     assert runledger_main(["audit", "fork", "same", "--root", str(local_root)]) == 0
     capsys.readouterr()
@@ -86,7 +86,7 @@ def test_a_users_loop_forks_and_rewinds_and_the_ledger_shows_the_spliced_history
 def test_a_fork_or_rewind_the_ledger_cannot_place_is_one_line_refused_before_anything_starts(local_root):
     with runledger.init(project="cutover", id="short", system_metrics=False) as run:
         for k in range(5):
-            run.log({"loss": loss_at(k)}, step=k)
+            run.log({"loss": falling_loss(k)}, step=k)
     for kwargs, says in (({"fork_from": "ghost?_step=3"}, "no run 'ghost'"),
                          ({"fork_from": "short?_step=9"}, "steps up to 4: step 9 is past its last"),
                          ({"fork_from": "short"}, r"RUN\?_step=N or RUN@STEP"),
