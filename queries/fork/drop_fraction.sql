@@ -7,7 +7,7 @@ with threshold as (
 ), means as (
     select
         w.run_id, any_value(w.parent_run) as parent_run, count(*) as n, min(w.step) as step_lo, max(w.step) as step_hi,
-        avg(a.drop_fraction) as fork_drops, avg(b.drop_fraction) as parent_drops
+        avg(a.drop_fraction order by w.step) as fork_drops, avg(b.drop_fraction order by w.step) as parent_drops
     from fork_window w
     join latest a on a.run_id = w.run_id and a.step = w.step
     join latest b on b.run_id = w.parent_run and b.step = w.step

@@ -5,9 +5,9 @@ with threshold as (
     select
         run_id, any_value(parent_run) as parent_run, any_value(fork_step) as fork_step,
         count(*) as n, min(step) as step_lo, max(step) as step_hi,
-        avg(loss - parent_loss) as mean_delta,
+        avg(loss - parent_loss order by step) as mean_delta,
         max(loss - parent_loss) as max_delta,
-        arg_max(step, loss - parent_loss) as max_at
+        arg_max(step, (loss - parent_loss, -step)) as max_at
     from fork_window
     where loss is not null and parent_loss is not null
     group by run_id

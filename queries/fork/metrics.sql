@@ -2,14 +2,14 @@
 with win as (
     select distinct run_id, parent_run, step from fork_window
 ), logged as (  -- the free-form metrics (`runledger.log`) and the trainer's typed step fields, long form
-    select run_id, step, key, value from metrics where value is not null
+    select run_id, step, time, key, value from metrics where value is not null
     union all
-    select run_id, step, key, value from (
-        unpivot (select run_id, step, grad_norm, lr, param_norm, router_entropy, tokens_per_s, step_time_s, z_loss, lb_loss
+    select run_id, step, time, key, value from (
+        unpivot (select run_id, step, time, grad_norm, lr, param_norm, router_entropy, tokens_per_s, step_time_s, z_loss, lb_loss
                  from steps where kind = 'step')
         on grad_norm, lr, param_norm, router_entropy, tokens_per_s, step_time_s, z_loss, lb_loss into name key value value)
-), per_step as (  -- the last value of each name at each step of each run
-    select run_id, step, key, last(value) as value from logged group by all
+), per_step as (  -- the last value of each name at each step of each run (by time; of two at one time, the larger)
+    select run_id, step, key, arg_max(value, (time, value)) as value from logged group by all
 ), pairs as (
     select w.run_id, w.parent_run, w.step, a.key, a.value, b.value as parent_value
     from win w
@@ -17,8 +17,8 @@ with win as (
     join per_step b on b.run_id = w.parent_run and b.step = w.step and b.key = a.key
 ), by_key as (
     select run_id, any_value(parent_run) as parent_run, key, count(*) as n, min(step) as step_lo, max(step) as step_hi,
-           avg(value) as fork_mean, avg(parent_value) as parent_mean,
-           max(abs(value - parent_value)) as max_gap, arg_max(step, abs(value - parent_value)) as max_at
+           avg(value order by step) as fork_mean, avg(parent_value order by step) as parent_mean,
+           max(abs(value - parent_value)) as max_gap, arg_max(step, (abs(value - parent_value), -step)) as max_at
     from pairs group by run_id, key
 )
 select

@@ -4,7 +4,7 @@ with threshold as (
 ), means as (
     select
         run_id, any_value(parent_run) as parent_run, count(*) as n, min(step) as step_lo, max(step) as step_hi,
-        avg(mfu) as fork_mfu, avg(parent_mfu) as parent_mfu
+        avg(mfu order by step) as fork_mfu, avg(parent_mfu order by step) as parent_mfu
     from fork_window
     where mfu is not null and parent_mfu is not null
     group by run_id
