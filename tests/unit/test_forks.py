@@ -246,3 +246,16 @@ def test_train_fork_from_takes_both_forms_of_a_point():
     for bad in ("main", "main?_step=x", "bad\nname@3"):
         with pytest.raises(checks.Bad):
             fork_arg(bad)
+
+
+def test_the_dashboard_shows_the_fork_audit_of_a_fork(cutover, tmp_path, monkeypatch):
+    from runledger.ui.data import Reader
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    reader = Reader(cutover, threads=1)
+    try:
+        answer = reader.audit_answer("worse", "fork")
+        rows = {row[1]: row for r in answer["results"] for row in r["rows"]}
+        assert rows["fork_loss"][2] == "fail" and "steps 41..80" in rows["fork_loss"][6]
+    finally:
+        reader.close()

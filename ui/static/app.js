@@ -830,6 +830,10 @@ async function viewRun(run) {
   });
   loadAudit(run, "health", "health");
   loadAudit(run, "provenance", "provenance");
+  if (info.fork) { // a fork: the fork audit against its parent (queries/fork), after the provenance
+    document.getElementById("provenance").insertAdjacentHTML("afterend", `<h2>Fork vs parent ${esc(info.fork.parent)}</h2><div id="fork-audit" class="muted">…</div>`);
+    loadAudit(run, "fork", "fork-audit");
+  }
 }
 function zoomer(run, c, nameOf) { // a zoomed range's exact points (Chart.scaled asks only for a range not drawn yet)
   let timer = null, asked = 0;
