@@ -1,13 +1,15 @@
-"""The audits: the health, provenance and forecast suites of `.sql` files, run for one run or all.
+"""The audits: the health, provenance, forecast and fork suites of `.sql` files, run for one run or all.
 
 `run_suite(root, 'health', run_id)` returns the rows of every `queries/health/*.sql` check, each
-(run_id, check, status, value, threshold, at_step, evidence); provenance and forecast queries return
+(run_id, check, status, value, threshold, at_step, evidence), and `fork` likewise (a fork against its
+parent over a window of steps: Marin's go/no-go for a code cutover); provenance and forecast queries return
 their own columns, one table per file; `format_audit` writes them as a table, JSON or CSV (the
 command is `runledger audit`, in tools/audit.py).
 
 The `.sql` files are plain queries over the views of views.sql and return every run; for one run
 the views are opened over just the files its audit needs (`scope_files`: the run's own, its ladder
-peers' and fork parent's where a check compares with them), and the rows are filtered to the run.
+peers' and fork parent's where a check compares with them, every kind of its ancestors for the fork
+suite), and the rows are filtered to the run.
 Before a suite runs, the helper views (audit_runs, run_plan, run_thresholds, run_blocks, lr_segments,
 step_cells, step_blocks, step_progress) are materialised as temp tables that shadow them, so the steps
 are read once per suite (step_cells) rather than once per check. On a connection of its own the suite
@@ -28,13 +30,15 @@ from pathlib import Path
 import duckdb
 
 from runledger import queries
+from runledger.queries import forks
 from runledger.ledger.storage import paths
 from runledger.ledger.storage.paths import event_files
 from runledger.queries.columns import envelope_columns, kind_columns, kind_views, kinds
 
 log = logging.getLogger(__name__)
 
-SUITES = ("health", "provenance", "forecast")
+SUITES = ("health", "provenance", "forecast", "fork")
+CHECKS = ("health", "fork")  # the suites whose rows are checks (HEALTH_COLUMNS): a fail fails the audit
 HEALTH_COLUMNS = ("run_id", "check", "status", "value", "threshold", "at_step", "evidence")
 STATUSES = ("ok", "warn", "fail", "skip")
 # the helper views materialised before a suite, in dependency order
@@ -62,7 +66,7 @@ class Audit:
 
     @property
     def failed(self) -> bool:
-        return self.suite == "health" and any(d.get("status") == "fail" for d in self.rows())
+        return self.suite in CHECKS and any(d.get("status") == "fail" for d in self.rows())
 
 
 def query_names(suite: str) -> list[str]:
@@ -84,10 +88,12 @@ PEER_KINDS = ("run_started", "drops")
 PARENT_KINDS = ("run_started", "checkpoint")
 
 
-def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, list[Path]]:
+def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None = None,
+                lineage: bool = False) -> dict[str, list[Path]]:
     """kind -> the Parquet files a one-run audit reads: the run's own, its ladder peers' run_started
     and drops (the same run_started.ladder name, or the rungs of a forecast for the run, as views.sql's
     ladder_peers finds them), its fork parent's run_started and checkpoints, and every forecast.
+    With `lineage` (the fork suite), every kind of the runs its history forks from (runledger.queries.forks).
     The look-ups run on `con` when given (the connection the audit will use), else on one of their own."""
     root = Path(root)
     at = paths.cut(root)  # one snapshot for every listing below
@@ -107,6 +113,7 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
         peers |= {r[0] for r in look.execute(
             f"select distinct unnest(from_json(rungs, '[\"VARCHAR\"]')) from {queries.scan_files(forecasts, kind_columns('forecast'))} "
             "where target_run = ?", [run_id]).fetchall()}
+    line = forks.lineage(root, run_id, look)[1:] if lineage else []
     if con is None:
         look.close()
     peers.discard(run_id)
@@ -116,16 +123,16 @@ def scope_files(root: Path, run_id: str, con: duckdb.DuckDBPyConnection | None =
         if kind == "forecast":
             files[kind] = forecasts
             continue
-        runs = [run_id, *sorted(peers if kind in PEER_KINDS else []), *sorted(parents if kind in PARENT_KINDS else [])]
+        runs = [run_id, *sorted(peers if kind in PEER_KINDS else []), *sorted(parents if kind in PARENT_KINDS else []), *line]
         files[kind] = [f for r in dict.fromkeys(runs) for f in event_files(root, kind, r, at=at)]
     log.debug("scope of %s: ladder peers %s, parents %s", run_id, sorted(peers), sorted(parents))
     return files
 
 
-def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str) -> None:
+def scope_to_run(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, lineage: bool = False) -> None:
     """On a connection over the whole ledger, shadow the kind views (and `events`) with temp views over
     the files of `scope_files`, so that a one-run audit opens no unrelated run's files."""
-    files = scope_files(root, run_id, con)
+    files = scope_files(root, run_id, con, lineage)
     cols = ", ".join(envelope_columns())
     for kind, view in kind_views().items():
         con.execute(f"create or replace temp view {view} as select * from {queries.scan_files(files[kind], kind_columns(kind))}")
@@ -149,7 +156,8 @@ def shadow(con: duckdb.DuckDBPyConnection, name: str, runs: list[str]) -> None:
         log.debug("materialised %s in %.3fs", name, time.perf_counter() - t0)
 
 
-def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scoped: bool = False) -> None:
+def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scoped: bool = False,
+            lineage: bool = False) -> None:
     """Materialise the audit helpers as temp tables, for `run_id` or for every run. A connection over
     the whole ledger is first scoped to the run; `scoped` says it was opened over the run's files."""
     # a connection reused for another scope starts afresh: `main.x` would find a temp x first
@@ -158,7 +166,7 @@ def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scop
     for table in ("audit_runs", *_HELPERS):
         con.execute(f"drop table if exists temp.{table}")
     if run_id and not scoped:
-        scope_to_run(con, root, run_id)
+        scope_to_run(con, root, run_id, lineage)
     runs = [run_id] if run_id else known_runs(root)
     for name in ("audit_runs", *_HELPERS):
         shadow(con, name, runs)
@@ -178,22 +186,22 @@ def run_suite(root: str | Path, suite: str, run_id: str | None = None,
         # materialised as views.sql defines them
         runs = [run_id] if run_id else known_runs(root)
         own = queries.open_connection(threads)
-        con = queries.connect(root, files=scope_files(root, run_id, own) if run_id else None,
+        con = queries.connect(root, files=scope_files(root, run_id, own, suite == "fork") if run_id else None,
                               on_view=lambda c, name: shadow(c, name, runs), con=own)
     else:
-        prepare(con, root, run_id)
+        prepare(con, root, run_id, lineage=suite == "fork")
     log.info("audit %s %s: helpers ready in %.3fs", suite, run_id or "(all runs)", time.perf_counter() - t0)
     audit = Audit(suite, run_id)
     for name in names:
         t1 = time.perf_counter()
         sql = queries.load_query(name)
-        if run_id and suite != "health":
+        if run_id and suite not in CHECKS:
             cur = con.execute(f"select * from ({sql}) where run_id = ?", [run_id])
         else:  # a health row leads with its run_id: kept here, rather than by a filter DuckDB plans through every check
             cur = con.execute(sql)
         columns = [d[0] for d in cur.description]
         rows = cur.fetchall()
-        if suite == "health":
+        if suite in CHECKS:
             _check_shape(name, columns, rows)
             rows = sorted((r for r in rows if run_id is None or r[0] == run_id), key=lambda r: (r[0], r[1]))
         audit.results.append(Result(name, columns, rows, time.perf_counter() - t1))
@@ -221,18 +229,18 @@ def cell(v) -> str:
 
 def format_audit(audit: Audit, fmt: str) -> str:
     """The audit as a table (one per query, or one for health), JSON or CSV text."""
-    if audit.suite == "health":
-        results = [Result("health", list(HEALTH_COLUMNS), [r for res in audit.results for r in res.rows])]
+    if audit.suite in CHECKS:
+        results = [Result(audit.suite, list(HEALTH_COLUMNS), [r for res in audit.results for r in res.rows])]
     else:
         results = audit.results
     if fmt == "json":
-        if audit.suite == "health":
+        if audit.suite in CHECKS:
             return json.dumps(audit.rows(), default=str, indent=1)
         return json.dumps({r.name: [dict(zip(r.columns, row)) for row in r.rows] for r in results}, default=str, indent=1)
     out = io.StringIO()
     if fmt == "csv":
         for r in results:
-            if audit.suite != "health":
+            if audit.suite not in CHECKS:
                 out.write(f"# {r.name}\n")
             w = csv.writer(out, lineterminator="\n")
             w.writerow(r.columns)
@@ -242,7 +250,7 @@ def format_audit(audit: Audit, fmt: str) -> str:
         cells = [[cell(v) for v in row] for row in r.rows]
         widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(r.columns)]
         widths = [min(w, 120) for w in widths]
-        if audit.suite != "health":
+        if audit.suite not in CHECKS:
             out.write(f"{r.name} ({len(r.rows)} rows)\n")
         out.write("  ".join(c.ljust(w) for c, w in zip(r.columns, widths)).rstrip() + "\n")
         out.write("  ".join("-" * w for w in widths) + "\n")

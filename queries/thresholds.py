@@ -86,6 +86,18 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("capacity_factor_step", 1.5, "ratio",
               "Token-drop alternatives: raise capacity factor (by this much per set_capacity_factor)",
               ("agents/drops",)),
+    Threshold("fork_window_steps", 0.0, "steps",
+              "runledger: the fork audit's window, the last N steps a fork and its parent both logged after the fork "
+              "point; 0 = all of them", ("views/fork_window",)),
+    Threshold("fork_loss_delta_max", 0.02, "loss (nats)",
+              "runledger: a code cutover's go/no-go (Marin runs a fork beside the main run): the fork's mean loss over "
+              "the window above its parent's by > 0.02, under half the 0.05 of a Marin loss spike", ("fork/loss_delta",)),
+    Threshold("fork_mfu_drop_max", 0.05, "fraction of the parent's MFU",
+              "Marin checklist: MFU constant; a fork's mean MFU below its parent's by > 5% (the slack of mfu_below_plan_tol)",
+              ("fork/mfu",)),
+    Threshold("fork_drop_fraction_rise_max", 0.01, "fraction of assignments",
+              "Marin alert: drop fraction; a fork's mean above its parent's by > 1 percentage point (as drops_vs_ladder)",
+              ("fork/drop_fraction",)),
 )
 
 THRESHOLDS: dict[str, Threshold] = {t.name: t for t in RULE_BOOK}

@@ -162,10 +162,73 @@ select * exclude (has_loss) from (
     window w as (partition by run_id, producer, attempt, step))
 where has_loss;
 
--- one row per (run_id, step): the latest attempt's
+-- every attempt that started from a history (runledger.queries.forks): a fork (run_started.parent: another
+-- run's history, up to its step `fork_step`) or a rewind (run_started.rewind, `init(resume_from=)`: the run's
+-- own, up to `fork_step`; the attempts before it no longer count after it); the parent's attempt and ledger
+-- position (`parent_stream_seq`, `parent_event_id`) where the start recorded them. (Read through `runs`, the
+-- run_started kind's view, so that a reader scoped to some runs' files reads theirs.)
+create or replace view forks as
+select run_id, attempt, producer, ts, case when rewind is not null then 'rewind' else 'fork' end as how,
+       coalesce(rewind, parent) ->> 'run_id' as parent_run,
+       (coalesce(rewind, parent) ->> 'attempt')::bigint as parent_attempt,
+       (coalesce(rewind, parent) ->> 'step')::bigint as fork_step,
+       (coalesce(rewind, parent) ->> 'stream_seq')::bigint as parent_stream_seq,
+       coalesce(rewind, parent) ->> 'event_id' as parent_event_id
+from runs
+where coalesce(rewind, parent) is not null
+qualify row_number() over (partition by run_id, attempt order by seq) = 1;
+
+-- what each run's spliced history reads, for the runs that fork, are forked or are rewound (any other run
+-- reads its own rows only, and is not listed): at depth 0 its own rows after its fork step (step_lo; null:
+-- all); at depth 1 its parent's, at 2 the parent's parent's, ... (a fork's line of descent), each over
+-- (step_lo, step_hi] as they stood at the attempt the fork named (`as_of_attempt`: a later rewind of the
+-- parent leaves the fork's history as it was). `cuts`: the source run's rewinds ({attempt, step}: from that
+-- attempt on, the attempts before it count only up to that step). A run's first fork start counts (its
+-- resumed attempts go on from its own steps). `steps` and `metric_events_latest` join their rows to it by
+-- source_run: a ledger without forks pays one join with an empty table, not a second scan.
+create or replace view fork_reads as
+with recursive started as materialized (  -- (one read of the starts for all below)
+    select run_id, attempt, how, parent_run, parent_attempt, fork_step from forks
+), first_fork as (
+    select run_id, parent_run, coalesce(parent_attempt, 9223372036854775807) as as_of_attempt, fork_step
+    from started where how = 'fork' and parent_run <> run_id
+    qualify row_number() over (partition by run_id order by attempt) = 1
+), line(run_id, source_run, as_of_attempt, step_hi, depth) as (
+    select run_id, parent_run, as_of_attempt, fork_step, 1 from first_fork
+    union all
+    select l.run_id, f.parent_run, f.as_of_attempt, least(l.step_hi, f.fork_step), l.depth + 1
+    from line l join first_fork f on f.run_id = l.source_run
+    where l.depth < 64 and f.parent_run <> l.run_id
+), reads as (
+    select l.run_id, l.source_run, l.as_of_attempt, f.fork_step as step_lo, l.step_hi, l.depth
+    from line l left join first_fork f on f.run_id = l.source_run
+    union all
+    select r.run_id, r.run_id, null, f.fork_step, null, 0
+    from (select run_id from started union select source_run from line) r
+    left join first_fork f using (run_id)
+)
+select r.*, c.cuts
+from reads r
+left join (select run_id, list({'attempt': attempt, 'step': fork_step}) as cuts from started where how = 'rewind'
+           group by run_id) c on c.run_id = r.source_run;
+
+-- each fork's line of descent (fork_reads at depth 1 and up): the runs whose steps its history reads, each
+-- over (step_lo, step_hi] as of `as_of_attempt`
+create or replace view fork_lines as
+select run_id, source_run, as_of_attempt, step_lo, step_hi, depth from fork_reads where depth > 0;
+
+-- one row per (run_id, step): the latest attempt's, unless a later attempt rewound the run to an earlier
+-- step; for a fork, spliced: its parent's rows up to the fork step (through the parent's own parents, see
+-- fork_lines) and its own after. `from_run` is the run whose row it is (run_id, or an ancestor's).
 create or replace view steps as
-select * from steps_all
-qualify row_number() over (partition by run_id, step order by attempt desc, seq desc) = 1;
+select s.* replace (coalesce(f.run_id, s.run_id) as run_id), s.run_id as from_run
+from steps_all s
+left join fork_reads f on f.source_run = s.run_id
+where (f.step_lo is null or s.step > f.step_lo) and (f.step_hi is null or s.step <= f.step_hi)
+  and (f.as_of_attempt is null or s.attempt <= f.as_of_attempt)
+  and (f.cuts is null or not list_bool_or(list_transform(f.cuts, lambda c: c.attempt > s.attempt and s.step > c.step
+                                                                  and (f.as_of_attempt is null or c.attempt <= f.as_of_attempt))))
+qualify row_number() over (partition by coalesce(f.run_id, s.run_id), s.step order by s.attempt desc, s.seq desc) = 1;
 
 -- every drops event: at the trained length and probed ahead of a context extension
 create or replace view drops_all as
@@ -236,7 +299,8 @@ create or replace view runs_finished as
 select * from {{kind:run_finished}};
 
 -- where an attempt of a run's producer stops counting: the first step a later attempt logged (a resumed
--- run re-does the steps after its checkpoint, so the earlier attempt's from there on are superseded).
+-- run re-does the steps after its checkpoint, so the earlier attempt's from there on are superseded), or
+-- the step after a later rewind's (`forks`), whichever comes first.
 -- Only attempts that have a later one are listed, found from `run_started` (one per attempt), so that
 -- a run of one attempt, the common case, costs no scan of its metrics.
 create or replace view metric_attempts as
@@ -244,17 +308,27 @@ select * from (
     select run_id, producer, attempt,
            min(first_step) over (partition by run_id, producer order by attempt desc
                                  rows between unbounded preceding and 1 preceding) as superseded_from
-    from (select run_id, producer, attempt, min(step) as first_step
-          from (select run_id, producer from runs group by all having count(distinct attempt) > 1)
-               join metric_events using (run_id, producer)
+    from (select run_id, producer, attempt, min(first_step) as first_step
+          from (select run_id, producer, attempt, min(step) as first_step
+                from (select run_id, producer from runs group by all having count(distinct attempt) > 1)
+                     join metric_events using (run_id, producer)
+                group by all
+                union all
+                select run_id, producer, attempt, fork_step + 1 from forks where how = 'rewind')
           group by all))
 where superseded_from is not null;
 
 -- the metrics events that count: each step from the latest attempt that logged it (the steps an
--- attempt logged before the next one started, and all of the last one's)
+-- attempt logged before the next one started, and all of the last one's); for a fork, its parent's up to
+-- the fork step (through a fork of a fork: fork_lines) with run_id the fork's, and its own after
 create or replace view metric_events_latest as
-select m.* from metrics_wide m left join metric_attempts a using (run_id, producer, attempt)
-where a.superseded_from is null or m.step < a.superseded_from;
+select m.* replace (coalesce(f.run_id, m.run_id) as run_id)
+from metrics_wide m
+left join metric_attempts a using (run_id, producer, attempt)
+left join fork_reads f on f.source_run = m.run_id
+where (a.superseded_from is null or m.step < a.superseded_from)
+  and (f.step_lo is null or m.step > f.step_lo) and (f.step_hi is null or m.step <= f.step_hi)
+  and (f.as_of_attempt is null or m.attempt <= f.as_of_attempt);
 
 -- the long form of metrics events (a view's name): one row per name logged, from its column or the MAP
 -- of the names past the bound; `nonfinite` is 'nan', 'inf' or '-inf' where the value was not finite
@@ -420,6 +494,24 @@ select
     coalesce(given, value) as value,
     case when given is null then anchor else 'run_started.thresholds' end as source
 from given;
+
+-- the fork audit's window (queries/fork): for each fork (its first fork start), every step after its fork step
+-- that it and its parent both logged, the last fork_window_steps of them (0: all), the two runs' steps side
+-- by side (the fork's own rows; the parent's from its `steps`, spliced where it is a fork too)
+create or replace view fork_window as
+with pairs as (
+    select f.run_id, f.parent_run, f.fork_step, s.step, s.kind,
+           s.loss, p.loss as parent_loss, s.mfu, p.mfu as parent_mfu,
+           row_number() over (partition by f.run_id order by s.step desc) as from_end
+    from (select * from forks where how = 'fork' and parent_run <> run_id
+          qualify row_number() over (partition by run_id order by attempt) = 1) f
+    join steps s on s.run_id = f.run_id and s.from_run = f.run_id and s.step > f.fork_step
+    join steps p on p.run_id = f.parent_run and p.step = s.step
+)
+select x.* exclude (from_end)
+from pairs x
+join run_thresholds w on w.run_id = x.run_id and w.name = 'fork_window_steps'
+where w.value <= 0 or x.from_end <= w.value;
 
 -- the other runs of each run's ladder: the same run_started.ladder name, or the rungs a forecast for it used
 create or replace view ladder_peers as

@@ -610,6 +610,9 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
         (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
     resumed_from: the checkpoint this attempt goes on from, {"path", "step", "content_hash"} (as
         `log_checkpoint` recorded it): in `run_started`, where the `checkpoint_lineage` audit matches it.
+    fork_from: "RUN?_step=N" (W&B's; or "RUN@STEP"): a new run whose history is RUN's up to step N, logging on
+        from N + 1; resume_from: the same point of the run itself, rewound as its next attempt from N + 1
+        (the steps it logged after N no longer count). Both in `run_started` (runledger.queries.forks).
     mode: "online", "offline" or "disabled" (else settings=Settings(mode=...), $RUNLEDGER_MODE, $WANDB_MODE):
         "disabled" records nothing and starts nothing (every call still works).
     group, job_type, notes: W&B's, recorded in `run_started` (columns of the `runs` view). Other W&B
@@ -644,6 +647,12 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
             raise LogError(f"resumed_from {str(resumed_from)[:80]}: a dict of path, step (a whole number) and "
                            f"content_hash ({type(err).__name__}: {err})") from None
     root = Path(settings.root(root))
+    how, point = None, None
+    if ignored.get("fork_from") or ignored.get("resume_from"):  # its point in the ledger, found before anything starts
+        try:
+            how, point, id, resume = _forks().start_of(root, ignored, id, resume, mode != "disabled")
+        except ValueError as err:
+            raise LogError(str(err)) from None
     fresh = id is None  # a new id: no chain of it exists anywhere, so attempt 0 is its own
     if id is not None:
         run_id = str(id)
@@ -687,6 +696,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
                 send_leftovers(spool, url, run_id)
             last = _last_step(root, spool, run_id)
             first_step = 0 if last is None else last + 1
+        first_step = point["step"] + 1 if point else first_step
         sink = Emitter(run_id, producer, attempt, None if mode == "offline" else url, spool)
     except BaseException:
         if attempt is not None:
@@ -710,6 +720,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
         started["thresholds"] = {k: float(v) for k, v in thresholds.items()}
     if resumed_from:
         started["resumed_from"] = resumed_from
+    if point:
+        started[how] = point
     if commit := _code_commit():
         started["code_commit"] = commit
     sink.emit_dict("run_started", started, first_step if first_step else None)
@@ -724,6 +736,12 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     if not silent(ignored.get("settings")):
         print(where_line(run), file=sys.stderr, flush=True)  # (W&B's "View run at": a user's line, not a log record)
     return run
+
+
+def _forks():
+    from runledger.queries import forks  # (DuckDB: only for a fork or a rewind)
+
+    return forks
 
 
 def _attempt(run_id: str, producer: str, spool: Path, url: str | None, wait_s: float) -> tuple[int, str]:

@@ -1,5 +1,5 @@
-"""`runledger audit {health,provenance,forecast} RUN --root DIR [--format table|json|csv]`: the audit
-suites of `runledger.queries.audit` for one run; health exits 1 when any check fails.
+"""`runledger audit {health,provenance,forecast,fork} RUN --root DIR [--format table|json|csv]`: the audit
+suites of `runledger.queries.audit` for one run; health and fork exit 1 when any check fails.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    """Add `audit {health,provenance,forecast} RUN --root DIR [--format ...]` to the runledger CLI."""
-    p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual")
-    p.add_argument("suite", metavar="SUITE", help="health, provenance or forecast (runledger.queries.audit.SUITES)")
+    """Add `audit {health,provenance,forecast,fork} RUN --root DIR [--format ...]` to the runledger CLI."""
+    p = subparsers.add_parser("audit", help="the audits: health checklist, provenance, forecast vs actual, a fork vs its parent")
+    p.add_argument("suite", metavar="SUITE", help="health, provenance, forecast or fork (runledger.queries.audit.SUITES)")
     p.add_argument("run", type=checks.run, help=RUN_HELP)
     add_root(p)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")

@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     add_nats(p)
     p.add_argument("--steps", type=checks.int_in(1, MAX_STEPS, "steps"), default=None, help="stop after this step (default: the preset's horizon)")
     p.add_argument("--resume", action="store_true", help="go on from the ledger's last checkpoint as attempt+1")
-    p.add_argument("--fork-from", metavar="RUN@STEP", type=fork_point, default=None, help="start from a parent's checkpoint")
+    p.add_argument("--fork-from", metavar="RUN@STEP", type=fork_point, default=None,
+                   help="start from a parent's checkpoint at or before STEP (or RUN?_step=N, W&B's form)")
     p.add_argument("--horizon-steps", type=checks.int_in(1, MAX_STEPS, "steps"), default=None,
                    help="retime the decay to end at this step (e.g. a fork's early cooldown)")
     p.add_argument("--producer", type=checks.name_of("producer"), default="worker-0")
@@ -55,13 +56,15 @@ MAX_STEPS = 10**12  # far past any run's steps, well inside an int64
 
 
 def fork_point(text: str) -> str:
-    """RUN@STEP: a run id and a step."""
-    run, at, step = checks.line(text).partition("@")
-    checks.run_id(run)
-    if not at:
-        raise checks.Bad(f"{checks.shown(text)} is not RUN@STEP")
-    checks.int_in(0, MAX_STEPS, "a step")(step)
-    return text
+    """RUN@STEP or RUN?_step=N (W&B's): a run id and a step (runledger.queries.forks.parse_point)."""
+    from runledger.queries.forks import parse_point
+
+    try:
+        point = parse_point(checks.line(text))
+    except ValueError as err:
+        raise checks.Bad(str(err)) from None
+    checks.int_in(0, MAX_STEPS, "a step")(str(point.step))
+    return f"{point.run_id}@{point.step}"
 
 
 def pair_of(form: str, a, b):

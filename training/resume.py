@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runledger.ledger.check.replay import replay_run, run_events
+from runledger.queries import forks
 from runledger.training import checkpoint
 from runledger.training.worker import Start
 
@@ -49,7 +50,7 @@ def fork_point(root: str | Path, parent_run: str, at_step: int) -> Start:
         saved = []
     saved = [(s, p) for s, p in saved if s is not None and s <= at_step]
     if saved:
-        step, payload = max(saved, key=lambda sp: sp[0])
+        step, payload = max(reversed(saved), key=lambda sp: sp[0])  # (of two at one step, the later: as forks.fork_point)
         path, digest = payload["path"], payload["content_hash"]
     else:  # not in the ledger (emission off): the parent's local checkpoints
         meta = checkpoint.latest(ckpt_dir(root, parent_run), at_or_before=at_step)
@@ -57,5 +58,8 @@ def fork_point(root: str | Path, parent_run: str, at_step: int) -> Start:
             raise ValueError(f"run {parent_run!r} has no checkpoint at or before step {at_step}")
         step, path, digest = meta["step"], meta["path"], meta["content_hash"]
     meta = checkpoint.read_meta(path)
+    parent = {"run_id": parent_run, "step": int(step), "content_hash": digest, "path": path}
+    if saved:  # where in the parent's history, as `runledger.init(fork_from=)` records it
+        parent = forks.checkpoint_point(root, parent_run, int(step), path, digest)
     return Start(attempt=0, checkpoint_path=path, step=int(step), schedule=meta.get("schedule"), content_hash=digest,
-                 dispatch=meta.get("dispatch"), parent={"run_id": parent_run, "step": int(step), "content_hash": digest, "path": path})
+                 dispatch=meta.get("dispatch"), parent=parent)

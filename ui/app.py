@@ -229,7 +229,7 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
 
     async def api_audit(request: Request) -> Response:
         run, suite = await _run_id(request, reader), request.path_params["suite"]
-        if suite not in ("health", "provenance", "forecast"):
+        if suite not in ("health", "provenance", "forecast", "fork"):
             return _error(404, f"no suite {suite!r}")
         try:
             # (stale: the answer of the files read last time, while the new files' audit runs: runledger.ui.audits)

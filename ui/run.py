@@ -1,5 +1,6 @@
 """What a run's page shows first: its attempts, chart keys (and the x axis `define_metric` gave each), the kinds
-of events it has, its decision trail, its open alerts (and who acknowledged each) and forecast band."""
+of events it has, its decision trail, its open alerts (and who acknowledged each), forecast band, and the parent
+it forked from."""
 
 from __future__ import annotations
 
@@ -19,7 +20,16 @@ def run_info(snapshot: Snapshot, run_id: str) -> dict:
                 "alerts": rows_of(cur.execute(load("open_alerts"), {"run": run_id})),
                 "step_metrics": step_metrics(cur, run_id, found.get("metrics", [])),
                 "kinds": sorted(snapshot.run_files().get(run_id, {})),  # (the page draws an MoE panel where drops came)
-                "forecast": rows_of(cur.execute(load("forecast_band"), {"run": run_id})), "position": snapshot.position}
+                "forecast": rows_of(cur.execute(load("forecast_band"), {"run": run_id})), "position": snapshot.position,
+                "fork": fork_of(cur, run_id)}
+
+
+def fork_of(cur, run_id: str) -> dict | None:
+    """The run's parent where it is a fork (its first fork start, views.sql's `forks`): {"parent", "step",
+    "attempt"}, so that the page draws the parent's charts beside the fork's, the fork point marked; else None."""
+    row = cur.execute("select parent_run, fork_step, parent_attempt from forks where run_id = $run and how = 'fork' "
+                      "order by attempt limit 1", {"run": run_id}).fetchone()
+    return None if row is None else {"parent": row[0], "step": row[1], "attempt": row[2]}
 
 
 def step_metrics(cur, run_id: str, names: list[str]) -> dict[str, str]:

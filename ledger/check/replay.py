@@ -112,9 +112,9 @@ def _run_started(s: RunState, e: dict, p: dict) -> None:
     s.attempts[e["attempt"]] = {
         "producer": e["producer"], "first_step": e["step"], "time": e["time"],
         "code_commit": p.get("code_commit"), "config_hash": p["config_hash"],
-        "resumed_from": p.get("resumed_from"), "parent": p.get("parent"),
+        "resumed_from": p.get("resumed_from"), "parent": p.get("parent"), "rewind": p.get("rewind"),
     }
-    resumed = p.get("resumed_from") or {}
+    resumed = p.get("rewind") or p.get("resumed_from") or {}  # (a rewind: its steps after rewind.step no longer count)
     if "step" in resumed:  # steps after the checkpoint will be done again: their tokens no longer count
         s.tokens_seen -= s._tokens_by_step.drop_after(resumed["step"])
 

@@ -114,12 +114,22 @@ class ResumedFrom(Payload):
 
 
 class ForkedFrom(Payload):
-    """A parent run's checkpoint a fork started from."""
+    """Where in a parent run's history a fork (or a rewind: the run's own history) starts: the run, the step,
+    the attempt and the ledger position of the parent's last step at or before it, and the parent's
+    checkpoint there when one was saved (the trainer's fork restores it; a user's loop may have none).
+    `runledger train --fork-from RUN@STEP` and `runledger.init(fork_from="RUN?_step=N")` fill it alike
+    (`runledger.queries.forks.fork_point`)."""
 
     run_id: str
     step: NonNeg
-    content_hash: str
+    content_hash: str | None = Field(None, description="the checkpoint's (null: the parent saved none at or before step)")
     path: str | None = None
+    attempt: NonNeg | None = Field(None, description="the parent's attempt whose step it is (null in forks recorded "
+                                                      "before attempts were kept)")
+    stream_seq: NonNeg | None = Field(None, description="the ledger position: the stream_seq of the parent's step "
+                                                         "event (`runledger replay RUN --as-of-seq` rebuilds it there)")
+    event_id: str | None = Field(None, description="the parent's step event at the fork (the history's last row)")
+    hash: str | None = Field(None, description="that event's hash, so the fork names the parent's chain exactly")
 
 
 class LadderRung(Payload):
@@ -159,7 +169,11 @@ class RunStarted(Payload):
     flops_per_token: Finite | None = None
     thresholds: dict[str, Finite] = Field(default_factory=dict, description="overrides of the anchors")
     resumed_from: ResumedFrom | None = None
-    parent: ForkedFrom | None = None
+    parent: ForkedFrom | None = Field(None, description="a fork: the parent run's history it goes on from (its "
+                                                        "steps read the parent's up to parent.step)")
+    rewind: ForkedFrom | None = Field(None, description="a rewind (`init(resume_from=\"RUN?_step=N\")`): the run's own "
+                                                        "history this attempt goes on from; the earlier attempts' steps "
+                                                        "after rewind.step no longer count")
     ladder: LadderRung | None = None
 
 

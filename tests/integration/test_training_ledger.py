@@ -1,11 +1,13 @@
 """A `tiny` run through a real nats-server and the real ledger service: the `steps`, `drops`,
 `checkpoints` and `data` views are complete; a resumed attempt (found by replaying the ledger)
 redoes nothing and leaves one row per step in `steps`; a fork found through the ledger records its
-parent and starts after the parent's checkpoint."""
+parent (as `runledger.init(fork_from=)` would) and starts after the parent's checkpoint, its `steps` the
+parent's up to there."""
 
 from __future__ import annotations
 
 from runledger.ledger.check.replay import replay_run
+from runledger.queries.forks import fork_point
 from runledger.tools.cli import main as runledger_main
 from support.reading import reader, wait_for_count
 
@@ -36,6 +38,11 @@ def test_a_tiny_run_and_its_resumed_attempt_land_complete_in_the_ledger(root, na
     assert wait_for_count(root, "select count(*) from events where run_id = 'tinyfork' and kind = 'run_finished'", 1) == 1
     forked = replay_run(root, "tinyfork")
     assert forked.attempts[0]["parent"]["run_id"] == "tinyrun" and forked.attempts[0]["parent"]["step"] == 6
-    assert _count(root, "select min(step), max(step) from steps where run_id = 'tinyfork'") == 7
+    # the parent runledger.init(fork_from="tinyrun?_step=6") records: the same point, the same checkpoint
+    assert forked.attempts[0]["parent"] == fork_point(root, "tinyrun", 6)
+    assert _count(root, "select min(step) from steps where run_id = 'tinyfork' and from_run = 'tinyfork'") == 7
+    # its steps are spliced: the parent's up to the checkpoint it forked from, its own after
+    assert _count(root, "select string_agg(from_run || ':' || step, ',' order by step) from steps where run_id = 'tinyfork'") \
+        == ",".join([f"tinyrun:{k}" for k in range(1, 7)] + [f"tinyfork:{k}" for k in range(7, 10)])
     assert forked.status == "completed" and forked.step == 9
     assert ledger_process.terminate() == 0

@@ -662,9 +662,10 @@ async function viewRun(run) {
   const first = info.attempts[0] || {};
   document.getElementById("info").innerHTML = `${info.attempts.length} attempt(s) · project ${esc(first.project || "–")} · preset ${esc(first.preset || "–")} · ` +
     (JSON.parse(first.tags || "[]")).map(t => `<span class="tag">${esc(t)}</span>`).join("") +
+    (info.fork ? ` · fork of <a id="fork-parent" href="#/run/${encodeURIComponent(info.fork.parent)}">${esc(info.fork.parent)}</a> at step ${esc(info.fork.step)}` : "") +
     ` <details id="config"><summary>config</summary><pre>${esc(JSON.stringify(JSON.parse(first.config || "{}"), null, 1))}</pre></details>`;
   loadConfig(run); // (the config with every config.update applied, and the step each key changed at)
-  document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "code_commit"], info.attempts);
+  document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "parent", "rewind", "code_commit"], info.attempts);
   renderDecisions(run, info.decisions);
   renderAlerts(run, info.alerts || []);
   window.rlCharts = [];
@@ -732,6 +733,7 @@ async function viewRun(run) {
       const scale = c.xq === "step" ? 1 : c.xq === "tokens" ? tps : 0; // the band and decision marks are at steps
       c.chart.band = c.band && scale ? [c.band[0].map(x => x * scale), c.band[1], c.band[2]] : null;
       c.chart.markers = c.markers && scale ? c.markers.map(([x, label]) => [x * scale, label]) : [];
+      if (info.fork && c.xq === "step") c.chart.markers.push([info.fork.step, `fork of ${info.fork.parent}`]);
       if (c.steps) { c.chart.tables.clear(); if (scale) for (const [n, [xs, ys]] of Object.entries(c.steps)) c.chart.set(n, xs.map(x => x * scale), ys); }
       if (!c.source) continue;
       (groups[`${c.source}|${c.xq}`] = groups[`${c.source}|${c.xq}`] || []).push(c);
@@ -747,9 +749,13 @@ async function viewRun(run) {
         if (mine === 1) since = Math.min(since, data.seq); // (the live feed's start: the first answers' position)
         Object.assign(got, data.keys);
       }
+      // a fork: its parent's points of the same keys beside its own (the fork's history is the parent's up to the fork step)
+      const parentOf = info.fork && xq === "step" && (source === "step" || source === "metrics") ?
+        (await api(`/api/run/${encodeURIComponent(info.fork.parent)}/series?` + new URLSearchParams({source, keys: keys.slice(0, 256).join(","), px: pxOf(cs[0].chart)}).toString()).catch(() => ({keys: {}}))).keys : {};
       if (mine !== asked) return;
       for (const c of cs) {
         c.chart.tables.clear();
+        for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(parentOf[k] || {})) c.chart.set(`parent ${info.fork.parent} · attempt ${grp}`, xs, ys);
         for (const k of c.keys) for (const [grp, [xs, ys]] of Object.entries(got[k] || {})) c.chart.set(nameOf(source, grp), xs, ys);
         c.chart.opts.time = xq === "time" || (source === "system" && xq === "step");
         c.chart.opts.xLabel = xLabel(c);
@@ -826,6 +832,10 @@ async function viewRun(run) {
   });
   loadAudit(run, "health", "health");
   loadAudit(run, "provenance", "provenance");
+  if (info.fork) { // a fork: the fork audit against its parent (queries/fork), after the provenance
+    document.getElementById("provenance").insertAdjacentHTML("afterend", `<h2>Fork vs parent ${esc(info.fork.parent)}</h2><div id="fork-audit" class="muted">…</div>`);
+    loadAudit(run, "fork", "fork-audit");
+  }
 }
 function zoomer(run, c, nameOf) { // a zoomed range's exact points (Chart.scaled asks only for a range not drawn yet)
   let timer = null, asked = 0;
