@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -76,11 +77,12 @@ def _connect(root: Path, text: str):
 
 _RUNS = """
 select r.run_id, any_value(n.name) as name, any_value(n.project) as project,
-       arg_max(r."group", r.ts) as "group", arg_max(r.job_type, r.ts) as job_type, arg_max(r.notes, r.ts) as notes,
-       arg_max(r.tags, r.ts) as tags, arg_max(r.state, r.ts) as state, count(distinct r.attempt) as attempts,
+       arg_max(r."group", (r.attempt, r.ts)) as "group", arg_max(r.job_type, (r.attempt, r.ts)) as job_type,
+       arg_max(r.notes, (r.attempt, r.ts)) as notes, arg_max(r.tags, (r.attempt, r.ts)) as tags,
+       arg_max(r.state, (r.attempt, r.ts)) as state, count(distinct r.attempt) as attempts,
        min(r.ts) as started_at, any_value(r.config_final) as config,
        (select arg_max(f.summary, f.ts) from runs_finished f where f.run_id = r.run_id) as summary
-from runs r join run_names n using (run_id)
+from runs r join run_names n using (run_id)  -- (group, notes, tags and state: the latest attempt's)
 group by r.run_id
 order by started_at, r.run_id
 """
@@ -161,10 +163,11 @@ def _metric_exprs(con, run_id: str, keys: list[str] | None, base: str) -> list[t
                                  f"from metric_events where run_id = ?", [run_id]).fetchall()[0]
             present = [c for c, n in zip(wide, counts) if n]
         names = [con.execute("select metric_key(?)", [c[len("metrics/"):]]).fetchall()[0][0] for c in present]
+        maps = [m for m in (narrow, "nonfinite") if m in stored]  # (names past the bound; values not finite)
         extra = [r[0] for r in con.execute(
-            f"select distinct k from (select unnest(map_keys({queries.sql_ident(narrow)})) as k from metric_events "
-            "where run_id = ? union all select unnest(map_keys(nonfinite)) from metric_events where run_id = ?) "
-            "order by k", [run_id, run_id]).fetchall()] if narrow in stored else []
+            "select distinct k from (" + " union all ".join(
+                f"select unnest(map_keys({queries.sql_ident(m)})) as k from metric_events where run_id = $run" for m in maps)
+            + ") order by k", {"run": run_id}).fetchall()] if maps else []
         keys = list(dict.fromkeys([*names, *extra]))
     out = []
     for key in keys:
@@ -285,3 +288,23 @@ def _step_range(steps) -> tuple[int | None, int | None]:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise ValueError(f"steps: whole numbers or None, not {v!r}")
     return lo, hi
+
+
+NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}  # as JSON text has them
+
+
+def jsonable_column(column) -> list:
+    """An Arrow column's values for JSON, a float that is not finite as "NaN", "Infinity" or "-Infinity" (JSON
+    has no such numbers; `from_jsonable` reads them back)."""
+    values = column.to_pylist()
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        return ["NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+                if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+    return values
+
+
+def from_jsonable(values: list) -> list:
+    """`jsonable_column`'s values as they were (a float column's "NaN", "Infinity", "-Infinity" as those floats)."""
+    if any(isinstance(v, float) for v in values) or all(v is None or isinstance(v, str) and v in NONFINITE for v in values):
+        return [NONFINITE[v] if isinstance(v, str) and v in NONFINITE else v for v in values]
+    return values

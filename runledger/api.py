@@ -97,6 +97,8 @@ class Api:
             return table
         import pyarrow as pa
 
+        from runledger.queries.history import from_jsonable
+
         lo, hi = _steps(steps)
         params = {"run": run_id, "source": source, "limit": str(PAGE_ROWS)}
         if keys is not None:
@@ -107,7 +109,7 @@ class Api:
         pages, cursor = [], None
         while True:
             page = self._get("/api/history", {**params, **({"cursor": cursor} if cursor else {})})
-            pages.append(pa.Table.from_pydict({c: page["columns"][c] for c in page["column_order"]}))
+            pages.append(pa.Table.from_pydict({c: from_jsonable(page["columns"][c]) for c in page["column_order"]}))
             cursor = page.get("cursor")
             if not cursor:
                 break
