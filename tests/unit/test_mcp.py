@@ -1,0 +1,125 @@
+"""`runledger mcp`'s tools through the `mcp` package's own client (in-process): runs, every point of a history in
+pages, SQL under the console's guard and bounds (no write, no read of the server's files), and a proposal that
+can never be a review. Every refusal is an error result of one line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("mcp")  # (the [mcp] extra; dev brings it)
+
+from mcp import Client  # noqa: E402
+
+from runledger.tools.mcp_server import Reads, build, producer_of  # noqa: E402
+from runledger.ui.console import MAX_SQL_ROWS  # noqa: E402
+from support.runs import RUN, build_run  # noqa: E402
+
+TOOLS = {"list_runs", "history", "sql", "health", "decisions", "evidence", "propose_decision"}
+
+
+def calls(root, *steps, producer="agent-scout"):
+    """Call each (tool, arguments) in turn on one session; the results as (is_error, text)."""
+    async def go():
+        out = []
+        async with Client(build(Reads(root, producer, None))) as client:
+            out.append((False, sorted(t.name for t in (await client.list_tools()).tools)))
+            for name, args in steps:
+                res = await client.call_tool(name, args)
+                text = json.dumps(res.structured_content["result"]) if name == "list_runs" and not res.is_error \
+                    else res.content[0].text  # (a list comes back as one content item per element)
+                out.append((res.is_error, text))
+        return out
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def ledger(root):
+    build_run(root)
+    return root
+
+
+def test_an_agent_reads_runs_and_every_point_a_page_at_a_time(ledger):
+    (_, tools), (err, runs), *pages = calls(ledger, ("list_runs", {}),
+                                            ("history", {"run": RUN, "keys": ["train/loss"], "limit": 3}))
+    assert set(tools) == TOOLS and not err and json.loads(runs)[0]["run_id"] == RUN
+    # run-1 logs typed steps only (runledger's trainer), so its metrics history names no key: a one-line refusal
+    assert pages[0][0] and "logged no 'train/loss'" in pages[0][1] and "\n" not in pages[0][1]
+
+
+def test_history_pages_put_together_are_every_point(root):
+    from support.audit_ledger import T0, Ledger
+
+    led = Ledger(root)
+    led.emit("m", "run_started", {"config": {}, "config_hash": "c", "token_budget": 1, "schedule": {}}, 0, T0)
+    for k in range(25):
+        led.emit("m", "metrics", {"metrics": {"loss": 1 / (k + 1)}}, k, T0)
+    led.emit("o", "run_started", {"config": {}, "config_hash": "c", "token_budget": 1, "schedule": {}}, 0, T0)
+    led.emit("o", "metrics", {"metrics": {"loss": 9.0}}, 0, T0)
+    led.write()
+
+    async def go():
+        got, cursor = [], None
+        async with Client(build(Reads(root, "agent-scout", None))) as client:
+            while True:
+                res = await client.call_tool("history", {"run": "m", "keys": ["loss"], "limit": 10,
+                                                         **({"cursor": cursor} if cursor else {})})
+                page = json.loads(res.content[0].text)
+                got += page["columns"]["loss"]
+                if not (cursor := page["cursor"]):
+                    break
+            first = await client.call_tool("history", {"run": "m", "keys": ["loss"], "limit": 10})
+            cursor = json.loads(first.content[0].text)["cursor"]
+            other = await client.call_tool("history", {"run": "o", "keys": ["loss"], "cursor": cursor})
+            too_many = await client.call_tool("history", {"run": "m", "limit": 10_001})
+        return got, other, too_many
+
+    got, other, too_many = asyncio.run(go())
+    assert got == [1 / (k + 1) for k in range(25)]
+    assert other.is_error and "this cursor is of run 'm', not of 'o'" in other.content[0].text
+    assert too_many.is_error and "limit is a number of rows from 1 to 10000" in too_many.content[0].text
+
+
+def test_sql_keeps_the_consoles_guard_and_bounds(ledger):
+    secret = ledger / "nats" / "auth.conf"
+    secret.parent.mkdir()
+    secret.write_text("password: hunter2\n")
+    _, (ok_err, ok), (w_err, write), (n_err, nats), (b_err, big) = calls(
+        ledger, ("sql", {"query": "select count(*) as n from steps"}),
+        ("sql", {"query": "create table t as select 1"}),
+        ("sql", {"query": f"select * from read_text('{secret}')"}),
+        ("sql", {"query": "select range from range(20000)"}))
+    assert not ok_err and json.loads(ok)["rows"] == [[10]]
+    assert w_err and "only queries are allowed here, not CREATE" in write
+    assert n_err and "hunter2" not in nats and ("Permission" in nats or "not allowed" in nats or "disabled" in nats), nats
+    assert not b_err and json.loads(big)["total"] == MAX_SQL_ROWS and json.loads(big)["truncated"] is True
+
+
+@pytest.mark.parametrize("args, reason", [
+    ({"run": RUN, "action": "approve", "params": {"decision_id": "d1"}, "rationale": "mine"}, "'approve' is a person's review"),
+    ({"run": RUN, "action": "reject", "params": {"decision_id": "d1"}, "rationale": "no"}, "'reject' is a person's review"),
+    ({"run": RUN, "action": "launch", "rationale": "x"}, "unknown action 'launch'"),
+    ({"run": RUN, "action": "set_token_horizon", "params": {"horizon_tokens": "soon"}, "rationale": "x"},
+     "params do not fit set_token_horizon"),
+    ({"run": "nope", "action": "checkpoint_now", "rationale": "x"}, "no run has the id or name 'nope'"),
+    ({"run": RUN, "action": "checkpoint_now", "rationale": ""}, "rationale is text of 1 to"),
+    ({"run": RUN, "action": "checkpoint_now", "rationale": "x"}, "no NATS server to send the proposal to"),
+])
+def test_a_proposal_is_never_a_review_and_bad_input_is_one_line(ledger, args, reason):
+    _, (err, text) = calls(ledger, ("propose_decision", args))
+    assert err and reason in text and "\n" not in text
+
+
+def test_decisions_and_evidence(ledger):
+    _, (err, decisions), (e_err, evidence) = calls(ledger, ("decisions", {"run": RUN}), ("evidence", {"alert": "none"}))
+    assert not err and json.loads(decisions)["decisions"]["d1"]["status"] in ("approved", "applied")
+    assert e_err and "no alert 'none'" in evidence
+
+
+def test_the_proposer_is_the_servers_agent():
+    assert producer_of("scout") == producer_of("agent-scout") == "agent-scout"
+    with pytest.raises(ValueError, match="is not a name"):
+        producer_of("Scout!")
