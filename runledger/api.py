@@ -80,7 +80,10 @@ class Api:
         if not isinstance(run, str) or not run:
             raise ApiError("run is a run's id or name")
         wanted = run.split("/")[-1]
-        found = [r for r in self.runs() if r.id == wanted] or [r for r in self.runs() if r.name == wanted]
+        runs = self.runs()
+        found = [r for r in runs if r.id == wanted] or [r for r in runs if r.name == wanted]
+        if not found and self.root is not None and self._local(lambda h: _has_events(self.root, wanted)):
+            found = [Run(self, {"run_id": wanted})]  # (events, but no run_started: a stream of metrics alone)
         if not found:
             raise ApiError(f"no run has the id or name {wanted[:100]!r} " + (f"at {self.url}" if self.url else f"under {self.root}"))
         if len(found) > 1:
@@ -218,6 +221,13 @@ class Run:
     @property
     def tables(self):
         raise ApiError("tables are not stored yet (the values issue): runledger.log keeps numbers only")
+
+
+def _has_events(root: Path, run_id: str) -> bool:
+    from runledger.ledger.contract.events import NAME_RE
+    from runledger.ledger.storage.paths import event_files
+
+    return bool(NAME_RE.fullmatch(run_id)) and bool(event_files(root, run_id=run_id))
 
 
 def _steps(steps) -> tuple[int | None, int | None]:

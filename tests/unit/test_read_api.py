@@ -35,6 +35,7 @@ step 2000 on, only its points count), run `b`."""
     led.emit("a", "run_finished", {"status": "completed", "summary": {"train/loss": 0.5}}, STEPS, T0, attempt=1)
     led.emit("b", "run_started", {**start, "config": {"lr": 0.2}, "project": "q", "name": "beta"}, 0, T0)
     led.emit("b", "metrics", {"metrics": {"train/loss": 3.0}}, 0, T0)
+    led.emit("c", "metrics", {"metrics": {"x": 1.5}}, 7, T0)  # a stream of metrics alone: no run_started
     led.write()
 
 
@@ -52,6 +53,8 @@ def test_runs_carry_config_tags_and_summary_and_filter(runs_root):
     assert a.config == {"lr": 0.1, "layers": 2} and a.summary == {"train/loss": 0.5} and a.tags == ["base", "x"]
     assert [r.id for r in api.runs({"config.lr": 0.2})] == ["b"] and [r.id for r in api.runs("team/q")] == ["b"]
     assert api.run("beta").id == "b"
+    assert api.run("c").history(["x"]).to_pydict() == {"step": [7], "attempt": [0], "time": ["2026-11-01T12:00:00.000000Z"],
+                                                       "x": [1.5]}  # (not among the runs that started, read all the same)
     with pytest.raises(runledger.ApiError, match="cannot filter runs by 'colour'"):
         api.runs({"colour": "red"})
     with pytest.raises(runledger.ApiError, match="no run has the id or name 'zeta'"):
