@@ -7,8 +7,9 @@ each `metrics` event (`runledger.log`) of the run that holds one of the keys, a 
 each step from the latest attempt that logged it (the `metrics` view's rule); `attempt=N`, that attempt's
 points only. `source="step"` reads the typed `step` events of runledger's own trainer instead.
 
-Paged (`limit`, `after`): the rows in (step, producer, attempt, seq) order, at most `limit` of them, and the
-cursor of the last one, which the next page starts after. A cursor names its run: one given for another
+Paged (`limit`, `after`): the rows in (step, producer, attempt, seq) order, at most `limit` of them (and at most
+MAX_PAGE_CELLS values: a page of many keys has fewer rows), and the cursor of the last one, which the next page
+starts after. A cursor names its run: one given for another
 run is refused (`BadCursor`), never answered with that run's points. Pages are read with the SQL
 bounds of `runledger.queries` (read-only connection, data folders only).
 """
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 MAX_PAGE = 100_000  # rows of one page (/api/history, `runledger mcp`'s history): the hardening issue's bound on a read
 DEFAULT_PAGE = 10_000
+MAX_PAGE_CELLS = 2_000_000  # values of one page (rows x keys): a page of many keys has fewer rows, and the cursor goes on
 MAX_KEYS = 256  # keys one history read asks for (a run logs at most columns.WIDE_COLUMNS_PER_RUN wide ones, and more narrow)
 SOURCES = ("metrics", "step")
 ORDER = ("step", "producer", "attempt", "seq")  # a row's place in a run's history: unique, and what a cursor holds
@@ -227,6 +229,8 @@ def history(root: str | Path, run_id: str, keys: Iterable[str] | None = None, *,
             exprs = [(k, queries.sql_ident(k)) for k in wanted]
         if keys is not None and source == "metrics":
             _check_logged(con, run_id, exprs)
+        if limit:
+            limit = max(1, min(limit, MAX_PAGE_CELLS // max(1, len(exprs))))
         where = ["run_id = $run"]
         params: dict[str, Any] = {"run": run_id}
         if attempt is not None:

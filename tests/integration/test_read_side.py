@@ -150,3 +150,25 @@ def test_an_mcp_agent_proposes_and_a_person_approves_on_the_dashboard(stack):
     assert done.returncode == 0, done.stderr
     checked = run_cli("verify", "--root", str(out))
     assert checked.returncode == 0 and "ok: every hash, chain and typed column checks out" in checked.stdout, checked.stdout
+
+
+def test_runledger_mcp_over_stdio_as_a_client_starts_it(root):
+    import os
+
+    from mcp.client.stdio import StdioServerParameters
+
+    from support.runs import build_run
+
+    build_run(root)
+
+    async def go():
+        params = StdioServerParameters(command=sys.executable, args=["-m", "runledger.tools.cli", "mcp", "--root", str(root)],
+                                       env={k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "PATH", "HOME")},
+                                       cwd=str(REPO))
+        async with Client(params) as client:
+            return (await client.call_tool("list_runs", {}),
+                    await client.call_tool("sql", {"query": "select count(*) from decisions"}))
+
+    runs, count = asyncio.run(go())
+    assert [r["run_id"] for r in runs.structured_content["result"]] == ["run-1"]
+    assert json.loads(count.content[0].text)["rows"] == [[2]]

@@ -92,6 +92,12 @@ def test_pages_put_back_together_are_the_whole_history(runs_root):
     assert [v for p in pages for v in p.column("train/loss").to_pylist()] == whole.column("train/loss").to_pylist()
 
 
+def test_a_page_of_many_keys_has_fewer_rows(runs_root, monkeypatch):
+    monkeypatch.setattr(history, "MAX_PAGE_CELLS", 10)
+    page, cursor = history.history(runs_root, "a", ["train/loss", "Acc"], attempt=0, limit=1000)
+    assert page.num_rows == 5 and cursor is not None  # 10 values of 2 keys, and the rest on the next pages
+
+
 def test_a_cursor_of_another_run_or_read_is_refused(runs_root):
     _, cursor = history.history(runs_root, "a", ["train/loss"], limit=10)
     with pytest.raises(history.BadCursor, match="this cursor is of run 'a', not of 'b'"):
