@@ -123,3 +123,25 @@ def test_the_proposer_is_the_servers_agent():
     assert producer_of("scout") == producer_of("agent-scout") == "agent-scout"
     with pytest.raises(ValueError, match="is not a name"):
         producer_of("Scout!")
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["--agent", "Scout!"], "--agent 'Scout!' is not a name"),
+    (["--http", "--host", "0.0.0.0"], "--host 0.0.0.0 is not loopback: give --token-file"),
+])
+def test_bad_mcp_options_are_one_line(ledger, args, reason):
+    from support.processes import cli
+
+    done = cli("mcp", "--root", str(ledger), *args)
+    assert done.returncode == 2 and reason in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_token_file_holds_a_long_token(tmp_path):
+    from runledger.tools.args import UsageError
+    from runledger.tools.mcp_server import read_token
+
+    (tmp_path / "t.json").write_text(json.dumps({"token": "k" * 20}))
+    (tmp_path / "short").write_text("abc\n")
+    assert read_token(str(tmp_path / "t.json")) == "k" * 20
+    with pytest.raises(UsageError, match="a token of at least 16 characters"):
+        read_token(str(tmp_path / "short"))
