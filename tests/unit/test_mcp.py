@@ -145,3 +145,18 @@ def test_a_token_file_holds_a_long_token(tmp_path):
     assert read_token(str(tmp_path / "t.json")) == "k" * 20
     with pytest.raises(UsageError, match="a token of at least 16 characters"):
         read_token(str(tmp_path / "short"))
+
+
+def test_an_alerts_evidence_and_a_runs_health(root):
+    from support.audit_ledger import T0, Ledger
+
+    led = Ledger(root)
+    led.emit("r", "run_started", {"config": {}, "config_hash": "c", "token_budget": 1, "schedule": {}}, 0, T0)
+    led.emit("r", "alert", {"alert_id": "agent-x:r:slow:1", "agent": "agent-x", "rule": "slow", "message": "slow steps",
+                            "evidence": {"rows": [{"step": 3, "step_time_s": 9.5}]}}, 3, T0, producer="agent-x")
+    led.write()
+    _, (err, evidence), (h_err, health) = calls(root, ("evidence", {"alert": "agent-x:r:slow:1"}), ("health", {"run": "r"}))
+    assert not err and json.loads(evidence)["evidence"] == {"rows": [{"step": 3, "step_time_s": 9.5}]}
+    assert json.loads(evidence)["producer"] == "agent-x" and json.loads(evidence)["message"] == "slow steps"
+    checks = json.loads(health)["checks"]
+    assert not h_err and checks and {"config_match", "grad_norm_max", "drop_fraction"} <= {c["check"] for c in checks}
