@@ -40,6 +40,8 @@ class Api:
                  overrides: dict | None = None, timeout: float | None = None, api_key: str | None = None) -> None:
         from runledger.ledger import settings
 
+        if isinstance(root, dict):  # (W&B's Api(overrides) as its first argument: W&B's settings, none of them ours)
+            root = None
         if url is not None and root is not None:
             raise ApiError("give root= or url=, not both")
         self.timeout = float(timeout or 60.0)
