@@ -41,7 +41,7 @@ def stack(tmp_path):
     s.stop()
 
 
-def log_run(stack) -> None:
+def emit_reader_run(stack) -> None:
     em = Emitter(RUN, "worker-0", 0, stack.nats.url, stack.tmp / "spool")
     em.emit_dict("run_started", {"config": {"lr": 0.01}, "config_hash": "c", "token_budget": 10_000, "schedule": {},
                                  "project": "read", "name": "reader", "tags": ["mcp"]}, 0)
@@ -81,7 +81,7 @@ async def as_client(url: str, token: str | None, steps, name: str = "agent-drops
 
 
 def test_an_mcp_agent_proposes_and_a_person_approves_on_the_dashboard(stack):
-    log_run(stack)
+    emit_reader_run(stack)
     mcp = McpProcess(stack, "--agent", "scout")
     try:
         secret = stack.root / "nats" / "server.conf"

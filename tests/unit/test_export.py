@@ -33,7 +33,7 @@ def steps_of(out):
     return f
 
 
-def rewrite(path, change):
+def rewrite_exported(path, change):
     """Rewrite an exported file with `change(table)` applied and the ledger's digest recomputed (the attacker
     knows the format), so that only what the hashes say can catch it."""
     table = pq.read_table(path)
@@ -64,7 +64,7 @@ def test_one_value_edited_in_the_payload_fails_verify(exported):
     def edit(t: pa.Table) -> pa.Table:
         return set_cell(set_cell(t, "payload", 2, canonical_json(payload)), "loss", 2, payload["loss"])
 
-    rewrite(f, edit)
+    rewrite_exported(f, edit)
     done = cli("verify", "--root", str(out))
     assert done.returncode == 1
     assert f"{row['event_id']} (kind=step/run_id={RUN}/{f.name}): hash does not match the stored content" in done.stdout
@@ -74,7 +74,7 @@ def test_one_typed_column_edited_fails_verify(exported):
     _, out, _ = exported
     f = steps_of(out)
     eid = pq.read_table(f).column("event_id")[1].as_py()
-    rewrite(f, lambda t: set_cell(t, "grad_norm", 1, 0.01))
+    rewrite_exported(f, lambda t: set_cell(t, "grad_norm", 1, 0.01))
     done = cli("verify", "--root", str(out))
     assert done.returncode == 1 and f"{eid} (kind=step/run_id={RUN}/{f.name}): column grad_norm = 0.01" in done.stdout
 
@@ -82,7 +82,7 @@ def test_one_typed_column_edited_fails_verify(exported):
 def test_a_chain_cut_short_or_a_file_planted_fails_verify(exported):
     _, out, _ = exported
     f = steps_of(out)
-    rewrite(f, lambda t: t.slice(0, t.num_rows - 1))  # the last step of worker-0's second attempt, gone
+    rewrite_exported(f, lambda t: t.slice(0, t.num_rows - 1))  # the last step of worker-0's second attempt, gone
     planted = f.parent / "part-planted.parquet"
     planted.write_bytes(f.read_bytes())
     done = cli("verify", "--root", str(out))

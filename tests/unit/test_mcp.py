@@ -37,13 +37,13 @@ def calls(root, *steps, producer="agent-scout"):
 
 
 @pytest.fixture
-def ledger(root):
+def run_root(root):
     build_run(root)
     return root
 
 
-def test_an_agent_reads_runs_and_every_point_a_page_at_a_time(ledger):
-    (_, tools), (err, runs), *pages = calls(ledger, ("list_runs", {}),
+def test_an_agent_reads_runs_and_every_point_a_page_at_a_time(run_root):
+    (_, tools), (err, runs), *pages = calls(run_root, ("list_runs", {}),
                                             ("history", {"run": RUN, "keys": ["train/loss"], "limit": 3}))
     assert set(tools) == TOOLS and not err and json.loads(runs)[0]["run_id"] == RUN
     # run-1 logs typed steps only (runledger's trainer), so its metrics history names no key: a one-line refusal
@@ -83,12 +83,12 @@ def test_history_pages_put_together_are_every_point(root):
     assert too_many.is_error and "limit is a number of rows from 1 to 10000" in too_many.content[0].text
 
 
-def test_sql_keeps_the_consoles_guard_and_bounds(ledger):
-    secret = ledger / "nats" / "auth.conf"
+def test_sql_keeps_the_consoles_guard_and_bounds(run_root):
+    secret = run_root / "nats" / "auth.conf"
     secret.parent.mkdir()
     secret.write_text("password: hunter2\n")
     _, (ok_err, ok), (w_err, write), (n_err, nats), (b_err, big) = calls(
-        ledger, ("sql", {"query": "select count(*) as n from steps"}),
+        run_root, ("sql", {"query": "select count(*) as n from steps"}),
         ("sql", {"query": "create table t as select 1"}),
         ("sql", {"query": f"select * from read_text('{secret}')"}),
         ("sql", {"query": "select range from range(20000)"}))
@@ -108,13 +108,13 @@ def test_sql_keeps_the_consoles_guard_and_bounds(ledger):
     ({"run": RUN, "action": "checkpoint_now", "rationale": ""}, "rationale is text of 1 to"),
     ({"run": RUN, "action": "checkpoint_now", "rationale": "x"}, "no NATS server to send the proposal to"),
 ])
-def test_a_proposal_is_never_a_review_and_bad_input_is_one_line(ledger, args, reason):
-    _, (err, text) = calls(ledger, ("propose_decision", args))
+def test_a_proposal_is_never_a_review_and_bad_input_is_one_line(run_root, args, reason):
+    _, (err, text) = calls(run_root, ("propose_decision", args))
     assert err and reason in text and "\n" not in text
 
 
-def test_decisions_and_evidence(ledger):
-    _, (err, decisions), (e_err, evidence) = calls(ledger, ("decisions", {"run": RUN}), ("evidence", {"alert": "none"}))
+def test_decisions_and_evidence(run_root):
+    _, (err, decisions), (e_err, evidence) = calls(run_root, ("decisions", {"run": RUN}), ("evidence", {"alert": "none"}))
     assert not err and json.loads(decisions)["decisions"]["d1"]["status"] in ("approved", "applied")
     assert e_err and "no alert 'none'" in evidence
 
@@ -129,10 +129,10 @@ def test_the_proposer_is_the_servers_agent():
     (["--agent", "Scout!"], "--agent 'Scout!' is not a name"),
     (["--http", "--host", "0.0.0.0"], "--host 0.0.0.0 is not loopback: give --token-file"),
 ])
-def test_bad_mcp_options_are_one_line(ledger, args, reason):
+def test_bad_mcp_options_are_one_line(run_root, args, reason):
     from support.processes import cli
 
-    done = cli("mcp", "--root", str(ledger), *args)
+    done = cli("mcp", "--root", str(run_root), *args)
     assert done.returncode == 2 and reason in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
