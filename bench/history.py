@@ -1,7 +1,7 @@
 """A run's whole history read back in Python: `runledger.Api().run(R).history(keys)` against MLflow's
 `MlflowClient.get_metric_history(run, key)` on a local sqlite store, for one run of N steps x 20 names.
 
-    python -m bench.history [--steps 1000000] [--reps 3]
+    python -m bench.history [--steps 1000000] [--reps 3] [--only runledger]
 
 Both stores hold the same numbers (bench.peers' --query run: runledger's own writer, ParquetSink, for the
 ledger; MLflow's own tables, filled in bulk after MLflow logged step 0, for MLflow). Each side returns every
@@ -56,6 +56,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--only", choices=["runledger"], default=None, help="runledger's side alone (no ratio)")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import mlflow  # noqa: F401  (imports before any clock)
@@ -67,7 +68,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
         q = mp.get_context("spawn").Queue()
         where = {}
-        for name, fill in (("runledger", fill_runledger), ("mlflow", fill_mlflow)):
+        sides = (("runledger", fill_runledger),) if args.only else (("runledger", fill_runledger), ("mlflow", fill_mlflow))
+        for name, fill in sides:
             folder = Path(tmp) / name
             folder.mkdir()
             proc = mp.get_context("spawn").Process(target=fill, args=(str(folder), args.steps, q))
@@ -77,6 +79,11 @@ def main() -> None:
             where[got_name] = info
             log.info("filled %s (%d steps x %d names) in %.1f s", got_name, args.steps, len(FREE_NAMES), info["fill_s"])
         ours = timed(lambda: read_runledger(where["runledger"]["root"]), args.reps)
+        if args.only:
+            points = sum(len(v) for v in ours[2].values())
+            print(f"history of {args.steps:,} steps x {len(FREE_NAMES)} names ({points:,} points)")
+            print(f"  runledger Api().run(R).history(keys)   cold {ours[0]:.2f} s  warm {ours[1]:.2f} s")
+            return
         theirs = timed(lambda: read_mlflow(where["mlflow"]["db"], where["mlflow"]["run_id"]), args.reps)
         same = all(ours[2][k] == theirs[2][k] for k in FREE_NAMES)
         points = sum(len(v) for v in ours[2].values())
