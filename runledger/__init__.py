@@ -12,7 +12,8 @@ then `runledger sql "select step, value from metrics where key = 'train/loss'"` 
 The module-level functions act on the current run (the last `init`), like W&B's, so a W&B script runs
 with `import runledger as wandb`: init, log, config, summary, alert, finish, define_metric, run, and the
 other calls W&B scripts make (save, log_artifact, Artifact, Table, Image, Histogram, plot, watch, login,
-Settings, Api, sweep, ...: `runledger.wandb_compat`, each working or skipped with one warning).
+Settings, sweep, ...: `runledger.wandb_compat`, each working or skipped with one warning). `runledger.Api` reads
+runs back, every point (`runledger.api`).
 See `runledger.core` for what each call records (`log_checkpoint`: a saved checkpoint's content hash),
 `runledger.levanter` for Levanter's tracker and `runledger.integrations` for the Hugging Face Trainer's callback,
 Lightning's logger and Keras' callback.
@@ -22,14 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AlertLevel", "Api", "Artifact", "Config", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
+__all__ = ["AlertLevel", "Api", "ApiError", "Artifact", "Config", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
            "alert", "define_metric", "finish", "init", "log", "log_artifact", "log_checkpoint", "log_code", "login", "mark_preempting", "plot",
            "save", "sweep", "unwatch", "use_artifact", "watch"]
 # Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
 # (tests/{unit,integration}/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
 _FROM_CORE = {"AlertLevel", "Config", "LogError", "Run", "Summary"}
 # W&B's other names, from runledger.wandb_compat (also on first use)
-_FROM_COMPAT = {"Api", "Artifact", "Histogram", "Image", "Settings", "Table", "plot", "login", "sweep", "watch", "unwatch"}
+_FROM_COMPAT = {"Artifact", "Histogram", "Image", "Settings", "Table", "plot", "login", "sweep", "watch", "unwatch"}
 
 
 def init(*args: Any, **kwargs: Any):
@@ -109,6 +110,10 @@ def __getattr__(name: str) -> Any:
         import runledger.core
 
         return getattr(runledger.core, name)
+    if name in ("Api", "ApiError"):  # (runledger.api imports nothing heavy until a read is made)
+        import runledger.api
+
+        return getattr(runledger.api, name)
     if name in _FROM_COMPAT:
         import runledger.wandb_compat
 

@@ -6,7 +6,7 @@ Work: `save` and `log_artifact` (each file's path, SHA-256 and size recorded as 
 `run.path`, `run.entity`, `config.as_dict()`, `define_metric` (the summary it asks for; `step_metric` kept in
 the config's `_wandb` key as the dashboard's x axis), `Settings` (init reads `mode` and `silent`), `alert`.
 Skip, warning once: `Table`, `Image`, `Histogram` and `plot.*` values in `log` (a later version stores them),
-`watch`, `use_artifact`, `sweep`, `login`, `Api`, `run.log_code`, `run.mark_preempting`, `alert(webhook_url=)`
+`watch`, `use_artifact`, `sweep`, `login`, `run.log_code`, `run.mark_preempting`, `alert(webhook_url=)`
 (webhooks are `runledger notify`'s). The warnings go to the `runledger` logger (a warning, not a Python
 `warnings` category: a test suite run with `-W error` must not turn a skipped call into an exception),
 once per name per process.
@@ -277,24 +277,6 @@ def login(anonymous: str | None = None, key: str | None = None, relogin: bool | 
 def sweep(sweep: Any = None, entity: str | None = None, project: str | None = None, prior_runs: Any = None, **kwargs: Any) -> str:
     skipped("sweep", "sweeps are not run by runledger")
     return "runledger-no-sweep"
-
-
-class Api:
-    """`wandb.Api(overrides=None, timeout=None, api_key=None)`: not yet (read runs back with `runledger sql`):
-    warns once; `runs`, `projects`, `artifacts` answer [] and every other call None."""
-
-    def __init__(self, overrides: dict | None = None, timeout: int | None = None, api_key: str | None = None) -> None:
-        skipped("Api", "the read API is not built yet: read runs back with `runledger sql` or runledger.queries")
-
-    def runs(self, *args: Any, **kwargs: Any) -> list:
-        return []
-
-    projects = artifacts = runs
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *args, **kwargs: None
 
 
 # -- a run's calls (`runledger.core.Run` takes these as a base)

@@ -322,6 +322,12 @@ def _progress_bar(what: str):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from runledger.ledger.check import workers
+    from runledger.ledger.storage.export import is_export
+
+    if is_export(args.root):  # an export (`runledger export`): checked from its own files
+        from runledger.tools.export import cmd_verify_export
+
+        return cmd_verify_export(args.root, args.format)
 
     if not args.since:  # (--since checks only what is new: too little to guess from the root's size)
         workers.start_early(args.root, args.jobs)  # (its imports then run beside this process's next ones)
@@ -389,7 +395,7 @@ def resolve_run_arg(args: argparse.Namespace) -> None:
         raise UsageError(f"no run has the id or name {given!r} under {args.root}")
 
 
-READS_LEDGER = ("sql", "replay", "verify", "audit", "report", "runs", "du", "delete")  # commands that read a ledger that must exist
+READS_LEDGER = ("sql", "replay", "verify", "audit", "report", "runs", "du", "delete", "export", "mcp")  # commands that read a ledger that must exist
 STORED_FIRST = READS_LEDGER + ("ui", "lineage", "decide")  # commands that wait for runs finished a moment ago
 OBSERVES_ROOT = ("status", "down")  # commands that look at a root's processes: a root that is not there is a mistake
 
@@ -464,7 +470,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "sql":  # only the parser of the command given, when it is `sql`: a query starts in the time DuckDB takes
         add_sql(sub)
         return p
-    from runledger.tools import agents, audit, chores, importing, ladder, notify, report, status, train, ui
+    from runledger.tools import agents, audit, chores, export, importing, ladder, mcp_server, notify, report, status, train, ui
 
     s = sub.add_parser("demo", help="the main job, end to end on one machine")
     s.add_argument("--root", type=checks.folder, default=None,
@@ -553,7 +559,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--run", type=checks.run_id, default=None, metavar="RUN_ID", help="only this run's chains")
     s.set_defaults(func=cmd_sync)
 
-    for family in (train, ladder, audit, agents, report, ui, importing, notify, status, chores):  # (their modules, light:
+    for family in (train, ladder, audit, agents, report, ui, importing, notify, status, chores, export, mcp_server):  # (light:
         family.register(sub)  # each imports what its commands need when one runs)
     return p
 
@@ -561,7 +567,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 # a module a command needs that the base install leaves out -> the extra that brings it
 EXTRAS = {"jax": "train", "jaxlib": "train", "optax": "train", "orbax": "train", "scipy": "train",
           "openlineage": "lineage", "mlflow": "import", "tensorboard": "import", "wandb": "import",
-          "psycopg2": "postgres", "polars": "readers", "daft": "readers"}
+          "psycopg2": "postgres", "polars": "readers", "daft": "readers", "mcp": "mcp"}
 
 
 def missing_extra(err: ModuleNotFoundError) -> str | None:

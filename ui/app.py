@@ -7,9 +7,11 @@ runs the list shows, in one pass; `/api/runs?metrics=M,N`: the rows with each ru
 metrics, default the first section the runs share; `/api/compare?runs=A,B[&source=S&keys=K,L]`: the runs'
 points of K, L (default the first section they share), every metric they logged and the config keys that
 differ; `/api/run/R/config`: its config with every config.update applied, and the step each key changed
-at); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
-one read per wake per run); `POST /api/decide` approve or reject a proposed decision; `POST /api/ack` acknowledge
-an alert (an `alert_ack` event from producer `ui`: notify stops repeating its page).
+at); `/api/history?run=R&keys=K,L[&attempt=&from=&to=&limit=&cursor=]` every point of the run, a bounded page
+at a time with the cursor of the next (`runledger.queries.history`, what `runledger.Api(url=)` reads), and
+`/api/history/runs?filters={...}` the runs with config, tags and summary; `/api/live?run=R&since=SEQ` the event
+stream (runledger.ui.streams: capped, one read per wake per run); `POST /api/decide` approve or reject a proposed
+decision; `POST /api/ack` acknowledge an alert (an `alert_ack` event from producer `ui`: notify stops repeating its page).
 
 Every route checks its input before anything is read: a bad run id, number, source, key or body is a
 400 (a body too big 413, not JSON 415) with a one-line reason, never a 500.
@@ -33,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 
 from runledger import queries
 from runledger.ledger.decisions import acknowledge, review
+from runledger.queries import history
 from runledger.ledger.contract.validation import check_name
 from runledger.ui.access import MAX_BODY, Access, AccessMiddleware
 from runledger.ui.compare import compared_metrics, config_diff, default_metrics, logged, opened_on, overlaid
@@ -110,6 +113,27 @@ def _names(v: str | None, name: str, most: int) -> list[str]:
         if len(n) > MAX_NAME:
             raise BadInput(f"{name}: a metric name of at most {MAX_NAME} characters")
     return list(dict.fromkeys(names))
+
+
+def _keys(v: str | None) -> list[str] | None:
+    """The keys of a history read: a JSON list of names, or names separated by commas; none given: every key."""
+    if not v:
+        return None
+    if v.startswith("["):
+        try:
+            keys = json.loads(v)
+        except ValueError:
+            raise BadInput("keys: a JSON list of metric names, or names separated by commas") from None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise BadInput("keys: a JSON list of metric names")
+    else:
+        keys = [k for k in v.split(",") if k]
+    if len(keys) > history.MAX_KEYS:
+        raise BadInput(f"keys: at most {history.MAX_KEYS} at a time")
+    for k in keys:
+        if not k or len(k) > MAX_NAME:
+            raise BadInput(f"keys: a metric name of 1 to {MAX_NAME} characters")
+    return keys
 
 
 class HTTPError(Exception):
@@ -291,6 +315,39 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         except duckdb.Error as err:
             return _error(400, f"SQL error: {str(err).splitlines()[0]}")
 
+    async def api_history(request: Request) -> Response:
+        """Every point of a run, a bounded page at a time: runledger.queries.history (run, keys as a JSON list
+        or comma-separated, attempt, from, to, source, limit, cursor)."""
+        run, q = await _run_id(request, reader), request.query_params
+        keys = _keys(q.get("keys"))
+        attempt = _int(q.get("attempt"), "attempt", None) if q.get("attempt") else None
+        lo = _int(q.get("from"), "from", None) if q.get("from") else None
+        hi = _int(q.get("to"), "to", None) if q.get("to") else None
+        limit = _int(q.get("limit"), "limit", history.DEFAULT_PAGE, 1, history.MAX_PAGE)
+        cursor = _text(q.get("cursor") or "", "cursor", 2000) or None
+        try:
+            table, after = await run_in_threadpool(history.history, reader.root, run, keys, attempt=attempt, steps=(lo, hi),
+                                                   source=q.get("source", "metrics"), after=cursor, limit=limit)
+        except history.BadCursor as err:
+            return _error(400, str(err))
+        except ValueError as err:  # (UnknownKey, a bad source)
+            return _error(400, str(err).splitlines()[0])
+        except duckdb.Error as err:
+            return _error(500, f"the history read failed: {str(err).splitlines()[0]}")
+        return _json({"run": run, "column_order": table.column_names, "rows": table.num_rows, "cursor": after,
+                      "columns": {c: history.jsonable_column(table.column(c)) for c in table.column_names}})
+
+    async def api_history_runs(request: Request) -> Response:
+        """The runs with their config, tags and summary (runledger.queries.history.runs; `filters`: a JSON object)."""
+        text = _text(request.query_params.get("filters") or "{}", "filters", MAX_TEXT)
+        try:
+            filters = json.loads(text)
+        except ValueError:
+            raise BadInput("filters must be a JSON object") from None
+        if not isinstance(filters, dict):
+            raise BadInput("filters must be a JSON object")
+        return _json({"runs": await run_in_threadpool(history.runs, reader.root, filters)})
+
     async def api_decide(request: Request) -> Response:
         body = await _body(request)
         for k in ("run", "decision_id", "action", "by"):
@@ -393,6 +450,8 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         Route("/api/ladders", api_ladders),
         Route("/api/ladder/{name}", api_ladder),
         Route("/api/sql", api_sql),
+        Route("/api/history", api_history),
+        Route("/api/history/runs", api_history_runs),
         Route("/api/decide", api_decide, methods=["POST"]),
         Route("/api/ack", api_ack, methods=["POST"]),
         Route("/api/live", api_live),

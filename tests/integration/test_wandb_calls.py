@@ -22,7 +22,7 @@ from support.processes import free_port
 from support.reading import reader
 
 SKIPPED = ["Table", "Image", "Histogram", "plot.line", "plot.confusion_matrix", "watch", "unwatch", "use_artifact",
-           "login", "Api", "sweep", "log_code", "mark_preempting", "alert(webhook_url=)", "Artifact.add_reference"]
+           "login", "sweep", "log_code", "mark_preempting", "alert(webhook_url=)", "Artifact.add_reference"]
 
 
 def test_every_wandb_call_works_or_warns_once_naming_itself(local_root, tmp_path, warnings_said, capsys):
@@ -51,7 +51,7 @@ def test_every_wandb_call_works_or_warns_once_naming_itself(local_root, tmp_path
         wandb.unwatch()
         assert wandb.use_artifact("team/probe/data:latest", type="dataset").name == "data"
         assert wandb.login(key="not-needed") is True
-        assert wandb.Api().runs("team/probe") == []
+        assert [r.id for r in wandb.Api().runs("team/probe")] in ([], [run.run_id])  # (stored yet, or not)
         assert isinstance(wandb.sweep({"method": "grid", "parameters": {}}, project="probe"), str)
         run.log_code(".")
         run.mark_preempting()
