@@ -92,7 +92,7 @@ SETUP = {"sleep": "", "matmul": textwrap.dedent("""
     while time.perf_counter() - t < step_ms / 1e3 and reps < 10**6:  # matmuls in one step_ms (calibrated once)
         a @ a
         reps += 1
-""").replace("\n", "\n    ")}
+""")}
 WORK = {"sleep": "time.sleep(step_ms / 1e3) if step_ms else None", "matmul": "[a @ a for _ in range(reps)]"}
 
 FIRST = {

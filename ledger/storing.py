@@ -52,6 +52,8 @@ def unstored_runs(root: str | Path, recent_s: float | None = None) -> dict[str, 
 def wait_stored(root: str | Path, timeout: float = STORE_WAIT_S) -> list[str]:
     """Wait (up to `timeout`) until the root's supervisor has stored the runs that finished lately; return
     the runs whose events the spool still holds after that (sorted)."""
+    if not unstored_runs(root):  # (the common case: nothing to wait for, and nats-py not loaded for it)
+        return []
     from runledger.ledger import local
 
     deadline = time.monotonic() + timeout

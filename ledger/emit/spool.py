@@ -168,9 +168,14 @@ class Spool:
                 records, self.accepted, self.accepted_bytes = self.accepted, [], 0
             if not records:
                 return 0
-            sealed = self._seal(records)
+            kinds, ids, hashes, texts = self._seal(records)
+            data = b"\n".join(texts) + b"\n"
+            with self.lock:  # (a segment opened under `lock`: `sync` duplicates its descriptor under it)
+                if self._seg_fd is None or self.seq - self._seg_first >= SEGMENT_EVENTS:
+                    self._open_segment(self.seq)
+            self._append(data)  # outside `lock`: `accept` goes on meanwhile (only a sealer writes the segment)
             with self.lock:
-                self._append_sealed(*sealed)
+                self._queue_sealed(kinds, ids, hashes, texts, len(data))
             return len(records)
 
     def seal_accepted_locked(self) -> None:
@@ -194,10 +199,14 @@ class Spool:
         if self._seg_fd is None or self.seq - self._seg_first >= SEGMENT_EVENTS:
             self._open_segment(self.seq)
         self._append(data)
+        self._queue_sealed(kinds, ids, hashes, texts, len(data))
+
+    def _queue_sealed(self, kinds: list[str], ids: list[str], hashes: list[str], texts: list[bytes], size: int) -> None:
+        """What was just written to the segment: queued to publish, the chain's position moved (under `lock`)."""
         self._dirty = True
         n = len(ids)
         self.pending.extend(map(Spooled, range(self.seq, self.seq + n), kinds, ids, texts, hashes))
-        self.unacked_bytes += len(data) - n
+        self.unacked_bytes += size - n
         self.seq += n
         self.prev_hash = hashes[-1]
 
