@@ -11,8 +11,9 @@
 then `runledger sql "select step, value from metrics where key = 'train/loss'"` or `runledger report RUN`.
 The module-level functions act on the current run (the last `init`), like W&B's, so a W&B script runs
 with `import runledger as wandb`: init, log, config, summary, alert, finish, define_metric, run, and the
-other calls W&B scripts make (save, log_artifact, Artifact, Table, Image, Histogram, plot, watch, login,
-Settings, Api, sweep, ...: `runledger.wandb_compat`, each working or skipped with one warning).
+other calls W&B scripts make (save, log_artifact, Artifact, plot, watch, login, Settings, Api, sweep, ...:
+`runledger.wandb_compat`, each working or skipped with one warning). Histogram, Table, Image and File values
+in `log` are events of their own, exactly (`runledger.values`).
 See `runledger.core` for what each call records (`log_checkpoint`: a saved checkpoint's content hash),
 `runledger.levanter` for Levanter's tracker and `runledger.integrations` for the Hugging Face Trainer's callback,
 Lightning's logger and Keras' callback.
@@ -22,14 +23,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AlertLevel", "Api", "Artifact", "Config", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
+__all__ = ["AlertLevel", "Api", "Artifact", "Config", "File", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
            "alert", "define_metric", "finish", "init", "log", "log_artifact", "log_checkpoint", "log_code", "login", "mark_preempting", "plot",
            "save", "sweep", "unwatch", "use_artifact", "watch"]
 # Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
 # (tests/{unit,integration}/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
 _FROM_CORE = {"AlertLevel", "Config", "LogError", "Run", "Summary"}
 # W&B's other names, from runledger.wandb_compat (also on first use)
-_FROM_COMPAT = {"Api", "Artifact", "Histogram", "Image", "Settings", "Table", "plot", "login", "sweep", "watch", "unwatch"}
+_FROM_COMPAT = {"Api", "Artifact", "Settings", "plot", "login", "sweep", "watch", "unwatch"}
+# the values `log` stores as events of their own, from runledger.values (standard library only; numpy when used)
+_FROM_VALUES = {"File", "Histogram", "Image", "Table"}
 
 
 def init(*args: Any, **kwargs: Any):
@@ -113,6 +116,10 @@ def __getattr__(name: str) -> Any:
         import runledger.wandb_compat
 
         return getattr(runledger.wandb_compat, name)
+    if name in _FROM_VALUES:
+        import runledger.values
+
+        return getattr(runledger.values, name)
     if name in ("run", "config", "summary"):
         from runledger.core import Config, Current, Summary
 

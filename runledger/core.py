@@ -45,6 +45,7 @@ from runledger.ledger.emit.sink import NullSink
 from runledger.ledger.emit.spool import chain_dir
 from runledger.queries.names import slug
 from runledger.queries.thresholds import NAMES
+from runledger import values
 from runledger.system import SystemSampler
 from runledger.wandb_compat import Media, WandbRun, mode_of, silent, skipped, skipped_value, where_line
 
@@ -164,7 +165,7 @@ def metrics_payload(data: dict, ok_names: set[str], prefix: str = "", out: dict 
                 out.setdefault("text", {})[name] = None if v is None else str(v)
                 continue
             elif isinstance(v, Media) or not hasattr(v, "__float__") or getattr(v, "ndim", 0):
-                skipped_value(name, v)
+                out.setdefault("rich", {})[name] = v  # (Run.log records it: runledger.values)
                 continue
             else:
                 try:  # numpy and JAX scalars, 0-d arrays
@@ -323,6 +324,9 @@ class Run(WandbRun):
                 log.warning("run %s has logged more than %d metric names: the names past them may be kept in the "
                             "narrow form (the MAP column \"metrics/\"), which every view reads alike, but a query of "
                             "one reads it more slowly than a name's own column", self.run_id, WIDE_COLUMNS_PER_RUN)
+        if "rich" in payload:  # a Histogram, Table, Image or File, a list or an array: events of their own, now
+            with _Deferred.signals():
+                values.record(self, payload.pop("rich"), step)
         if commit is False:
             self._pending, self._pending_step = payload, step
             return

@@ -163,6 +163,10 @@ MINIMAL = {
     "config": {"config": {"lr": 0.001}},
     "artifact": {"path": "/data/model.pt", "sha256": "0" * 64, "bytes": 7, "via": "save"},
     "heartbeat": {"host": "node-1", "pid": 4242, "interval_s": 30.0},
+    "histogram": {"key": "grads", "edges": [-1.0, 0.0, 0.5], "counts": [3, 4], "count": 7, "min": -0.75, "max": 0.5,
+                  "sum": 0.25, "sum_squares": 2.5},
+    "table": {"key": "samples", "columns": ["prompt", "score"], "rows": [["hi", 0.5], [None, True]], "rows_logged": 3},
+    "media": {"key": "sample", "sha256": "0" * 64, "bytes": 7, "type": "image/png", "caption": "step 1"},
     "tombstone": {"chains": [{"producer": "worker-0", "attempt": 0, "seq": 3, "hash": "b" * 64}], "events": 4,
                   "by": "alice", "authority": "os_user"},
 }
