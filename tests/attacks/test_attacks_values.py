@@ -1,0 +1,96 @@
+"""Attacks on the values `log` stores beside numbers (issue 40). The promises: a `media` event names a blob only by its
+SHA-256, so no event can point `verify`, the dashboard or a reader at a file outside `{root}/media/` (a hostile one,
+sealed with a good hash, is quarantined, and the rest of its batch stored); a blob swapped for a link is named by
+`verify`; inside the training loop a bad value costs only itself, with one warning: an oversized table is cut to the
+bound (the event still fits), a histogram with NaN edges is skipped, and nothing else the call logged is lost."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import runledger
+from runledger.core import Run
+from runledger.ledger.check.verify import verify
+from runledger.ledger.contract.canonical import canonical_json, event_hash
+from runledger.ledger.contract.events import MAX_EVENT_BYTES, subject_for
+from runledger.ledger.emit.sealing import seal
+from runledger.ledger.emit.sink import ListSink, ParquetSink
+from runledger.ledger.ingest import service
+from runledger.ledger.storage.media import blob_path, store_bytes
+from support.reading import reader, stored_ids
+
+T0 = "2026-11-29T10:00:00.000000Z"
+RUN, PRODUCER = "run-1", "worker-0"
+
+
+def resealed(env: dict, payload: dict) -> dict:
+    """`env` with another payload and the hash made for it: a producer's own hostile event, hashed correctly."""
+    out = {**env, "payload": payload}
+    out["hash"] = event_hash(out, canonical_json(payload))
+    return out
+
+
+def test_a_media_event_naming_a_path_instead_of_a_digest_is_quarantined_and_costs_only_itself(root):
+    digest, size = store_bytes(root, b"\x89PNG\r\n\x1a\nfine")
+    good = {"key": "img", "sha256": digest, "bytes": size, "type": "image/png"}
+    first, _ = seal(RUN, PRODUCER, 0, 0, "media", good, 0, "", time=T0)
+    second, _ = seal(RUN, PRODUCER, 0, 1, "media", good, 1, first["hash"], time=T0)
+    hostile = [resealed(second, {**good, "sha256": name}) for name in
+               ("../../../../etc/passwd", "/etc/passwd", digest.upper(), digest + "/..", "a" * 63 + "/")]
+    ledger = service.Ledger(root)
+    batch = b"[" + b",".join(canonical_json(e).encode() for e in [first, *hostile, second]) + b"]"
+    ledger.write(ledger.decode([(subject_for(RUN, "media"), batch, 1)]))
+    ledger.commit()
+    assert stored_ids(root) == sorted([first["event_id"], second["event_id"]])
+    reasons = [r for (r,) in reader(root).execute("select reason from quarantine").fetchall()]
+    assert len(reasons) == len(hostile) and all("sha256" in r for r in reasons), reasons
+    assert verify(root).ok
+
+
+def test_a_blob_swapped_for_a_link_out_of_the_root_is_named_by_verify(root, tmp_path):
+    secret = tmp_path / "elsewhere.png"
+    secret.write_bytes(b"\x89PNG\r\n\x1a\nsame bytes")
+    digest, size = store_bytes(root, secret.read_bytes())
+    sink = ParquetSink(root, RUN, PRODUCER, 0)
+    sink.emit_dict("media", {"key": "img", "sha256": digest, "bytes": size, "type": "image/png"}, 0)
+    sink.close()
+    assert verify(root).ok
+    blob = blob_path(root, digest)
+    blob.unlink()
+    os.symlink(secret, blob)  # the same bytes, read through a link: not a blob the root holds
+    problems = verify(root).problems
+    assert [p for p in problems if str(blob) in p and "not a plain file" in p], problems
+
+
+def a_run(tmp_path) -> tuple[Run, ListSink]:
+    sink = ListSink("main")
+    return Run("attacked", project=None, name=None, root=tmp_path, sink=sink, attempt=0, config={}, tags=[],
+               first_step=0, attachment=None), sink
+
+
+def test_an_oversized_table_is_cut_to_the_bound_with_one_warning_and_nothing_else_lost(tmp_path, warnings_said):
+    run, sink = a_run(tmp_path)
+    huge = [[i, "x" * 10_000] for i in range(2_000)]  # 20 MB of text
+    one_cell = [["y" * (4 << 20)]]  # one cell past the bound on its own
+    for step in range(3):
+        run.log({"loss": float(step), "t": runledger.Table(columns=["i", "text"], data=huge),
+                 "one": runledger.Table(columns=["c"], data=one_cell), "h": [1.0, 2.0]})
+    assert [p["metrics"]["loss"] for _, p in sink.payloads("metrics")] == [0.0, 1.0, 2.0]
+    assert len(sink.payloads("histogram")) == 3
+    tables = sink.payloads("table")
+    assert len(tables) == 6 and all(len(canonical_json(p)) < MAX_EVENT_BYTES for _, p in tables)
+    assert {(p["key"], p["rows_logged"], len(p["rows"]) > 0) for _, p in tables} == {("t", 2000, True), ("one", 1, False)}
+    assert run.summary["_tables_cut"] == 6
+    assert [m.split(":")[0] for m in warnings_said()] == ["a Table past the bound"]
+
+
+def test_a_histogram_with_nan_edges_costs_only_itself_with_one_warning(tmp_path, warnings_said):
+    run, sink = a_run(tmp_path)
+    for step in range(4):
+        run.log({"loss": 1.0, "bad": runledger.Histogram(np_histogram=([1, 2], [0.0, np.nan, 1.0])),
+                 "inf": runledger.Histogram(np_histogram=([1], [-np.inf, 0.0])), "good": np.arange(5.0)})
+    assert len(sink.payloads("metrics")) == 4 and [p["key"] for _, p in sink.payloads("histogram")] == ["good"] * 4
+    assert run.summary["_skipped_values"] == 8
+    assert len(warnings_said()) == 1  # one kind of bad value, said once
