@@ -494,8 +494,11 @@ def _buckets_match(cls, data: Any) -> Any:
         edges = data["edges"]
         if len(edges) != len(data["counts"]) + 1:
             raise ValueError(f"edges: {len(edges)} edges for {len(data['counts'])} counts (one more than the counts)")
-        numbers = [e for e in edges if isinstance(e, (int, float)) and not isinstance(e, bool)]
-        if len(numbers) == len(edges) and any(b < a for a, b in zip(numbers, numbers[1:])):
+        try:
+            rising = edges == sorted(edges)  # (C speed: a histogram of 10,000 buckets is checked per step)
+        except TypeError:
+            rising = True  # not all numbers: the field's own check refuses them
+        if not rising:
             raise ValueError("edges: they must not fall")
     return data
 
