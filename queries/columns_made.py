@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = 'de9dcbfdac964f195d2014cd6d6abb27'
+DIGEST = '2b9d14506279838c17f55b45355699c6'
 LAYOUT = r"""
 {
  "kinds": {
@@ -23,6 +23,7 @@ LAYOUT = r"""
   "histogram": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["key", "VARCHAR"], ["edges", "VARCHAR"], ["counts", "VARCHAR"], ["count", "DOUBLE"], ["min", "DOUBLE"], ["max", "DOUBLE"], ["sum", "DOUBLE"], ["sum_squares", "DOUBLE"], ["nonfinite", "BIGINT"]],
   "table": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["key", "VARCHAR"], ["columns", "VARCHAR"], ["rows", "VARCHAR"], ["rows_logged", "BIGINT"]],
   "media": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["key", "VARCHAR"], ["sha256", "VARCHAR"], ["bytes", "BIGINT"], ["type", "VARCHAR"], ["name", "VARCHAR"], ["caption", "VARCHAR"], ["width", "BIGINT"], ["height", "BIGINT"]],
+  "console": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["stream", "VARCHAR"], ["first", "BIGINT"], ["lines", "VARCHAR"], ["dropped", "BIGINT"], ["cut", "BIGINT"]],
   "heartbeat": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["host", "VARCHAR"], ["pid", "BIGINT"], ["interval_s", "DOUBLE"]],
   "tombstone": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["chains", "VARCHAR"], ["events", "BIGINT"], ["by", "VARCHAR"], ["authority", "VARCHAR"], ["reason", "VARCHAR"]]
  },
@@ -47,6 +48,7 @@ LAYOUT = r"""
   "histogram": "histograms",
   "table": "logged_tables",
   "media": "media",
+  "console": "console",
   "heartbeat": "heartbeats",
   "tombstone": "tombstones"
  }

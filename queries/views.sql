@@ -371,6 +371,20 @@ from (select run_id, producer, attempt, seq, step, ts, key, columns, from_json(r
 create or replace view media as
 select * from {{kind:media}};
 
+-- what a run's script wrote to stdout and stderr (`runledger.init(console=True)`, the default), as sent: one row
+-- per batch of lines (`lines` a JSON list), `first` the number of its first line in its stream, `dropped` the
+-- lines left out just before them (the rate bound), `cut` the lines of it cut to 4,096 characters
+create or replace view console as
+select * from {{kind:console}};
+
+-- every console line, one row each: its stream, its number in the stream (per attempt), its text, and the step
+-- the run was at when it was sent
+create or replace view console_lines as
+select run_id, producer, attempt, seq, step, ts, stream, first + i - 1 as line_no, l[i] as text
+from (select run_id, producer, attempt, seq, step, ts, stream, first, from_json(lines, '["VARCHAR"]') as l,
+             unnest(range(1, json_array_length(lines)::bigint + 1)) as i
+      from {{kind:console}});
+
 -- input the ledger refused, with the raw bytes, the subject and the reason
 create or replace view quarantine as
 select * from {{quarantine}};

@@ -482,7 +482,7 @@ MAX_BUCKETS = 10_000  # a histogram's buckets (Levanter's default is 64; a MoE r
 MAX_TABLE_COLUMNS = 256
 MAX_TABLE_ROWS = 10_000  # and MAX_TABLE_BYTES of JSON text, whichever comes first (`runledger.values`)
 MAX_TABLE_BYTES = 512 << 10  # half of MAX_EVENT_BYTES: the rest is the envelope's and the columns'
-MEDIA_DIR = "media"  # {root}/media/{sha256}: the blobs media events name (`runledger.ledger.check.blobs`)
+MEDIA_DIR = "media"  # {root}/media/{sha256}: the blobs media events name (`runledger.ledger.storage.media`)
 MEDIA_TYPE_RE = re.compile(r"^[a-z]+/[a-z0-9][a-z0-9.+-]{0,126}$")
 NonNegFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Cell = Union[bool, Int64, Finite, str, None]
@@ -564,6 +564,24 @@ class MediaLogged(Payload):
     height: NonNeg | None = None
 
 
+# The script's console (`runledger.console`): its lines, rate-bounded, in events of at most MAX_CONSOLE_LINES lines
+MAX_CONSOLE_LINE = 4096  # characters of one line: a longer one is cut to it (and counted)
+MAX_CONSOLE_LINES = 1000
+
+
+class ConsoleLogged(Payload):
+    """Lines the run's script wrote to its stdout or stderr (`runledger.init(console=True)`, the default), in order.
+    `first` is the number of the first of them in its stream (from 0, per attempt), counting the lines left out
+    before them: past the rate bound lines are left out and counted in `dropped`; a line longer than
+    MAX_CONSOLE_LINE is cut to it, counted in `cut`."""
+
+    stream: Literal["stdout", "stderr"]
+    first: NonNeg
+    lines: Annotated[list[Annotated[str, Field(max_length=MAX_CONSOLE_LINE)]], Field(max_length=MAX_CONSOLE_LINES)]
+    dropped: NonNeg = Field(0, description="lines left out just before these (the rate bound)")
+    cut: NonNeg = Field(0, description="lines of these cut to MAX_CONSOLE_LINE characters")
+
+
 # A run's state (the `state` column of the `runs` view, queries/views.sql), named here once:
 RUN_STATES = ("running", "finished", "failed", "crashed")  # finished: completed; failed: failed or stopped
 HEARTBEAT_MISSED = 2.5  # crashed: no run_finished, and the last heartbeat older than this many of its intervals
@@ -638,6 +656,7 @@ REGISTRY: dict[str, Kind] = {
     "histogram": Kind(HistogramLogged, "histograms", ("worker",)),  # buckets one a row: histogram_buckets
     "table": Kind(TableLogged, "logged_tables", ("worker",)),  # rows one a row: table_rows
     "media": Kind(MediaLogged, "media", ("worker",)),  # the blob at {root}/media/{sha256}
+    "console": Kind(ConsoleLogged, "console", ("worker",)),  # lines one a row: console_lines
     "heartbeat": Kind(Heartbeat, "heartbeats", ("worker",)),  # a worker's for its own run (liveness)
     "tombstone": Kind(RunDeleted, "tombstones", ("admin",)),  # `runledger delete`: see runledger.ledger.storage.removal
 }

@@ -1,6 +1,6 @@
-"""A W&B script that logs histograms, tables, images and files, run with only `import runledger as wandb`, on the
-embedded local server and ledger: every value read back exactly with SQL (bucket counts and edges equal, table
-rows equal, each blob's bytes the image's or file's, by SHA-256), `verify` passes; then a blob edited and a blob
+"""A W&B script that logs histograms, tables, images and files and prints, run with only `import runledger as wandb`, on
+the embedded local server and ledger: every value read back exactly with SQL (bucket counts and edges equal, table
+rows equal, each blob's bytes the image's or file's, by SHA-256, each printed line), `verify` passes; then a blob edited and a blob
 deleted are each named by `runledger verify` (exit 1), and a blob replaced by a link is refused too.
 `import runledger` and naming the values loads no numpy; logging a value does the work."""
 
@@ -42,6 +42,8 @@ def test_a_wandb_script_logs_every_kind_and_reads_it_back_exactly(local_root, tm
                    "sample": wandb.Image(pixels, caption=f"step {step}"), "photo": wandb.Image(str(photo)),
                    "notes": wandb.File(notes)})
         sent[step] = (grads, pixels, rows)
+        print(f"step {step}: loss {1.0 / (step + 1):.3f}")  # the console, as a W&B script prints it
+    print("done", file=sys.stderr)
     assert run.finish() is True
 
     db = reader(local_root)
@@ -71,6 +73,8 @@ def test_a_wandb_script_logs_every_kind_and_reads_it_back_exactly(local_root, tm
     assert notes_digest == hashlib.sha256(notes.read_bytes()).hexdigest()
     assert db.execute(f"select step, key, value from metrics {where} order by step").fetchall() == [
         (0, "loss", 1.0), (1, "loss", 0.5), (2, "loss", 1 / 3)]  # the numbers beside them, as ever
+    printed = db.execute(f"select stream, line_no, text from console_lines {where} order by stream desc, line_no").fetchall()
+    assert printed == [("stdout", i, f"step {i}: loss {1.0 / (i + 1):.3f}") for i in range(3)] + [("stderr", 0, "done")]
     assert verify(local_root).ok
 
     # an edited blob and a deleted one are each named; a blob swapped for a link to a file outside the root too

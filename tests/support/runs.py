@@ -166,6 +166,7 @@ MINIMAL = {
     "histogram": {"key": "grads", "edges": [-1.0, 0.0, 0.5], "counts": [3, 4], "count": 7, "min": -0.75, "max": 0.5,
                   "sum": 0.25, "sum_squares": 2.5},
     "table": {"key": "samples", "columns": ["prompt", "score"], "rows": [["hi", 0.5], [None, True]], "rows_logged": 3},
+    "console": {"stream": "stdout", "first": 3, "lines": ["epoch 1", "loss 0.5"], "dropped": 1},
     "media": {"key": "sample", "sha256": "0" * 64, "bytes": 7, "type": "image/png", "caption": "step 1"},
     "tombstone": {"chains": [{"producer": "worker-0", "attempt": 0, "seq": 3, "hash": "b" * 64}], "events": 4,
                   "by": "alice", "authority": "os_user"},
