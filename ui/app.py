@@ -8,7 +8,8 @@ metrics, default the first section the runs share; `/api/compare?runs=A,B[&sourc
 points of K, L (default the first section they share), every metric they logged and the config keys that
 differ; `/api/run/R/config`: its config with every config.update applied, and the step each key changed
 at; `/api/run/R/values`: its histograms' heat maps, tables and newest images; `/api/run/R/table?key=K[&step=S&q=Q]`:
-a logged table's rows at a step, searched; `/api/run/R/media/SHA256`: a blob the run's media events name); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
+a logged table's rows at a step, searched; `/api/run/R/media/SHA256`: a blob the run's media events name; `/api/run/R/console?q=Q`: its last console
+lines, or those holding Q); `/api/live?run=R&since=SEQ` the event stream (runledger.ui.streams: capped,
 one read per wake per run); `POST /api/decide` approve or reject a proposed decision.
 
 Every route checks its input before anything is read: a bad run id, number, source, key or body is a
@@ -221,6 +222,10 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         step = _int(q.get("step"), "step", -1) if q.get("step") else None
         return _json(await run_in_threadpool(reader.logged_table, run, key, step, _text(q.get("q", ""), "q")))
 
+    async def api_console(request: Request) -> Response:
+        run = await _run_id(request, reader)
+        return _json(await run_in_threadpool(reader.console, run, _text(request.query_params.get("q", ""), "q")))
+
     async def api_media(request: Request) -> Response:
         run, digest = await _run_id(request, reader), request.path_params["sha256"]
         if not re.fullmatch(r"[0-9a-f]{64}", digest):
@@ -389,6 +394,7 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         Route("/api/run/{run}/values", api_values),
         Route("/api/run/{run}/table", api_table),
         Route("/api/run/{run}/media/{sha256}", api_media),
+        Route("/api/run/{run}/console", api_console),
         Route("/api/run/{run}/audit/{suite}", api_audit),
         Route("/api/health", api_health),
         Route("/api/compare", api_compare),

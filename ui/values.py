@@ -1,6 +1,7 @@
 """What a run's page shows of the values it logged beside numbers (`runledger.values`): each histogram as a heat
 map over steps, a table at a step with its rows searchable, and its images; a blob served only where one of
-the run's `media` events names it, and only if its bytes are still its digest's.
+the run's `media` events names it, and only if its bytes are still its digest's. And its console
+(`runledger.console`): the last lines, or those holding a text.
 
 A heat map's rows are HEAT_ROWS equal bands between the lowest and highest edge the key ever had; each bucket's
 count goes to the band its middle falls in (the stored buckets are exact: SQL `histogram_buckets` has them). Read
@@ -22,6 +23,7 @@ HEAT_STEPS = 240  # columns of a heat map (a chart's width in px, about)
 HEAT_KEYS = 12  # histograms one page draws (the others are listed)
 TABLE_ROWS = 500  # rows one table request answers (a search narrows them)
 MEDIA_SHOWN = 60  # images the page lists (the newest steps first)
+CONSOLE_SHOWN = 1000  # console lines one request answers (the last ones, of those a search finds)
 INLINE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # served as images; any other type as a download
 
 
@@ -77,6 +79,21 @@ def logged_table(snapshot: Snapshot, run_id: str, key: str, step: int | None = N
     found = [[i, cells] for i, cells in enumerate(rows)
              if not needle or needle in "\t".join("" if c is None else str(c) for c in cells).casefold()]
     return {"key": key, "steps": steps, "step": step, "columns": columns, "rows_logged": logged, "rows": found[:TABLE_ROWS]}
+
+
+def console_lines(snapshot: Snapshot, run_id: str, search: str = "") -> dict:
+    """The run's last CONSOLE_SHOWN console lines (those holding `search`, case aside), oldest first, each
+    {attempt, stream, line_no, step, text}; and how many lines were left out by the rate bound."""
+    with snapshot.scoped([run_id]) as cur:
+        stored = cur.execute("select attempt, stream, first, step, lines, dropped from console where run_id = $run "
+                             "order by attempt, ts, seq", {"run": run_id}).fetchall()
+    needle, out, dropped = search.casefold(), [], 0
+    for attempt, stream, first, step, lines, left in stored:
+        dropped += left or 0
+        for i, text in enumerate(json.loads(lines)):
+            if not needle or needle in text.casefold():
+                out.append({"attempt": attempt, "stream": stream, "line_no": first + i, "step": step, "text": text})
+    return {"lines": out[-CONSOLE_SHOWN:], "found": len(out), "dropped": dropped}
 
 
 class BlobRefused(LookupError):

@@ -1,7 +1,7 @@
 """A run page's logged values (`runledger.ui.values`, on a ledger written by the real writer): each histogram's heat
 map puts every bucket's count in the band of its middle, a table is answered at a step and searched by its text, and
 a blob is served only where one of the run's media events names it, as the type it was logged as (an image) or as a
-download, and never once its bytes changed."""
+download, and never once its bytes changed; the console's lines come in order and are searched."""
 
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ def rich_root(tmp_path) -> Path:
     led.emit("rich", "media", {"key": "img", "sha256": digest, "bytes": size, "type": "image/png"}, 4, T0)
     other, _ = store_bytes(root, b"<svg onload=alert(1)>")
     led.emit("rich", "media", {"key": "svg", "sha256": other, "bytes": 21, "type": "image/svg+xml"}, 4, T0)
+    led.emit("rich", "console", {"stream": "stdout", "first": 0, "lines": ["epoch 0", "loss 2.5"]}, 0, T0)
+    led.emit("rich", "console", {"stream": "stderr", "first": 0, "lines": ["Warning: slow"]}, 1, T0 + timedelta(seconds=1))
+    led.emit("rich", "console", {"stream": "stdout", "first": 7, "lines": ["epoch 1"], "dropped": 5}, 2, T0 + timedelta(seconds=2))
     led.emit("plain", "run_started", {"config": {}, "config_hash": "0" * 64}, None, T0)
     led.write()
     return root
@@ -74,3 +77,13 @@ def test_a_blob_is_served_only_where_the_run_names_it_and_only_intact(rich_root)
         blob_path(rich_root, digest).write_bytes(png + b"x")
         refused = c.get(f"/api/run/rich/media/{digest}")
         assert refused.status_code == 404 and "has changed" in refused.json()["error"]
+
+
+def test_the_console_is_shown_in_order_and_searched(rich_root):
+    with client(rich_root, "127.0.0.1") as c:
+        got = c.get("/api/run/rich/console").json()
+        assert [(x["stream"], x["line_no"], x["text"]) for x in got["lines"]] == [
+            ("stdout", 0, "epoch 0"), ("stdout", 1, "loss 2.5"), ("stderr", 0, "Warning: slow"), ("stdout", 7, "epoch 1")]
+        assert got["dropped"] == 5
+        found = c.get("/api/run/rich/console?q=EPOCH").json()
+        assert [x["text"] for x in found["lines"]] == ["epoch 0", "epoch 1"] and found["found"] == 2

@@ -652,6 +652,8 @@ async function viewRun(run) {
       <span id="chart-count" class="muted"></span></div>
     <div id="charts"></div>
     <h2 id="values-h" hidden>Histograms, tables and images</h2><div id="values"></div>
+    <div id="console-box" hidden><h2>Console</h2><div class="filters"><input id="console-filter" type="search" placeholder="search the console" size="34">
+      <span id="console-count" class="muted"></span></div><pre id="console" class="console"></pre></div>
     <h2>Decision trail</h2><div id="decisions"></div>
     <h2>Health checklist</h2><div id="health" class="muted">running the checks…</div>
     <h2>Provenance</h2><div id="provenance" class="muted">…</div>
@@ -667,6 +669,7 @@ async function viewRun(run) {
   document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "code_commit"], info.attempts);
   renderDecisions(run, info.decisions);
   if ((info.kinds || []).some(k => k === "histogram" || k === "table" || k === "media")) loadValues(run);
+  if ((info.kinds || []).includes("console")) loadConsole(run);
   window.rlCharts = [];
   // what to chart: every key the run has, its title, section and x axis; the panels of the trainer's data
   // (the loss against the forecast band, LR with decisions marked, MFU, drops per layer) only where it has that data
@@ -911,6 +914,24 @@ async function loadValues(run) {
       }).catch(e => fig.insertAdjacentHTML("beforeend", `<p class="err">${esc(e.message)}</p>`));
     }
   }
+}
+// the run's console (ui/values.py console_lines): its last lines, or those holding the search's text; stderr marked
+async function loadConsole(run) {
+  const box = document.getElementById("console-box"), pre = document.getElementById("console");
+  const search = document.getElementById("console-filter");
+  const show = async () => {
+    try {
+      const res = await api(`/api/run/${encodeURIComponent(run)}/console?q=${encodeURIComponent(search.value)}`);
+      if (!pre.isConnected) return;
+      box.hidden = false;
+      document.getElementById("console-count").textContent = `${res.lines.length} of ${res.found} lines shown` +
+        (res.dropped ? `, ${res.dropped} left out by the rate bound` : "");
+      pre.innerHTML = res.lines.map(l => `<span class="${l.stream === "stderr" ? "stderr" : ""}">${esc(l.text)}</span>`).join("\n");
+    } catch (e) { pre.textContent = e.message; }
+  };
+  let typing;
+  search.oninput = () => { clearTimeout(typing); typing = setTimeout(show, 250); };
+  show();
 }
 let shownDecisions = "";
 function renderDecisions(run, decisions) {
