@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 MEDIA_DIR = "media"  # the contract's MEDIA_DIR (runledger.ledger.contract.events)
+GRACE_S = 600.0  # a blob written or reused this recently is kept by `remove_unheld` (its event may be in flight)
 _HEX = frozenset("0123456789abcdef")
 _CHUNK = 1 << 20
 
@@ -37,6 +38,15 @@ def store_bytes(root: str | os.PathLike, data: bytes) -> tuple[str, int]:
     if not _in_place(final, len(data)):
         _write(final.parent, lambda f: f.write(data), lambda: final)
     return digest, len(data)
+
+
+def _reused(path: Path) -> bool:
+    """Mark a blob in place as used now (`remove_unheld` keeps one used within GRACE_S); True."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+    return True
 
 
 def store_file(root: str | os.PathLike, path: str | os.PathLike) -> tuple[str, int]:
@@ -83,12 +93,13 @@ def _write(folder: Path, write: Callable, final: Callable[[], Path | None]) -> N
 
 
 def _in_place(path: Path, size: int) -> bool:
-    """Whether a blob is already there: a plain file of that size (one edited since is verify's to name)."""
+    """Whether a blob is already there: a plain file of that size (one edited since is verify's to name); marked
+    as used now if so."""
     try:
         st = path.lstat()
     except FileNotFoundError:
         return False
-    return path.is_file() and not path.is_symlink() and st.st_size == size
+    return path.is_file() and not path.is_symlink() and st.st_size == size and _reused(path)
 
 
 def digest_of(path: Path) -> str:
@@ -127,3 +138,75 @@ def problems(root: Path, files: list[Path]) -> list[str]:
         elif any(size != events[0][1] for _, size in events):
             out.append(f"{path}: the events naming this blob disagree on its size ({event_id})")
     return out
+
+
+def named(root: Path, run_id: str | None = None) -> dict[str, dict[str, int]]:
+    """digest -> {run_id: the blob's size} for the blobs the stored media events (of `run_id`, or of every run) name."""
+    import pyarrow.parquet as pq
+
+    from runledger.ledger.storage.paths import event_files, is_tables
+
+    out: dict[str, dict[str, int]] = {}
+    if not is_tables(Path(root)):
+        return out
+    for f in event_files(Path(root), "media", run_id):
+        t = pq.read_table(f, columns=["run_id", "sha256", "bytes"])
+        for run, digest, size in zip(*(t.column(c).to_pylist() for c in ("run_id", "sha256", "bytes"))):
+            out.setdefault(digest, {})[run] = size
+    return out
+
+
+def spooled(root: Path) -> set[str]:
+    """The digests media events waiting in the root's spool name (sent or not: the ledger may not have them yet)."""
+    import json
+
+    from runledger.ledger.settings import spool_dir
+
+    found = set()
+    for seg in spool_dir(root).glob("*/*/*/seg-*.jsonl"):
+        try:
+            lines = seg.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if b'"kind":"media"' in line:
+                try:
+                    found.add(json.loads(line)["payload"]["sha256"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+    return found
+
+
+def usage(root: Path) -> dict:
+    """{"blobs", "bytes": of the blob files under {root}/media, "runs": run_id -> bytes of the blobs its stored
+    events name, "unnamed": blobs no stored event names}."""
+    folder = Path(root) / MEDIA_DIR
+    files = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")} \
+        if folder.is_dir() else {}
+    runs: dict[str, int] = {}
+    held = named(Path(root))
+    for digest, by in held.items():
+        for run in by:
+            runs[run] = runs.get(run, 0) + files.get(digest, 0)
+    return {"blobs": len(files), "bytes": sum(files.values()), "runs": runs, "unnamed": len(set(files) - set(held))}
+
+
+def remove_unheld(root: Path, digests: set[str] | list[str], grace_s: float = GRACE_S) -> tuple[list[str], list[str]]:
+    """Remove those of `digests` (a deleted run's blobs) that nothing holds (see the module docstring): (removed,
+    kept). Run after the run's rows left the tables."""
+    import time
+
+    held, waiting = set(named(Path(root))), spooled(Path(root))
+    removed, kept = [], []
+    for digest in sorted(digests):
+        path = blob_path(root, digest)
+        try:
+            recent = time.time() - path.lstat().st_mtime < grace_s
+        except FileNotFoundError:
+            continue
+        if digest in held or digest in waiting or recent:
+            kept.append(digest)
+        else:
+            path.unlink()
+            removed.append(digest)
+    return removed, kept
