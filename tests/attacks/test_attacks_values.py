@@ -2,11 +2,13 @@
 SHA-256, so no event can point `verify`, the dashboard or a reader at a file outside `{root}/media/` (a hostile one,
 sealed with a good hash, is quarantined, and the rest of its batch stored); a blob swapped for a link is named by
 `verify`; inside the training loop a bad value costs only itself, with one warning: an oversized table is cut to the
-bound (the event still fits), a histogram with NaN edges is skipped, and nothing else the call logged is lost."""
+bound (the event still fits), a histogram with NaN edges is skipped, and nothing else the call logged is lost; a
+console flood is bounded (memory and lines sent), every line left out counted in its place."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -94,3 +96,31 @@ def test_a_histogram_with_nan_edges_costs_only_itself_with_one_warning(tmp_path,
     assert len(sink.payloads("metrics")) == 4 and [p["key"] for _, p in sink.payloads("histogram")] == ["good"] * 4
     assert run.summary["_skipped_values"] == 8
     assert len(warnings_said()) == 1  # one kind of bad value, said once
+
+
+def test_a_console_flood_costs_a_counter_not_memory_nor_the_values_logged_beside_it(tmp_path, capsys):
+    from runledger import console
+
+    run, sink = a_run(tmp_path)
+    run._console = console.Console(run).start()
+    total = 200_000
+    started = time.monotonic()
+    try:
+        for step in range(4):
+            for i in range(total // 4):
+                print(f"flood {step} {i} " + "z" * 50)
+            run.log({"loss": float(step), "h": [1.0, 2.0]})
+            waiting = sum(s.kept for s in run._console.streams.values())
+            assert waiting <= console.BURST  # what waits for a flush is bounded, whatever is printed
+    finally:
+        elapsed = time.monotonic() - started
+        run._console.stop()
+    capsys.readouterr()
+    assert [p["metrics"]["loss"] for _, p in sink.payloads("metrics")] == [0.0, 1.0, 2.0, 3.0]
+    assert len(sink.payloads("histogram")) == 4
+    printed = [p for _, p in sink.payloads("console") if p["stream"] == "stdout"]
+    kept, dropped = sum(len(p["lines"]) for p in printed), sum(p.get("dropped", 0) for p in printed)
+    assert kept + dropped == total and dropped > 0  # every line kept or counted where it was left out
+    assert kept <= console.BURST + console.RATE * elapsed + 1  # the rate bound, as it was printed
+    numbers = [p["first"] + i for p in printed for i in range(len(p["lines"]))]
+    assert numbers == sorted(set(numbers)) and max(numbers) < total
