@@ -23,6 +23,7 @@ from support.reading import reader
 
 
 def test_a_wandb_script_logs_every_kind_and_reads_it_back_exactly(local_root, tmp_path):
+    import jax.numpy as jnp
     from PIL import Image as PIL
 
     wandb = runledger  # as a W&B script has it: `import runledger as wandb`
@@ -40,7 +41,7 @@ def test_a_wandb_script_logs_every_kind_and_reads_it_back_exactly(local_root, tm
         wandb.log({"loss": 1.0 / (step + 1), "grads": wandb.Histogram(grads, num_bins=50), "bare": list(range(step + 2)),
                    "gens": wandb.Table(columns=["prompt", "output", "score", "ok"], data=rows),
                    "sample": wandb.Image(pixels, caption=f"step {step}"), "photo": wandb.Image(str(photo)),
-                   "notes": wandb.File(notes)})
+                   "notes": wandb.File(notes), "on_device": jnp.asarray(grads[:100])})  # a JAX array: a Histogram
         sent[step] = (grads, pixels, rows)
         print(f"step {step}: loss {1.0 / (step + 1):.3f}")  # the console, as a W&B script prints it
     print("done", file=sys.stderr)
@@ -58,6 +59,8 @@ def test_a_wandb_script_logs_every_kind_and_reads_it_back_exactly(local_root, tm
         assert (n, lo, hi, total, squares) == (500, grads.min(), grads.max(), grads.sum(), np.square(grads).sum())
         bare = db.execute(f"select count from histograms {where} and key = 'bare' and step = {step}").fetchall()
         assert bare == [(step + 2,)]
+        (counts,), = db.execute(f"select counts from histograms {where} and key = 'on_device' and step = {step}").fetchall()
+        assert json.loads(counts) == np.histogram(np.asarray(jnp.asarray(grads[:100])), bins=64)[0].tolist()
         got = db.execute(f"select cells from table_rows {where} and key = 'gens' and step = {step} order by row_index")
         assert [json.loads(c) for (c,) in got.fetchall()] == rows
         (digest, size, kind, caption, width, height), = db.execute(
