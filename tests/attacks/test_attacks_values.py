@@ -13,25 +13,18 @@ import time
 import numpy as np
 
 import runledger
-from runledger.core import Run
 from runledger.ledger.check.verify import verify
-from runledger.ledger.contract.canonical import canonical_json, event_hash
+from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.contract.events import MAX_EVENT_BYTES, subject_for
 from runledger.ledger.emit.sealing import seal
-from runledger.ledger.emit.sink import ListSink, ParquetSink
+from runledger.ledger.emit.sink import ParquetSink
 from runledger.ledger.ingest import service
 from runledger.ledger.storage.media import blob_path, store_bytes
 from support.reading import reader, stored_ids
+from support.runs import listed_run, resealed
 
 T0 = "2026-11-29T10:00:00.000000Z"
 RUN, PRODUCER = "run-1", "worker-0"
-
-
-def resealed(env: dict, payload: dict) -> dict:
-    """`env` with another payload and the hash made for it: a producer's own hostile event, hashed correctly."""
-    out = {**env, "payload": payload}
-    out["hash"] = event_hash(out, canonical_json(payload))
-    return out
 
 
 def test_a_media_event_naming_a_path_instead_of_a_digest_is_quarantined_and_costs_only_itself(root):
@@ -39,7 +32,7 @@ def test_a_media_event_naming_a_path_instead_of_a_digest_is_quarantined_and_cost
     good = {"key": "img", "sha256": digest, "bytes": size, "type": "image/png"}
     first, _ = seal(RUN, PRODUCER, 0, 0, "media", good, 0, "", time=T0)
     second, _ = seal(RUN, PRODUCER, 0, 1, "media", good, 1, first["hash"], time=T0)
-    hostile = [resealed(second, {**good, "sha256": name}) for name in
+    hostile = [resealed({**second, "payload": {**good, "sha256": name}}) for name in
                ("../../../../etc/passwd", "/etc/passwd", digest.upper(), digest + "/..", "a" * 63 + "/")]
     ledger = service.Ledger(root)
     batch = b"[" + b",".join(canonical_json(e).encode() for e in [first, *hostile, second]) + b"]"
@@ -66,14 +59,8 @@ def test_a_blob_swapped_for_a_link_out_of_the_root_is_named_by_verify(root, tmp_
     assert [p for p in problems if str(blob) in p and "not a plain file" in p], problems
 
 
-def a_run(tmp_path) -> tuple[Run, ListSink]:
-    sink = ListSink("main")
-    return Run("attacked", project=None, name=None, root=tmp_path, sink=sink, attempt=0, config={}, tags=[],
-               first_step=0, attachment=None), sink
-
-
 def test_an_oversized_table_is_cut_to_the_bound_with_one_warning_and_nothing_else_lost(tmp_path, warnings_said):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "attacked")
     huge = [[i, "x" * 10_000] for i in range(2_000)]  # 20 MB of text
     one_cell = [["y" * (4 << 20)]]  # one cell past the bound on its own
     for step in range(3):
@@ -89,7 +76,7 @@ def test_an_oversized_table_is_cut_to_the_bound_with_one_warning_and_nothing_els
 
 
 def test_a_histogram_with_nan_edges_costs_only_itself_with_one_warning(tmp_path, warnings_said):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "attacked")
     for step in range(4):
         run.log({"loss": 1.0, "bad": runledger.Histogram(np_histogram=([1, 2], [0.0, np.nan, 1.0])),
                  "inf": runledger.Histogram(np_histogram=([1], [-np.inf, 0.0])), "good": np.arange(5.0)})
@@ -101,7 +88,7 @@ def test_a_histogram_with_nan_edges_costs_only_itself_with_one_warning(tmp_path,
 def test_a_console_flood_costs_a_counter_not_memory_nor_the_values_logged_beside_it(tmp_path, capsys):
     from runledger import console
 
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "attacked")
     run._console = console.Console(run).start()
     total = 200_000
     started = time.monotonic()

@@ -194,3 +194,21 @@ STEPS = 400
 
 
 SCHEDULE = {"peak_lr": 1e-3, "warmup_steps": 2, "horizon_tokens": 10_000, "min_lr_ratio": 0.05}
+
+
+def listed_run(root: Path, run_id: str = "listed", mode: str = "online"):
+    """A `runledger.core.Run` logging into a list sink (each event checked against the contract, none sent): (run, sink)."""
+    from runledger.core import Run
+    from runledger.ledger.emit.sink import ListSink
+
+    sink = ListSink("main")
+    return Run(run_id, project=None, name=None, root=root, sink=sink, attempt=0, config={}, tags=[], first_step=0,
+               attachment=None, mode=mode), sink
+
+
+def resealed(env: dict) -> dict:
+    """`env` with its hash made again for its payload as it now is: a producer's own edited event, hashed correctly."""
+    from runledger.ledger.contract.canonical import canonical_json, event_hash
+
+    env["hash"] = event_hash(env, canonical_json(env["payload"]))
+    return env

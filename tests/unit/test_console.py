@@ -10,16 +10,10 @@ import sys
 import pytest
 
 from runledger import console
-from runledger.core import Run
 from runledger.ledger.contract import events
 from runledger.ledger.emit.sink import ListSink
 from runledger.wandb_compat import Settings
-
-
-def a_run(tmp_path) -> tuple[Run, ListSink]:
-    sink = ListSink("main")
-    return Run("printing", project=None, name=None, root=tmp_path, sink=sink, attempt=0, config={}, tags=[],
-               first_step=0, attachment=None), sink
+from support.runs import listed_run
 
 
 def lines_of(sink: ListSink, stream: str) -> list[tuple[int, str]]:
@@ -32,7 +26,7 @@ def test_the_bounds_are_the_contracts():
 
 
 def test_each_line_is_kept_in_order_at_the_step_and_the_streams_are_put_back(tmp_path, capsys):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "printing")
     out, err = sys.stdout, sys.stderr
     run._console = console.Console(run).start()
     print("epoch 0")
@@ -54,7 +48,7 @@ def test_each_line_is_kept_in_order_at_the_step_and_the_streams_are_put_back(tmp
 def test_a_flood_is_bounded_left_out_lines_are_counted_in_their_place_and_a_long_line_cut(tmp_path, monkeypatch):
     monkeypatch.setattr(console, "BURST", 100)
     monkeypatch.setattr(console, "RATE", 0.001)  # (no refill while the test runs)
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "printing")
     run._console = console.Console(run).start()
     try:
         for i in range(1000):
@@ -66,7 +60,7 @@ def test_a_flood_is_bounded_left_out_lines_are_counted_in_their_place_and_a_long
     kept = lines_of(sink, "stdout")
     assert kept == [(i, f"line {i}") for i in range(100)]  # the burst, then the rest left out (the long line too)
     assert payloads[-1] == {"stream": "stdout", "first": 1001, "lines": [], "dropped": 901}  # lines 100..1000 left out
-    run2, sink2 = a_run(tmp_path)
+    run2, sink2 = listed_run(tmp_path, "printing")
     monkeypatch.setattr(console, "RATE", 1000.0)
     run2._console = console.Console(run2).start()
     print("y" * (console.MAX_CONSOLE_LINE + 10))

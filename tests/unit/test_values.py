@@ -14,17 +14,10 @@ import pytest
 
 import runledger
 from runledger import values
-from runledger.core import Run
 from runledger.ledger.contract import events
 from runledger.ledger.contract.validation import check_payload
-from runledger.ledger.emit.sink import ListSink
 from runledger.ledger.storage import media
-
-
-def a_run(tmp_path) -> tuple[Run, ListSink]:
-    sink = ListSink("main")
-    return Run("rich", project=None, name=None, root=tmp_path, sink=sink, attempt=0, config={}, tags=[], first_step=0,
-               attachment=None), sink
+from support.runs import listed_run
 
 
 def test_the_bounds_are_the_contracts():
@@ -113,7 +106,7 @@ def test_an_image_array_is_a_png_that_decodes_to_it(tmp_path):
 
 
 def test_log_stores_each_value_as_its_event_with_the_blob_first(tmp_path, warnings_said):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "rich")
     pic = np.arange(12, dtype=np.uint8).reshape(3, 4)
     doc = tmp_path / "notes.txt"
     doc.write_bytes(b"hello")
@@ -137,7 +130,7 @@ def test_log_stores_each_value_as_its_event_with_the_blob_first(tmp_path, warnin
 
 
 def test_a_bad_value_is_skipped_with_one_warning_counted_and_nothing_else_lost(tmp_path, warnings_said):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "rich")
     for step in range(3):
         run.log({"loss": float(step), "bad": runledger.Histogram(np_histogram=([1], [np.nan, 1.0])),
                  "gone": runledger.Image(tmp_path / "no-such.png"), "ok": [1.0, 2.0]})
@@ -150,7 +143,7 @@ def test_a_bad_value_is_skipped_with_one_warning_counted_and_nothing_else_lost(t
 
 
 def test_a_table_past_the_bound_is_kept_cut_with_one_warning(tmp_path, warnings_said):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "rich")
     rows = [[i] for i in range(values.MAX_TABLE_ROWS + 1)]
     run.log({"t": runledger.Table(columns=["i"], data=rows)})
     run.log({"t": runledger.Table(columns=["i"], data=rows)})
