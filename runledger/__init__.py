@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AlertLevel", "Api", "Artifact", "Config", "File", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
+__all__ = ["AlertLevel", "Api", "Artifact", "Audio", "Config", "File", "Histogram", "Html", "Image", "LogError", "Object3D", "Run", "Settings", "Summary", "Table", "Video",
            "alert", "define_metric", "finish", "init", "log", "log_artifact", "log_checkpoint", "log_code", "login", "mark_preempting", "plot",
            "save", "sweep", "unwatch", "use_artifact", "watch"]
 # Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
@@ -32,7 +32,7 @@ _FROM_CORE = {"AlertLevel", "Config", "LogError", "Run", "Summary"}
 # W&B's other names, from runledger.wandb_compat (also on first use)
 _FROM_COMPAT = {"Api", "Artifact", "Settings", "plot", "login", "sweep", "watch", "unwatch"}
 # the values `log` stores as events of their own, from runledger.values (standard library only; numpy when used)
-_FROM_VALUES = {"File", "Histogram", "Image", "Table"}
+_FROM_VALUES = {"Audio", "File", "Histogram", "Html", "Image", "Object3D", "Table", "Video"}
 
 
 def init(*args: Any, **kwargs: Any):

@@ -1,4 +1,5 @@
-"""The values `log` records beside numbers: `Histogram`, `Table`, `Image` and `File`, each an event of its own.
+"""The values `log` records beside numbers: `Histogram`, `Table`, `Image` and `File` (and W&B's `Audio`, `Video`, `Html`
+and `Object3D`, files too), each an event of its own.
 
     runledger.log({"loss": loss, "grads": runledger.Histogram(g), "samples": runledger.Table(columns=["prompt", "out"],
                    data=rows), "sample": runledger.Image(array, caption="step 10")})
@@ -326,6 +327,101 @@ class Image(File):
         return super().event(name, root)
 
 
+class Audio(File):
+    """W&B's `Audio(data_or_path, sample_rate=None, caption=None)`: a sound file's bytes as they are, or an array of
+    samples (floats in [-1, 1] or 16-bit integers; one channel, or samples x channels) written as 16-bit WAV (with
+    the standard library's `wave`) at `sample_rate`."""
+
+    def __init__(self, data_or_path: Any = None, sample_rate: int | None = None, caption: str | None = None) -> None:
+        super().__init__(caption=caption)
+        self.source, self.sample_rate = data_or_path, sample_rate
+
+    def event(self, name: str, root: Path) -> tuple[str, dict]:
+        if isinstance(self.source, (str, os.PathLike)):
+            self.path = self.source
+        elif self.source is not None:
+            self.data, self.type = wav_of(self.source, self.sample_rate), "audio/wav"
+        return super().event(name, root)
+
+
+class Video(File):
+    """W&B's `Video(data_or_path, caption=None, fps=None, format=None)`: a video file's bytes as they are. An array of
+    frames is not encoded here (no video encoder in the standard library): it is skipped, with one warning."""
+
+    def __init__(self, data_or_path: Any = None, caption: str | None = None, fps: Any = None, format: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(caption=caption)
+        self.source = data_or_path
+
+    def event(self, name: str, root: Path) -> tuple[str, dict]:
+        if not isinstance(self.source, (str, os.PathLike, bytes)):
+            raise Skipped("a video from an array of frames is not encoded: log its file (Video(path))")
+        if isinstance(self.source, bytes):
+            self.data = self.source
+        else:
+            self.path = self.source
+        return super().event(name, root)
+
+
+class Html(File):
+    """W&B's `Html(data, inject=True)`: an HTML file's path, or HTML text, kept as text/html (the dashboard offers it
+    as a download, never as a page of its own origin)."""
+
+    def __init__(self, data: Any = None, inject: bool = True, **kwargs: Any) -> None:
+        super().__init__()
+        if isinstance(data, os.PathLike) or (isinstance(data, str) and data.lower().endswith((".html", ".htm"))
+                                             and os.path.isfile(data)):
+            self.path, self.type = data, "text/html"
+        else:
+            text = data.read() if hasattr(data, "read") else data
+            self.data, self.type = (text.encode() if isinstance(text, str) else text), "text/html"
+
+
+class Object3D(File):
+    """W&B's `Object3D(data_or_path, caption=None)`: a 3D file's bytes as they are (glTF, GLB, OBJ, ...); an array of
+    points is skipped, with one warning."""
+
+    def __init__(self, data_or_path: Any = None, caption: str | None = None, **kwargs: Any) -> None:
+        super().__init__(caption=caption)
+        self.source = data_or_path
+
+    def event(self, name: str, root: Path) -> tuple[str, dict]:
+        if not isinstance(self.source, (str, os.PathLike)):
+            raise Skipped("a 3D object from an array of points is not stored: log its file (Object3D(path))")
+        self.path = self.source
+        return super().event(name, root)
+
+
+def wav_of(samples: Any, sample_rate: int | None) -> bytes:
+    """16-bit PCM WAV of an array of samples (see `Audio`)."""
+    import wave
+
+    import numpy as np
+
+    if not sample_rate or int(sample_rate) <= 0:
+        raise Skipped("audio from an array needs its sample_rate")
+    try:
+        a = np.asarray(samples)
+    except (TypeError, ValueError) as err:
+        raise Skipped(f"not an array of samples ({err})") from None
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2 or a.size == 0 or a.dtype.kind not in "fiu":
+        raise Skipped(f"an array of shape {tuple(a.shape)} and type {a.dtype} is no sound (samples, or samples x channels)")
+    if a.dtype.kind == "f":
+        if not np.isfinite(a).all():
+            raise Skipped("samples that are not finite")
+        a = np.rint(np.clip(a, -1.0, 1.0) * 32767)
+    pcm = np.clip(a, -32768, 32767).astype("<i2")
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(pcm.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(int(sample_rate))
+        w.writeframes(pcm.tobytes())
+    return out.getvalue()
+
+
 def png_of(array: Any) -> bytes:
     """A PNG of an image array (see `Image`), made with zlib: the same array gives the same bytes."""
     import numpy as np
@@ -366,7 +462,7 @@ def png_of(array: Any) -> bytes:
 
 
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
-          (b"GIF89a", "image/gif"))
+          (b"GIF89a", "image/gif"), (b"glTF", "model/gltf-binary"))
 
 
 def media_type(head: bytes, name: str | None) -> str:
@@ -374,8 +470,8 @@ def media_type(head: bytes, name: str | None) -> str:
     for magic, kind in _MAGIC:
         if head.startswith(magic):
             return kind
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image/webp"
+    if head[:4] == b"RIFF" and head[8:12] in (b"WEBP", b"WAVE"):
+        return "image/webp" if head[8:12] == b"WEBP" else "audio/wav"
     guessed = mimetypes.guess_type(name or "")[0] if name else None
     return guessed.lower() if guessed and "/" in guessed and len(guessed) < 128 else "application/octet-stream"
 

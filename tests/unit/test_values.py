@@ -149,3 +149,28 @@ def test_a_table_past_the_bound_is_kept_cut_with_one_warning(tmp_path, warnings_
     run.log({"t": runledger.Table(columns=["i"], data=rows)})
     assert [len(p["rows"]) for _, p in sink.payloads("table")] == [values.MAX_TABLE_ROWS] * 2
     assert run.summary["_tables_cut"] == 2 and len(warnings_said()) == 1
+
+
+def test_wandbs_audio_video_html_and_object3d_are_files_and_what_cannot_be_stored_is_skipped_once(tmp_path, warnings_said):
+    import wave
+
+    run, sink = listed_run(tmp_path, "rich")
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"\x00\x00\x00\x18ftypmp42 not really a video")
+    mesh = tmp_path / "mesh.glb"
+    mesh.write_bytes(b"glTF\x02\x00\x00\x00 a binary glTF")
+    tone = np.sin(np.linspace(0, 40, 800))
+    for step in range(2):
+        run.log({"tone": runledger.Audio(tone, sample_rate=8000, caption="a tone"), "clip": runledger.Video(str(clip)),
+                 "page": runledger.Html("<b>hello</b>"), "mesh": runledger.Object3D(str(mesh)),
+                 "frames": runledger.Video(np.zeros((2, 4, 4, 3))), "silent": runledger.Audio(tone)})
+    got = {p["key"]: p for _, p in sink.payloads("media")[:4]}
+    assert {k: got[k]["type"] for k in got} == {"tone": "audio/wav", "clip": "video/mp4", "page": "text/html",
+                                                 "mesh": "model/gltf-binary"}
+    with wave.open(str(media.blob_path(tmp_path, got["tone"]["sha256"]))) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getnframes()) == (8000, 1, 800)
+        assert np.array_equal(np.frombuffer(w.readframes(800), "<i2"), np.rint(tone * 32767).astype("<i2"))
+    assert media.blob_path(tmp_path, got["page"]["sha256"]).read_bytes() == b"<b>hello</b>"
+    assert len(sink.payloads("media")) == 8 and run.summary["_skipped_values"] == 4  # the frames, the audio without a rate
+    said = warnings_said()
+    assert len(said) == 2 and any("'frames'" in m for m in said) and any("sample_rate" in m for m in said)
