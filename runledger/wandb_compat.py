@@ -5,7 +5,8 @@ Work: `save` and `log_artifact` (each file's path, SHA-256 and size recorded as 
 `Artifact`, `run.url` (the run's page on the dashboard), `run.dir` (a folder of the run's under the root),
 `run.path`, `run.entity`, `config.as_dict()`, `define_metric` (the summary it asks for; `step_metric` kept in
 the config's `_wandb` key as the dashboard's x axis), `Settings` (init reads `mode` and `silent`), `alert`.
-`Table`, `Image` and `Histogram` are `runledger.values`' (stored as events of their own). Skip, warning once:
+`Table`, `Image`, `Histogram`, `Audio`, `Video`, `Html` and `Object3D` are `runledger.values`' (stored as events of
+their own). Skip, warning once:
 `plot.*` values in `log`, `watch`, `use_artifact`, `sweep`, `login`, `Api`, `run.log_code`, `run.mark_preempting`, `alert(webhook_url=)`
 (webhooks are `runledger notify`'s). The warnings go to the `runledger` logger (a warning, not a Python
 `warnings` category: a test suite run with `-W error` must not turn a skipped call into an exception),
