@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '6e8e550a9fe4265f7cd9ce10c113d246'
+DIGEST = 'c4a27dfb32e540ac28e308ddaa351dba'
 LAYOUT = r"""
 {
  "kinds": {
@@ -21,6 +21,10 @@ LAYOUT = r"""
   "system": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["nonfinite", "MAP(VARCHAR, VARCHAR)"], ["text", "MAP(VARCHAR, VARCHAR)"], ["interval_s", "DOUBLE"]],
   "config": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["config", "VARCHAR"]],
   "artifact": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["path", "VARCHAR"], ["sha256", "VARCHAR"], ["bytes", "BIGINT"], ["name", "VARCHAR"], ["type", "VARCHAR"], ["via", "VARCHAR"]],
+  "histogram": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["key", "VARCHAR"], ["edges", "VARCHAR"], ["counts", "VARCHAR"], ["count", "DOUBLE"], ["min", "DOUBLE"], ["max", "DOUBLE"], ["sum", "DOUBLE"], ["sum_squares", "DOUBLE"], ["nonfinite", "BIGINT"]],
+  "table": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["key", "VARCHAR"], ["columns", "VARCHAR"], ["rows", "VARCHAR"], ["rows_logged", "BIGINT"]],
+  "media": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["key", "VARCHAR"], ["sha256", "VARCHAR"], ["bytes", "BIGINT"], ["type", "VARCHAR"], ["name", "VARCHAR"], ["caption", "VARCHAR"], ["width", "BIGINT"], ["height", "BIGINT"]],
+  "console": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["stream", "VARCHAR"], ["first", "BIGINT"], ["lines", "VARCHAR"], ["dropped", "BIGINT"], ["cut", "BIGINT"]],
   "heartbeat": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["host", "VARCHAR"], ["pid", "BIGINT"], ["interval_s", "DOUBLE"]],
   "tombstone": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["chains", "VARCHAR"], ["events", "BIGINT"], ["by", "VARCHAR"], ["authority", "VARCHAR"], ["reason", "VARCHAR"]]
  },
@@ -43,6 +47,10 @@ LAYOUT = r"""
   "system": "system_events",
   "config": "config_updates",
   "artifact": "artifacts",
+  "histogram": "histograms",
+  "table": "logged_tables",
+  "media": "media",
+  "console": "console",
   "heartbeat": "heartbeats",
   "tombstone": "tombstones"
  }

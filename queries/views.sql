@@ -415,6 +415,55 @@ select * from {{kind:config}};
 create or replace view artifacts as
 select * from {{kind:artifact}};
 
+-- histograms a run logged (`runledger.Histogram`, a list or an array given to `log`, Levanter's SummaryStats),
+-- one row each at its step under its name (`key`): edges and counts (JSON lists, as logged), count, min, max,
+-- sum, sum_squares, and nonfinite (values left out of the buckets)
+create or replace view histograms as
+select * from {{kind:histogram}};
+
+-- every bucket of every histogram, one row each: bucket (from 0) counts `count` values in [lo, hi) (the
+-- last bucket closed); what the run page's heat map draws
+create or replace view histogram_buckets as
+select run_id, producer, attempt, seq, step, ts, key, i - 1 as bucket, e[i] as lo, e[i + 1] as hi, c[i] as count
+from (select run_id, producer, attempt, seq, step, ts, key, from_json(edges, '["DOUBLE"]') as e,
+             from_json(counts, '["DOUBLE"]') as c, unnest(range(1, json_array_length(counts)::bigint + 1)) as i
+      from {{kind:histogram}});
+
+-- tables a run logged (`runledger.Table`), one row each: columns and rows (JSON lists, as logged, cut to the
+-- contract's bound) and rows_logged (the rows the table had)
+create or replace view logged_tables as
+select * from {{kind:table}};
+
+-- every row of every logged table, one row each: `row_index` from 0, `cells` a JSON list in the order of
+-- `columns`; `text` the cells joined by tabs, for a search (`where text ilike '%word%'`)
+create or replace view table_rows as
+select run_id, producer, attempt, seq, step, ts, key, i - 1 as row_index, columns, r[i] as cells,
+       array_to_string(list_transform(from_json(r[i], '["JSON"]'),
+                                      lambda c: coalesce(json_extract_string(c, '$'), '')), chr(9)) as text
+from (select run_id, producer, attempt, seq, step, ts, key, columns, from_json(rows, '["JSON"]') as r,
+             unnest(range(1, json_array_length(rows)::bigint + 1)) as i
+      from {{kind:table}});
+
+-- files and images a run logged (`runledger.Image`, `runledger.File`), one row each: the blob's sha256 (its
+-- bytes at {root}/media/{sha256}, which `runledger verify` checks), bytes, type (a media type), name, caption,
+-- width and height (of a PNG)
+create or replace view media as
+select * from {{kind:media}};
+
+-- what a run's script wrote to stdout and stderr (`runledger.init(console=True)`, the default), as sent: one row
+-- per batch of lines (`lines` a JSON list), `first` the number of its first line in its stream, `dropped` the
+-- lines left out just before them (the rate bound), `cut` the lines of it cut to 4,096 characters
+create or replace view console as
+select * from {{kind:console}};
+
+-- every console line, one row each: its stream, its number in the stream (per attempt), its text, and the step
+-- the run was at when it was sent
+create or replace view console_lines as
+select run_id, producer, attempt, seq, step, ts, stream, first + i - 1 as line_no, l[i] as text
+from (select run_id, producer, attempt, seq, step, ts, stream, first, from_json(lines, '["VARCHAR"]') as l,
+             unnest(range(1, json_array_length(lines)::bigint + 1)) as i
+      from {{kind:console}});
+
 -- input the ledger refused, with the raw bytes, the subject and the reason
 create or replace view quarantine as
 select * from {{quarantine}};

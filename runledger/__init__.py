@@ -11,9 +11,10 @@
 then `runledger sql "select step, value from metrics where key = 'train/loss'"` or `runledger report RUN`.
 The module-level functions act on the current run (the last `init`), like W&B's, so a W&B script runs
 with `import runledger as wandb`: init, log, config, summary, alert, finish, define_metric, run, and the
-other calls W&B scripts make (save, log_artifact, Artifact, Table, Image, Histogram, plot, watch, login,
-Settings, sweep, ...: `runledger.wandb_compat`, each working or skipped with one warning). `runledger.Api` reads
-runs back, every point (`runledger.api`).
+other calls W&B scripts make (save, log_artifact, Artifact, plot, watch, login, Settings, sweep, ...:
+`runledger.wandb_compat`, each working or skipped with one warning). Histogram, Table, Image and File values
+in `log` are events of their own, exactly (`runledger.values`). `runledger.Api` reads runs back, every point
+(`runledger.api`).
 See `runledger.core` for what each call records (`log_checkpoint`: a saved checkpoint's content hash),
 `runledger.levanter` for Levanter's tracker and `runledger.integrations` for the Hugging Face Trainer's callback,
 Lightning's logger and Keras' callback.
@@ -23,14 +24,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AlertLevel", "Api", "ApiError", "Artifact", "Config", "Histogram", "Image", "LogError", "Run", "Settings", "Summary", "Table",
+__all__ = ["AlertLevel", "Api", "ApiError", "Artifact", "Audio", "Config", "File", "Histogram", "Html", "Image", "LogError", "Object3D", "Run", "Settings", "Summary", "Table", "Video",
            "alert", "define_metric", "finish", "init", "log", "log_artifact", "log_checkpoint", "log_code", "login", "mark_preempting", "plot",
            "save", "sweep", "unwatch", "use_artifact", "watch"]
 # Loaded on first use, so that `import runledger` costs almost nothing and loads no pyarrow, duckdb or JAX
 # (tests/{unit,integration}/test_layers.py): the classes from runledger.core, `run`/`config`/`summary` from the current run.
 _FROM_CORE = {"AlertLevel", "Config", "LogError", "Run", "Summary"}
 # W&B's other names, from runledger.wandb_compat (also on first use)
-_FROM_COMPAT = {"Artifact", "Histogram", "Image", "Settings", "Table", "plot", "login", "sweep", "watch", "unwatch"}
+_FROM_COMPAT = {"Artifact", "Settings", "plot", "login", "sweep", "watch", "unwatch"}
+# the values `log` stores as events of their own, from runledger.values (standard library only; numpy when used)
+_FROM_VALUES = {"Audio", "File", "Histogram", "Html", "Image", "Object3D", "Table", "Video"}
 
 
 def init(*args: Any, **kwargs: Any):
@@ -53,11 +56,12 @@ def log(data: dict, step: int | None = None, commit: bool | None = None) -> None
     _current().log(data, step, commit)
 
 
-def finish(exit_code: int | None = None, quiet: bool | None = None, status: str | None = None) -> bool:
+def finish(exit_code: int | None = None, quiet: bool | None = None, status: str | None = None,
+           wait: bool | None = None) -> bool:
     """`Run.finish` of the current run (nothing if none)."""
     from runledger.core import Current
 
-    return True if Current.run is None else Current.run.finish(status, exit_code)
+    return True if Current.run is None else Current.run.finish(status, exit_code, wait=wait)
 
 
 def alert(title: str, text: str | None = None, level: str | None = "INFO", wait_duration: Any = None,
@@ -118,6 +122,10 @@ def __getattr__(name: str) -> Any:
         import runledger.wandb_compat
 
         return getattr(runledger.wandb_compat, name)
+    if name in _FROM_VALUES:
+        import runledger.values
+
+        return getattr(runledger.values, name)
     if name in ("run", "config", "summary"):
         from runledger.core import Config, Current, Summary
 

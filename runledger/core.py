@@ -45,6 +45,8 @@ from runledger.ledger.emit.sink import NullSink
 from runledger.ledger.emit.spool import chain_dir
 from runledger.queries.names import slug
 from runledger.queries.thresholds import NAMES
+from runledger import values
+from runledger.console import Console, wanted as console_wanted
 from runledger.system import SystemSampler
 from runledger.wandb_compat import Media, WandbRun, mode_of, silent, skipped, skipped_value, where_line
 
@@ -164,7 +166,7 @@ def metrics_payload(data: dict, ok_names: set[str], prefix: str = "", out: dict 
                 out.setdefault("text", {})[name] = None if v is None else str(v)
                 continue
             elif isinstance(v, Media) or not hasattr(v, "__float__") or getattr(v, "ndim", 0):
-                skipped_value(name, v)
+                out.setdefault("rich", {})[name] = v  # (Run.log records it: runledger.values)
                 continue
             else:
                 try:  # numpy and JAX scalars, 0-d arrays
@@ -270,6 +272,8 @@ class Run(WandbRun):
     """One attempt of a run, logging through a sink; made by `init`. W&B's other calls of a run (url, dir,
     save, log_artifact, define_metric, ...) are `runledger.wandb_compat.WandbRun`'s."""
 
+    _console: Console | None = None  # the capture of the script's stdout and stderr (init's, by default)
+
     def __init__(self, run_id: str, *, project: str | None, name: str | None, root: Path, sink, attempt: int,
                  config: dict, tags: list[str], first_step: int, attachment: local.Attachment | None,
                  mode: str = "online", entity: str | None = None) -> None:
@@ -329,6 +333,9 @@ class Run(WandbRun):
                 log.warning("run %s has logged more than %d metric names: the names past them may be kept in the "
                             "narrow form (the MAP column \"metrics/\"), which every view reads alike, but a query of "
                             "one reads it more slowly than a name's own column", self.run_id, WIDE_COLUMNS_PER_RUN)
+        if "rich" in payload:  # a Histogram, Table, Image or File, a list or an array: events of their own, now
+            with _Deferred.signals():
+                values.record(self, payload.pop("rich"), step)
         if commit is False:
             self._pending, self._pending_step = payload, step
             return
@@ -439,6 +446,8 @@ class Run(WandbRun):
             raise LogError(f"status {status!r}: completed, failed or stopped")
         if self._pending is not None:
             self._commit()
+        if self._console is not None:
+            self._console.stop()  # (its last lines sent; the streams put back)
         self._save_at_end()
         if self._sampler is not None:
             self._sampler.stop()
@@ -589,7 +598,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
          resume: bool | str | None = None, id: str | None = None, *, root: str | Path | None = None,
          nats: str | None = None, producer: str = PRODUCER, system_metrics: bool | float = True,
          thresholds: dict[str, float] | None = None, mode: str | None = None, resumed_from: dict | None = None,
-         **ignored: Any) -> Run:
+         console: bool | None = None, **ignored: Any) -> Run:
     """Start a run (or, with `resume`, the run's next attempt) and make it the current one.
 
     project, config, tags: as W&B's. name: the run's display name, not unique (any number of runs may
@@ -606,6 +615,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
         nats: a server URL instead of the root's embedded one ($RUNLEDGER_NATS, or $RUNLEDGER_CREDS for
         a secured server).
     system_metrics: sample the machine every 10 s (a number: every that many seconds); False: never.
+    console: record what the script writes to stdout and stderr, line by line, as `console` events (the default,
+        as W&B does; False, or W&B's settings console="off": not): `runledger.console`.
     thresholds: overrides of the health checks' thresholds (`runledger audit health`), by name
         (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
     resumed_from: the checkpoint this attempt goes on from, {"path", "step", "content_hash"} (as
@@ -735,6 +746,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     Current.started(run)
     if not silent(ignored.get("settings")):
         print(where_line(run), file=sys.stderr, flush=True)  # (W&B's "View run at": a user's line, not a log record)
+    if console_wanted(console, ignored.get("settings")):
+        run._console = Console(run).start()  # the script's stdout and stderr as `console` events
     return run
 
 

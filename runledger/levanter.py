@@ -16,8 +16,9 @@ What each call records:
   them on: a call with a step and commit=None adds to that step, which is recorded as one `metrics` event
   when a call for another step comes, a call commits, or the run finishes (the trainer logs one step in
   several calls); commit=True records it now. Values: numbers, numpy and JAX scalars (0-d arrays),
-  nested dicts (names joined by "/"), and Levanter's `Histogram` as NAME/min, /max, /mean, /variance
-  (what its W&B tracker logs beside the bins). Anything else (text, an array of several values) is no
+  nested dicts (names joined by "/"), and Levanter's `Histogram` as a `histogram` event under NAME with its
+  buckets, min, max, num, sum and sum_squares as they are (`runledger.values`), and as NAME/min, /max, /mean,
+  /variance (what its W&B tracker logs beside the bins). Anything else (text, an array of several values) is no
   number the ledger holds: it is left out, with one warning per name.
 - `log_hyperparameters(hparams)`: `run.config.update(hparams)`: a `config` event (view `config_updates`).
 - `log_summary(metrics)`: `run.summary` (nested names joined by "/"), recorded by `finish` in
@@ -90,6 +91,7 @@ class RunledgerTracker(*((_Tracker,) if _Tracker is not None else ())):
             if isinstance(value, Mapping):
                 self._numbers(value, name + "/", out)
             elif hasattr(value, "bucket_counts") and hasattr(value, "bucket_limits"):  # a Levanter Histogram
+                out[name] = value  # its buckets as they are: a `histogram` event (runledger.values)
                 for stat in HISTOGRAM_STATS:
                     self._number(f"{name}/{stat}", getattr(value, stat), out)
             else:

@@ -5,8 +5,9 @@ Work: `save` and `log_artifact` (each file's path, SHA-256 and size recorded as 
 `Artifact`, `run.url` (the run's page on the dashboard), `run.dir` (a folder of the run's under the root),
 `run.path`, `run.entity`, `config.as_dict()`, `define_metric` (the summary it asks for; `step_metric` kept in
 the config's `_wandb` key as the dashboard's x axis), `Settings` (init reads `mode` and `silent`), `alert`.
-Skip, warning once: `Table`, `Image`, `Histogram` and `plot.*` values in `log` (a later version stores them),
-`watch`, `use_artifact`, `sweep`, `login`, `run.log_code`, `run.mark_preempting`, `alert(webhook_url=)`
+`Table`, `Image`, `Histogram`, `Audio`, `Video`, `Html` and `Object3D` are `runledger.values`' (stored as events of
+their own). Skip, warning once:
+`plot.*` values in `log`, `watch`, `use_artifact`, `sweep`, `login`, `run.log_code`, `run.mark_preempting`, `alert(webhook_url=)`
 (webhooks are `runledger notify`'s). The warnings go to the `runledger` logger (a warning, not a Python
 `warnings` category: a test suite run with `-W error` must not turn a skipped call into an exception),
 once per name per process.
@@ -107,62 +108,13 @@ def where_line(run: Any) -> str:
 
 
 class Media:
-    """A W&B value that is not a number (a table, an image, a histogram, a chart): `log` accepts it and skips
-    it, warning once per type."""
+    """A W&B value that is not a number and not stored (a chart): `log` accepts it and skips it, warning once
+    per type."""
 
     warn_in_log = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._args, self._kwargs = args, kwargs
-
-
-class Table(Media):
-    """`wandb.Table(columns=None, data=None, rows=None, dataframe=None, dtype=None, optional=True,
-    allow_mixed_types=False, log_mode=None)`: kept in memory (add_data, add_column, get_column work), not stored."""
-
-    def __init__(self, columns: list | None = None, data: Any = None, rows: Any = None, dataframe: Any = None,
-                 dtype: Any = None, optional: Any = True, allow_mixed_types: bool = False, log_mode: str | None = None) -> None:
-        super().__init__()
-        if dataframe is not None:
-            columns, data = list(dataframe.columns), dataframe.values.tolist()
-        data = data if data is not None else rows
-        self.data = [list(r) for r in (data.tolist() if hasattr(data, "tolist") else data or [])]
-        self.columns = list(columns) if columns is not None else (
-            [f"c{i}" for i in range(len(self.data[0]))] if self.data else ["Input", "Output", "Expected"])
-
-    def add_data(self, *data: Any) -> None:
-        self.data.append(list(data))
-
-    def add_column(self, name: str, data: Any, optional: bool = False) -> None:
-        self.columns.append(name)
-        values = list(data)
-        if not self.data:
-            self.data = [[] for _ in values]
-        for row, v in zip(self.data, values):
-            row.append(v)
-
-    def get_column(self, name: str, convert_to: str | None = None) -> list:
-        i = self.columns.index(name)
-        return [row[i] for row in self.data]
-
-    def iterrows(self):
-        yield from enumerate(self.data)
-
-
-class Image(Media):
-    """`wandb.Image(data_or_path, mode=None, caption=None, grouping=None, classes=None, boxes=None, masks=None,
-    file_type=None, normalize=True)`: accepted, not stored."""
-
-    def __init__(self, data_or_path: Any = None, mode: str | None = None, caption: str | None = None, **kwargs: Any) -> None:
-        super().__init__(data_or_path, mode=mode, caption=caption, **kwargs)
-        self.caption = caption
-
-
-class Histogram(Media):
-    """`wandb.Histogram(sequence=None, np_histogram=None, num_bins=64)`: accepted, not stored."""
-
-    def __init__(self, sequence: Any = None, np_histogram: Any = None, num_bins: int = 64) -> None:
-        super().__init__(sequence, np_histogram=np_histogram, num_bins=num_bins)
 
 
 class Chart(Media):
@@ -190,13 +142,13 @@ plot = _Plots()
 
 
 def skipped_value(name: str, value: Any) -> None:
-    """`log` met a value it cannot store yet (under metric `name`): warn once per kind of value."""
+    """`log` met a value it cannot store (under metric `name`): warn once per kind of value."""
     if isinstance(value, Media):
         if value.warn_in_log:
             skipped(type(value).__name__, f"a {type(value).__name__} logged (as {name!r}) is not stored yet")
     else:
         kind = type(value).__name__
-        skipped(f"log of a {kind}", f"{name!r} holds a {kind}, not a number: not stored yet (log a scalar)")
+        skipped(f"log of a {kind}", f"{name!r} holds a {kind}: not a number, Histogram, Table, Image or File; not stored")
 
 
 # -- files: save, artifacts

@@ -1,6 +1,6 @@
 """`runledger runs`, `du`, `delete`: the daily chores. List runs (one row per run, the `run_list` view),
-the disk each project and run takes (tables, spool, stream), and delete a run the sanctioned way
-(a tombstone, then a rewrite commit: `runledger.ledger.emit.tombstone`)."""
+the disk each project and run takes (tables, spool, media blobs, stream), and delete a run the sanctioned way
+(a tombstone, then a rewrite commit: `runledger.ledger.emit.tombstone`; then its blobs nothing else holds)."""
 
 from __future__ import annotations
 
@@ -88,28 +88,36 @@ def _bytes(paths) -> int:
 
 
 def disk_use(root: str | Path, nats_url: str | None) -> dict:
-    """Bytes per run and per project: the run's data files in the tables' current snapshot, its spool, its
-    messages in the stream (counted where a server answers: JetStream gives bytes for the stream only);
-    the stream's bytes, and the whole root's."""
+    """Bytes per run and per project: the run's data files in the tables' current snapshot, its spool, the blobs its
+    media events name (`runledger.ledger.storage.media`: a blob two runs name counts in each), its messages in the
+    stream (counted where a server answers: JetStream gives bytes for the stream only); the stream's bytes, the
+    blobs' (each once), and the whole root's."""
     from runledger.ledger.storage.paths import event_files
 
+    from runledger.ledger.storage import media
+
     root = Path(root)
+    blobs = media.usage(root)  # (the blobs media events name: counted per run, and once in the total)
     runs = []
     for r in run_rows(root):
         spool = settings.spool_dir(root) / r["run_id"]
         runs.append({"project": r["project"], "name": r["name"], "run_id": r["run_id"],
                      "tables_bytes": _bytes(event_files(root, None, r["run_id"])),
-                     "spool_bytes": _bytes(spool.rglob("*")) if spool.is_dir() else 0})
+                     "spool_bytes": _bytes(spool.rglob("*")) if spool.is_dir() else 0,
+                     "media_bytes": blobs["runs"].get(r["run_id"], 0)})
     stream = _stream_use(nats_url, [r["run_id"] for r in runs]) if nats_url else None
     for r in runs:
         r["stream_messages"] = None if stream is None else stream["runs"].get(r["run_id"], 0)
     projects: dict[str, dict] = {}
     for r in runs:
-        p = projects.setdefault(r["project"] or "", {"project": r["project"], "runs": 0, "tables_bytes": 0, "spool_bytes": 0})
+        p = projects.setdefault(r["project"] or "", {"project": r["project"], "runs": 0, "tables_bytes": 0, "spool_bytes": 0,
+                                                    "media_bytes": 0})
         p["runs"] += 1
         p["tables_bytes"] += r["tables_bytes"]
         p["spool_bytes"] += r["spool_bytes"]
+        p["media_bytes"] += r["media_bytes"]
     total = {"tables_bytes": sum(r["tables_bytes"] for r in runs), "spool_bytes": _bytes(settings.spool_dir(root).rglob("*")),
+             "media_bytes": blobs["bytes"], "media_blobs": blobs["blobs"], "media_unnamed": blobs["unnamed"],
              "stream_bytes": None if stream is None else stream["bytes"], "root_bytes": _bytes(root.rglob("*"))}
     return {"root": str(root), "projects": sorted(projects.values(), key=lambda p: -p["tables_bytes"]),
             "runs": sorted(runs, key=lambda r: -r["tables_bytes"]), "total": total}
@@ -171,20 +179,21 @@ def cmd_du(args: argparse.Namespace) -> int:
 
     console = Console(width=max(120, _columns()))
     t = Table(title=f"disk per project under {doc['root']}")
-    for col in ("project", "runs", "tables", "spool"):
+    for col in ("project", "runs", "tables", "spool", "media"):
         t.add_column(col)
     for p in doc["projects"]:
-        t.add_row(p["project"] or "-", str(p["runs"]), _size(p["tables_bytes"]), _size(p["spool_bytes"]))
+        t.add_row(p["project"] or "-", str(p["runs"]), _size(p["tables_bytes"]), _size(p["spool_bytes"]), _size(p["media_bytes"]))
     console.print(t)
     t = Table(title="disk per run")
-    for col in ("project", "name", "id", "tables", "spool", "stream msgs"):
+    for col in ("project", "name", "id", "tables", "spool", "media", "stream msgs"):
         t.add_column(col)
     for r in doc["runs"]:
         t.add_row(r["project"] or "-", r["name"], r["run_id"], _size(r["tables_bytes"]), _size(r["spool_bytes"]),
-                  "-" if r["stream_messages"] is None else str(r["stream_messages"]))
+                  _size(r["media_bytes"]), "-" if r["stream_messages"] is None else str(r["stream_messages"]))
     console.print(t)
     total = doc["total"]
-    print(f"total: tables {_size(total['tables_bytes'])}, spool {_size(total['spool_bytes'])}, stream "
+    print(f"total: tables {_size(total['tables_bytes'])}, spool {_size(total['spool_bytes'])}, media "
+          f"{_size(total['media_bytes'])} in {total['media_blobs']} blobs, stream "
           f"{_size(total['stream_bytes']) if total['stream_bytes'] is not None else 'not measured (no server)'}; "
           f"the whole root {_size(total['root_bytes'])}")
     return 0
@@ -223,15 +232,22 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
         attachment = local.attach(args.root)
         url = attachment.url
+    from runledger.ledger.storage import media
+
     failed = 0
     try:
         for run_id, name in targets:
+            blobs = media.named(Path(args.root), run_id)  # (before its rows go)
             try:
                 done = tombstone.delete_run(args.root, url, run_id, args.reason, args.timeout)
             except LookupError as err:
                 log.error("%s", err)
                 failed += 1
                 continue
+            removed, kept = media.remove_unheld(Path(args.root), set(blobs))
+            if blobs:
+                print(f"blobs of run {run_id}: {len(removed)} removed, {len(kept)} kept (another run's events name them, "
+                      f"or they were used in the last {media.GRACE_S:.0f} s)")
             print(f"deleted run {run_id}" + (f" ({name})" if name != run_id else "")
                   + f": tombstone {done.tombstone}, {done.events} events; spool chains removed: {len(done.spool_removed)}"
                   + (f"; left (a live process holds them): {', '.join(done.spool_held)}" if done.spool_held else ""))

@@ -7,7 +7,10 @@ runs the list shows, in one pass; `/api/runs?metrics=M,N`: the rows with each ru
 metrics, default the first section the runs share; `/api/compare?runs=A,B[&source=S&keys=K,L]`: the runs'
 points of K, L (default the first section they share), every metric they logged and the config keys that
 differ; `/api/run/R/config`: its config with every config.update applied, and the step each key changed
-at); `/api/history?run=R&keys=K,L[&attempt=&from=&to=&limit=&cursor=]` every point of the run, a bounded page
+at; `/api/run/R/values`: its histograms' heat maps, tables and newest images; `/api/run/R/table?key=K[&step=S&q=Q]`:
+a logged table's rows at a step, searched; `/api/run/R/media/SHA256`: a blob the run's media events name;
+`/api/run/R/console?q=Q`: its last console lines, or those holding Q);
+`/api/history?run=R&keys=K,L[&attempt=&from=&to=&limit=&cursor=]` every point of the run, a bounded page
 at a time with the cursor of the next (`runledger.queries.history`, what `runledger.Api(url=)` reads), and
 `/api/history/runs?filters={...}` the runs with config, tags and summary; `/api/live?run=R&since=SEQ` the event
 stream (runledger.ui.streams: capped, one read per wake per run); `POST /api/decide` approve or reject a proposed
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Callable
@@ -234,6 +238,33 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
 
         return _json(await run_in_threadpool(reader.run_info, run))
 
+    async def api_values(request: Request) -> Response:
+        run = await _run_id(request, reader)
+        return _json(await run_in_threadpool(reader.values, run))
+
+    async def api_table(request: Request) -> Response:
+        run, q = await _run_id(request, reader), request.query_params
+        key = _text(q.get("key", ""), "key", MAX_NAME)
+        step = _int(q.get("step"), "step", -1) if q.get("step") else None
+        return _json(await run_in_threadpool(reader.logged_table, run, key, step, _text(q.get("q", ""), "q")))
+
+    async def api_console(request: Request) -> Response:
+        run = await _run_id(request, reader)
+        return _json(await run_in_threadpool(reader.console, run, _text(request.query_params.get("q", ""), "q")))
+
+    async def api_media(request: Request) -> Response:
+        run, digest = await _run_id(request, reader), request.path_params["sha256"]
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise BadInput("a blob is named by its SHA-256: 64 lowercase hex digits")
+        try:
+            data, kind = await run_in_threadpool(reader.blob, run, digest)
+        except LookupError as err:
+            return _error(404, str(err))
+        return Response(data, media_type=kind, headers={"cache-control": "private, max-age=86400",
+                                                        "content-security-policy": "default-src 'none'",
+                                                        **({} if kind.startswith("image/") else
+                                                           {"content-disposition": f'attachment; filename="{digest}"'})})
+
     async def api_series(request: Request) -> Response:
         run, q = await _run_id(request, reader), request.query_params
         source = q.get("source", "step")
@@ -444,6 +475,10 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         Route("/api/run/{run}", api_run),
         Route("/api/run/{run}/series", api_series),
         Route("/api/run/{run}/config", api_run_config),
+        Route("/api/run/{run}/values", api_values),
+        Route("/api/run/{run}/table", api_table),
+        Route("/api/run/{run}/media/{sha256}", api_media),
+        Route("/api/run/{run}/console", api_console),
         Route("/api/run/{run}/audit/{suite}", api_audit),
         Route("/api/health", api_health),
         Route("/api/compare", api_compare),

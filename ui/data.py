@@ -1,7 +1,7 @@
 """What the dashboard reads: `Reader`, one ledger root's snapshot (runledger.ui.snapshot: its positions, one
 long-lived read-only DuckDB connection, cursors scoped to the runs a read is about) with each page's reads,
 by concept: the runs page (ui/runs.py) and its health column (ui/health.py), a run's page (ui/run.py), its
-chart keys (ui/keys.py), points (ui/series.py), live points (ui/points.py) and audit panels (ui/audits.py),
+logged histograms, tables, images and console (ui/values.py), its chart keys (ui/keys.py), points (ui/series.py), live points (ui/points.py) and audit panels (ui/audits.py),
 the compare view (ui/compare.py) and a run's config as applied (ui/configs.py), the ladder view (ui/ladders.py) and the SQL console (ui/console.py).
 
 What does not change is kept, by the files it was read from, in memory and in the user's cache folder
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from runledger import queries
-from runledger.ui import compare, console, health, keys, ladders, points, run, series
+from runledger.ui import compare, console, health, keys, ladders, points, run, series, values
 from runledger.ui.audits import Audits
 from runledger.ui.health import HealthCounts
 from runledger.ui.runs import FIRST_PAGE, RunsIndex
@@ -89,6 +89,18 @@ class Reader(Snapshot):
     # ------------------------------------------------------------------------------ one run
     def run_info(self, run_id: str) -> dict:
         return run.run_info(self, run_id)
+
+    def values(self, run_id: str) -> dict:
+        return values.values_info(self, run_id)
+
+    def logged_table(self, run_id: str, key: str, step: int | None = None, search: str = "") -> dict:
+        return values.logged_table(self, run_id, key, step, search)
+
+    def console(self, run_id: str, search: str = "") -> dict:
+        return values.console_lines(self, run_id, search)
+
+    def blob(self, run_id: str, digest: str) -> tuple[bytes, str]:
+        return values.blob(self, run_id, digest)
 
     def decisions(self, run_id: str, cur=None) -> list[dict]:
         return run.decisions(self, run_id, cur)

@@ -7,7 +7,9 @@ what the payload says; the event_id rule; the file's partition matches the row; 
 of the ledger's own columns. Per (run_id, producer, attempt) (`runledger.ledger.check.chainwalk`): seqs gapless from 0
 and each prev_hash equal to the previous event's hash. Across the ledger: no event stored twice.
 Quarantined input is counted and summarised (it is not a problem of the ledger: it was refused and kept).
-Per chain: at most one `run_started` (two are two starts that shared one attempt).
+Per chain: at most one `run_started` (two are two starts that shared one attempt). Every blob a `media`
+event names (`{root}/media/{sha256}`, `runledger.ledger.storage.media`) is there, a plain file, and its bytes'
+SHA-256 is its name: the blobs are hashed on every verify, `since` or not.
 
 The table other engines read is the table verified: a delete file in the snapshot (which the ledger
 never writes, and Iceberg engines apply), a manifest entry whose row count or partition is not its
@@ -59,7 +61,7 @@ from typing import Callable
 import pyarrow.parquet as pq
 
 from runledger.ledger.check import chainwalk, rowcheck, verified, workers
-from runledger.ledger.storage import heads, locks, paths, recovery, streams
+from runledger.ledger.storage import heads, locks, media, paths, recovery, streams
 from runledger.ledger.storage.compaction import drop_identical_duplicates
 from runledger.ledger.storage.reads import CONFLICT, read_events, stored_conflicts, stray_files
 from runledger.ledger.contract.events import KINDS, make_event_id
@@ -323,6 +325,7 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
     report.problems += walk.problems()
     report.problems += _rechecked(root, walk)
     report.problems += _started_twice([f for f in files if _kind_of(f) == "run_started"])
+    report.problems += media.problems(root, [f for f in files if _kind_of(f) == "media"])  # every blob named, hashed
     if at is None:  # (a past snapshot's chains cannot be held to the heads recorded since)
         _check_heads(root, walk, recorded, unreadable, since, plan, report)
     for (run_id, producer, attempt), seqs in sorted(stored_conflicts(root, at).items()):

@@ -501,6 +501,112 @@ class ArtifactSaved(Payload):
     via: Literal["save", "log_artifact"]
 
 
+# Values `runledger.log` records beside numbers (`runledger.values`): each its own event at the step it was
+# logged at, under the name it was logged as (`key`).
+MAX_BUCKETS = 10_000  # a histogram's buckets (Levanter's default is 64; a MoE router's, a few hundred); ~250 KB
+MAX_TABLE_COLUMNS = 256
+MAX_TABLE_ROWS = 10_000  # and MAX_TABLE_BYTES of JSON text, whichever comes first (`runledger.values`)
+MAX_TABLE_BYTES = 512 << 10  # half of MAX_EVENT_BYTES: the rest is the envelope's and the columns'
+MEDIA_DIR = "media"  # {root}/media/{sha256}: the blobs media events name (`runledger.ledger.storage.media`)
+MEDIA_TYPE_RE = re.compile(r"^[a-z]+/[a-z0-9][a-z0-9.+-]{0,126}$")
+NonNegFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Cell = Union[bool, Int64, Finite, str, None]
+
+
+def _buckets_match(cls, data: Any) -> Any:
+    """A model validator (before): a histogram's edges rise (never fall) and are one more than its counts."""
+    if isinstance(data, dict) and isinstance(data.get("edges"), list) and isinstance(data.get("counts"), list):
+        edges = data["edges"]
+        if len(edges) != len(data["counts"]) + 1:
+            raise ValueError(f"edges: {len(edges)} edges for {len(data['counts'])} counts (one more than the counts)")
+        try:
+            rising = edges == sorted(edges)  # (C speed: a histogram of 10,000 buckets is checked per step)
+        except TypeError:
+            rising = True  # not all numbers: the field's own check refuses them
+        if not rising:
+            raise ValueError("edges: they must not fall")
+    return data
+
+
+def _rows_fit_columns(cls, data: Any) -> Any:
+    """A model validator (before): every row of a table has one cell per column, and rows_logged counts them all."""
+    if isinstance(data, dict) and isinstance(data.get("rows"), list) and isinstance(data.get("columns"), list):
+        width = len(data["columns"])
+        for i, row in enumerate(data["rows"]):
+            if isinstance(row, list) and len(row) != width:
+                raise ValueError(f"rows.{i}: {len(row)} cells for {width} columns")
+        logged = data.get("rows_logged")
+        if isinstance(logged, int) and logged < len(data["rows"]):
+            raise ValueError(f"rows_logged: {logged} is fewer than the {len(data['rows'])} rows kept")
+    return data
+
+
+class HistogramLogged(Payload):
+    """A histogram logged under a name (`runledger.Histogram`, a list or array given to `log`, Levanter's
+    SummaryStats), bucket by bucket, as given: bucket i counts the values in [edges[i], edges[i+1]) (the
+    last bucket closed), with the count, min, max, sum and sum of squares of the values where known (null:
+    made from counts alone, `np_histogram=`). Values that were not finite are left out of the buckets and
+    counted in `nonfinite`."""
+
+    key: MetricName
+    edges: Annotated[list[Finite], Field(min_length=2, max_length=MAX_BUCKETS + 1)]
+    counts: Annotated[list[NonNegFinite], Field(min_length=1, max_length=MAX_BUCKETS)]
+    count: NonNegFinite = Field(description="the values counted (Levanter's `num`)")
+    min: Finite | None = None
+    max: Finite | None = None
+    sum: Finite | None = None
+    sum_squares: Finite | None = None
+    nonfinite: NonNeg = Field(0, description="values left out of the buckets: nan, inf or -inf")
+
+    _buckets = model_validator(mode="before")(classmethod(_buckets_match))
+
+
+class TableLogged(Payload):
+    """A table logged under a name (`runledger.Table(columns=, data=)`): its rows of text, numbers, booleans
+    and nulls as given, up to MAX_TABLE_ROWS rows and MAX_TABLE_BYTES of text; a larger one is cut to that
+    (the first rows kept), and `rows_logged` says how many rows it had."""
+
+    key: MetricName
+    columns: Annotated[list[Annotated[str, Field(max_length=MAX_METRIC_NAME)]], Field(max_length=MAX_TABLE_COLUMNS)]
+    rows: Annotated[list[list[Cell]], Field(max_length=MAX_TABLE_ROWS)]
+    rows_logged: NonNeg = Field(description="the rows the table had: more than len(rows) when it was cut")
+
+    _fit = model_validator(mode="before")(classmethod(_rows_fit_columns))
+
+
+class MediaLogged(Payload):
+    """A file logged under a name (`runledger.Image`, `runledger.File`): its bytes are stored once, by
+    their SHA-256, at {root}/media/{sha256} (written before the event is sent); the event carries the
+    digest, the size and the media type. `runledger verify` checks each named blob's digest."""
+
+    key: MetricName
+    sha256: Annotated[str, Field(pattern=HASH_RE.pattern)]
+    bytes: NonNeg
+    type: Annotated[str, Field(pattern=MEDIA_TYPE_RE.pattern)] = Field(description="the media type: image/png, ...")
+    name: str | None = Field(None, description="the file's name where it came from a file, else null")
+    caption: str | None = None
+    width: NonNeg | None = None
+    height: NonNeg | None = None
+
+
+# The script's console (`runledger.console`): its lines, rate-bounded, in events of at most MAX_CONSOLE_LINES lines
+MAX_CONSOLE_LINE = 4096  # characters of one line: a longer one is cut to it (and counted)
+MAX_CONSOLE_LINES = 1000
+
+
+class ConsoleLogged(Payload):
+    """Lines the run's script wrote to its stdout or stderr (`runledger.init(console=True)`, the default), in order.
+    `first` is the number of the first of them in its stream (from 0, per attempt), counting the lines left out
+    before them: past the rate bound lines are left out and counted in `dropped`; a line longer than
+    MAX_CONSOLE_LINE is cut to it, counted in `cut`."""
+
+    stream: Literal["stdout", "stderr"]
+    first: NonNeg
+    lines: Annotated[list[Annotated[str, Field(max_length=MAX_CONSOLE_LINE)]], Field(max_length=MAX_CONSOLE_LINES)]
+    dropped: NonNeg = Field(0, description="lines left out just before these (the rate bound)")
+    cut: NonNeg = Field(0, description="lines of these cut to MAX_CONSOLE_LINE characters")
+
+
 # A run's state (the `state` column of the `runs` view, queries/views.sql), named here once:
 RUN_STATES = ("running", "finished", "failed", "crashed")  # finished: completed; failed: failed or stopped
 HEARTBEAT_MISSED = 2.5  # crashed: no run_finished, and the last heartbeat older than this many of its intervals
@@ -573,6 +679,10 @@ REGISTRY: dict[str, Kind] = {
     "system": Kind(SystemSampled, "system_events", ("worker",)),  # long form: system_metrics
     "config": Kind(ConfigUpdated, "config_updates", ("worker",)),
     "artifact": Kind(ArtifactSaved, "artifacts", ("worker",)),  # a worker's on its own run (`runledger.save`)
+    "histogram": Kind(HistogramLogged, "histograms", ("worker",)),  # buckets one a row: histogram_buckets
+    "table": Kind(TableLogged, "logged_tables", ("worker",)),  # rows one a row: table_rows
+    "media": Kind(MediaLogged, "media", ("worker",)),  # the blob at {root}/media/{sha256}
+    "console": Kind(ConsoleLogged, "console", ("worker",)),  # lines one a row: console_lines
     "heartbeat": Kind(Heartbeat, "heartbeats", ("worker",)),  # a worker's for its own run (liveness)
     "tombstone": Kind(RunDeleted, "tombstones", ("admin",)),  # `runledger delete`: see runledger.ledger.storage.removal
 }

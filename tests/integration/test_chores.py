@@ -152,3 +152,37 @@ def test_delete_by_name_and_by_project_on_the_embedded_default(local_root):
     assert {t["payload"]["authority"] for t in tombs} == {"os_user"}
     rc, out = verify(local_root)
     assert rc == 0 and all(t["event_id"] in out for t in tombs), out
+
+
+def test_du_counts_blobs_and_delete_removes_only_the_blobs_no_other_run_holds(ledger_process, nats_server, root, monkeypatch):
+    import os
+    import time
+
+    import numpy as np
+
+    from runledger.ledger.storage.media import blob_path
+
+    started_served(ledger_process, nats_server, root, monkeypatch)
+    shared, own = np.zeros((8, 8), dtype=np.uint8), np.full((8, 8), 200, dtype=np.uint8)
+    doomed = log_run("p", "doomed", 1, 2.0, id="doomed")
+    runledger.init(project="p", id="doomed-2", system_metrics=False)  # (a second run naming the shared image)
+    runledger.log({"a": runledger.Image(shared)})
+    assert runledger.finish()
+    run = runledger.init(project="p", id="doomed", resume=True, system_metrics=False)
+    runledger.log({"a": runledger.Image(shared), "b": runledger.Image(own)})
+    assert run.finish()
+    wait_for_count(root, "select count(*) from media", 3)
+    digests = dict(reader(root).execute("select key, sha256 from media where run_id = 'doomed'").fetchall())
+    sizes = {k: blob_path(root, d).stat().st_size for k, d in digests.items()}
+    doc = json.loads(cli("du", "--root", str(root), "--json").stdout)
+    runs = {x["run_id"]: x for x in doc["runs"]}
+    assert runs[doomed]["media_bytes"] == sizes["a"] + sizes["b"] and runs["doomed-2"]["media_bytes"] == sizes["a"]
+    assert (doc["total"]["media_blobs"], doc["total"]["media_bytes"]) == (2, sizes["a"] + sizes["b"])  # the shared one once
+    old = time.time() - 3600  # (written an hour ago: no event of them can be on its way)
+    for d in digests.values():
+        os.utime(blob_path(root, d), (old, old))
+    out = cli("delete", doomed, "--root", str(root), "--nats", nats_server.url, "--yes")
+    assert out.returncode == 0, out.stderr
+    assert "1 removed, 1 kept" in out.stdout
+    assert not blob_path(root, digests["b"]).exists() and blob_path(root, digests["a"]).exists()  # doomed-2 holds it
+    assert verify(root)[0] == 0

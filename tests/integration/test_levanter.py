@@ -61,6 +61,7 @@ def test_a_run_driven_like_levanters_trainer_is_in_the_ledger_exactly(local_root
     tracker.log_summary({"parameter_count": np.int64(123456), "model": {"dtype": "bfloat16"}})
 
     expected: dict[tuple[int, str], float] = {}
+    hists: dict[int, Histogram] = {}
     rng = np.random.default_rng(0)
     with caplog.at_level(logging.WARNING, logger="runledger.levanter"):
         for step in range(4):
@@ -78,6 +79,7 @@ def test_a_run_driven_like_levanters_trainer_is_in_the_ledger_exactly(local_root
                          (step, "grad/embed/norm"): float(embed_norm), (step, "throughput/hook_time"): 0.25 * step,
                          (step, "throughput/loading_time"): 0.125}
             expected |= {(step, f"watch/params/{stat}"): float(getattr(hist, stat)) for stat in HISTOGRAM_STATS}
+            hists[step] = hist
     assert [r.getMessage().count("'note'") for r in caplog.records] == [1]  # left out, said once
     assert tracker.finish() is True
 
@@ -92,6 +94,13 @@ def test_a_run_driven_like_levanters_trainer_is_in_the_ledger_exactly(local_root
     steps = db.execute("select step, loss, lr, grad_norm from steps where run_id = 'levrun-42' order by step").fetchall()
     assert steps == [(s, expected[s, "train/loss"], expected[s, "optim/learning_rate"], expected[s, "optim/grad_norm"])
                      for s in range(4)]
+
+    # each SummaryStats histogram with its buckets as the trainer made them (runledger.values), beside its stats
+    stored = db.execute("select step, edges, counts, count, min, max, sum, sum_squares from histograms "
+                        "where run_id = 'levrun-42' and key = 'watch/params' order by step").fetchall()
+    assert [(s, json.loads(e), json.loads(c), n, lo, hi, total, sq) for s, e, c, n, lo, hi, total, sq in stored] == [
+        (s, h.bucket_limits.tolist(), h.bucket_counts.tolist(), float(h.num), float(h.min), float(h.max), float(h.sum),
+         float(h.sum_squares)) for s, h in hists.items()]
 
     updates = db.execute("select config from config_updates where run_id = 'levrun-42' order by seq").fetchall()
     artifact = {"path": str(config_yaml), "type": "config", "bytes": config_bytes, "sha256": config_sha}

@@ -164,6 +164,11 @@ MINIMAL = {
     "artifact": {"path": "/data/model.pt", "sha256": "0" * 64, "bytes": 7, "via": "save"},
     "heartbeat": {"host": "node-1", "pid": 4242, "interval_s": 30.0},
     "alert_ack": {"alert_id": "loss-spike", "by": "alice", "via": "webhook"},
+    "histogram": {"key": "grads", "edges": [-1.0, 0.0, 0.5], "counts": [3, 4], "count": 7, "min": -0.75, "max": 0.5,
+                  "sum": 0.25, "sum_squares": 2.5},
+    "table": {"key": "samples", "columns": ["prompt", "score"], "rows": [["hi", 0.5], [None, True]], "rows_logged": 3},
+    "console": {"stream": "stdout", "first": 3, "lines": ["epoch 1", "loss 0.5"], "dropped": 1},
+    "media": {"key": "sample", "sha256": "0" * 64, "bytes": 7, "type": "image/png", "caption": "step 1"},
     "tombstone": {"chains": [{"producer": "worker-0", "attempt": 0, "seq": 3, "hash": "b" * 64}], "events": 4,
                   "by": "alice", "authority": "os_user"},
 }
@@ -190,3 +195,21 @@ STEPS = 400
 
 
 SCHEDULE = {"peak_lr": 1e-3, "warmup_steps": 2, "horizon_tokens": 10_000, "min_lr_ratio": 0.05}
+
+
+def listed_run(root: Path, run_id: str = "listed", mode: str = "online"):
+    """A `runledger.core.Run` logging into a list sink (each event checked against the contract, none sent): (run, sink)."""
+    from runledger.core import Run
+    from runledger.ledger.emit.sink import ListSink
+
+    sink = ListSink("main")
+    return Run(run_id, project=None, name=None, root=root, sink=sink, attempt=0, config={}, tags=[], first_step=0,
+               attachment=None, mode=mode), sink
+
+
+def resealed(env: dict) -> dict:
+    """`env` with its hash made again for its payload as it now is: a producer's own edited event, hashed correctly."""
+    from runledger.ledger.contract.canonical import canonical_json, event_hash
+
+    env["hash"] = event_hash(env, canonical_json(env["payload"]))
+    return env

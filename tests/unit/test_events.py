@@ -22,7 +22,7 @@ from runledger.ledger.emit.sealing import seal, seal_many
 from support import REPO
 from support.processes import cli
 from support.properties import examples
-from support.runs import MINIMAL
+from support.runs import MINIMAL, resealed
 
 SHARED = REPO.parent / "shared"  # CI clones the repo with shared/ beside it
 VECTORS = SHARED / "contract-vectors.jsonl"
@@ -34,11 +34,6 @@ def sealed(kind: str = "step", seq: int = 0, prev_hash: str = "", **over) -> dic
     valid = type(seq) is int and 0 <= seq <= 2**63 - 1
     env, _ = seal("run-1", "worker-0", 0, seq if valid else 0, kind, MINIMAL[kind], 0, prev_hash, time=T0)
     env.update(over, **({} if valid else {"seq": seq}))
-    return env
-
-
-def resealed(env: dict) -> dict:
-    env["hash"] = event_hash(env, canonical_json(env["payload"]))
     return env
 
 

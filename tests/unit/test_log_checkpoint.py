@@ -8,18 +8,12 @@ import hashlib
 
 import pytest
 
-from runledger.core import LogError, Run
-from runledger.ledger.emit.sink import ListSink
-
-
-def a_run(tmp_path, mode: str = "online") -> tuple[Run, ListSink]:
-    sink = ListSink("main")
-    return Run("ckpt", project=None, name=None, root=tmp_path, sink=sink, attempt=0, config={}, tags=[], first_step=0,
-               attachment=None, mode=mode), sink
+from runledger.core import LogError
+from support.runs import listed_run
 
 
 def test_a_folder_and_a_file_are_recorded_by_their_content_hash(tmp_path):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "ckpt")
     folder = tmp_path / "checkpoint-2"
     (folder / "sub").mkdir(parents=True)
     files = {"model.safetensors": b"\x00\x01weights", "sub/optimizer.pt": b"state", "trainer_state.json": b"{}"}
@@ -39,7 +33,7 @@ def test_a_folder_and_a_file_are_recorded_by_their_content_hash(tmp_path):
 
 
 def test_bad_input_is_refused_at_the_call(tmp_path):
-    run, sink = a_run(tmp_path)
+    run, sink = listed_run(tmp_path, "ckpt")
     for path, kw, said in ((tmp_path / "absent", {}, "no file or folder"), (tmp_path, {"reason": "nightly"}, "reason"),
                            (tmp_path, {"step": -1}, "step")):
         with pytest.raises(LogError, match=said):
@@ -51,7 +45,7 @@ def test_bad_input_is_refused_at_the_call(tmp_path):
 
 
 def test_a_disabled_run_records_nothing(tmp_path):
-    run, sink = a_run(tmp_path, mode="disabled")
+    run, sink = listed_run(tmp_path, "ckpt", mode="disabled")
     assert run.log_checkpoint(tmp_path / "absent") == {} and sink.payloads("checkpoint") == []
 
 

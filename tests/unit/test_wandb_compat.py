@@ -37,17 +37,19 @@ def test_numbers_keep_the_fast_path_and_strings_and_none_are_stored_in_text(warn
     assert warnings_said() == []
 
 
-def test_a_list_an_array_or_a_wandb_value_is_skipped_with_one_warning_each(warnings_said):
+def test_a_list_an_array_or_a_wandb_value_is_handed_on_and_a_chart_skipped_with_one_warning(disabled, warnings_said):
     names: set[str] = set()
+    logged = {"h": [1, 2], "a": np.zeros(3), "t": runledger.Table(columns=["x"]), "i": runledger.Image(np.zeros((2, 2))),
+              "g": runledger.Histogram([1, 2]), "c": runledger.plot.line(None, "x", "y"), "o": object()}
+    out = metrics_payload({"loss": 1.0, **logged, "s": np.float32(2.5)}, names)
+    assert out == {"metrics": {"loss": 1.0, "s": 2.5}, "rich": logged}  # (runledger.values makes them events: test_values)
     for _ in range(3):
-        out = metrics_payload({"loss": 1.0, "h": [1, 2], "a": np.zeros(3), "t": runledger.Table(columns=["x"]),
-                               "i": runledger.Image(np.zeros((2, 2))), "g": runledger.Histogram([1, 2]),
-                               "c": runledger.plot.line(None, "x", "y"), "s": np.float32(2.5)}, names)
-        assert out == {"metrics": {"loss": 1.0, "s": 2.5}}
+        runledger.log({"loss": 1.0, **logged})
     said = warnings_said()
-    for name in ("log of a list", "log of a ndarray", "Table", "Image", "Histogram", "plot.line"):
+    for name in ("plot.line", "log of a object"):
         assert sum(m.startswith(name + ":") for m in said) == 1, (name, said)
-    assert len(said) == 6  # (a chart from plot.* is not warned about twice)
+    assert len(said) == 2  # (a chart from plot.* is not warned about twice)
+    assert disabled.summary["_skipped_values"] == 6  # the chart and the object, each time
 
 
 def test_a_lower_step_is_dropped_with_one_warning_and_counted(disabled, warnings_said):

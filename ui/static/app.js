@@ -651,6 +651,9 @@ async function viewRun(run) {
       <label>smoothing <input id="smoothing" type="range" min="0" max="0.99" step="0.01" value="0"></label> <span id="smoothing-value">0</span>
       <span id="chart-count" class="muted"></span></div>
     <div id="charts"></div>
+    <h2 id="values-h" hidden>Histograms, tables and images</h2><div id="values"></div>
+    <div id="console-box" hidden><h2>Console</h2><div class="filters"><input id="console-filter" type="search" placeholder="search the console" size="34">
+      <span id="console-count" class="muted"></span></div><pre id="console" class="console"></pre></div>
     <h2>Decision trail</h2><div id="decisions"></div>
     <h2>Open alerts</h2><div id="alerts"></div>
     <h2>Health checklist</h2><div id="health" class="muted">running the checks…</div>
@@ -668,6 +671,8 @@ async function viewRun(run) {
   document.getElementById("attempts").innerHTML = table(["attempt", "producer", "time", "step", "resumed_from", "parent", "rewind", "code_commit"], info.attempts);
   renderDecisions(run, info.decisions);
   renderAlerts(run, info.alerts || []);
+  if ((info.kinds || []).some(k => k === "histogram" || k === "table" || k === "media")) loadValues(run);
+  if ((info.kinds || []).includes("console")) loadConsole(run);
   window.rlCharts = [];
   // what to chart: every key the run has, its title, section and x axis; the panels of the trainer's data
   // (the loss against the forecast band, LR with decisions marked, MFU, drops per layer) only where it has that data
@@ -855,6 +860,90 @@ function zoomer(run, c, nameOf) { // a zoomed range's exact points (Chart.scaled
       c.chart.el.dataset.zoom = `${lo},${hi}`;
     }, 250);
   };
+}
+// the values a run logged beside numbers (ui/values.py): each histogram a heat map over steps (darker: more of
+// its values in that band at that step), each table at a step with a search over its text, the newest images
+async function loadValues(run) {
+  const el = document.getElementById("values"), r = encodeURIComponent(run);
+  let v;
+  try { v = await api(`/api/run/${r}/values`); } catch (e) { el.innerHTML = `<p class="err">${esc(e.message)}</p>`; return; }
+  if (!el.isConnected) return;
+  document.getElementById("values-h").hidden = false;
+  el.innerHTML = "";
+  for (const h of v.histograms) {
+    const box = document.createElement("div");
+    box.className = "heat"; box.dataset.key = h.key;
+    const last = h.steps[h.steps.length - 1];
+    box.innerHTML = `<div><b>${esc(h.key)}</b> <span class="muted">${h.steps.length} steps (${esc(h.steps[0])} to ${esc(last)}), values ${esc(fmt(h.lo))} (bottom) to ${esc(fmt(h.hi))} (top)</span></div>`;
+    const cv = document.createElement("canvas");
+    cv.className = "heatmap"; cv.width = Math.max(1, h.steps.length); cv.height = h.rows;
+    const ctx = cv.getContext("2d"), img = ctx.createImageData(cv.width, cv.height);
+    h.cells.forEach((col, i) => {
+      const most = Math.max(...col) || 1;
+      col.forEach((c, j) => { const p = 4 * ((h.rows - 1 - j) * cv.width + i); img.data.set([31, 95, 191, Math.round(255 * c / most)], p); });
+    });
+    ctx.putImageData(img, 0, 0);
+    box.appendChild(cv);
+    el.appendChild(box);
+  }
+  if (v.histogram_keys.length > v.histograms.length) el.insertAdjacentHTML("beforeend", `<p class="muted">${v.histogram_keys.length - v.histograms.length} more histograms: SQL view histogram_buckets</p>`);
+  for (const t of v.tables) {
+    const box = document.createElement("div");
+    box.className = "logged-table"; box.dataset.key = t.key;
+    box.innerHTML = `<div><b>${esc(t.key)}</b> <label>step <select class="step"></select></label>
+      <input class="search" type="search" placeholder="search its text" size="28"> <span class="count muted"></span></div><div class="rows"></div>`;
+    el.appendChild(box);
+    const pick = box.querySelector(".step"), search = box.querySelector(".search");
+    const show = async () => {
+      const step = pick.value ? `&step=${encodeURIComponent(pick.value)}` : "";
+      try {
+        const res = await api(`/api/run/${r}/table?key=${encodeURIComponent(t.key)}${step}&q=${encodeURIComponent(search.value)}`);
+        if (!pick.options.length) pick.innerHTML = res.steps.map(s => `<option${s === res.step ? " selected" : ""}>${esc(s)}</option>`).join("");
+        box.querySelector(".count").textContent = `${res.rows.length} of ${res.rows_logged} rows`;
+        box.querySelector(".rows").innerHTML = table(["#", ...res.columns], res.rows.map(([i, cells]) => [i, ...cells]));
+      } catch (e) { box.querySelector(".rows").innerHTML = `<p class="err">${esc(e.message)}</p>`; }
+    };
+    pick.onchange = show;
+    let typing;
+    search.oninput = () => { clearTimeout(typing); typing = setTimeout(show, 250); };
+    show();
+  }
+  if (v.media.length) {
+    const grid = document.createElement("div");
+    grid.className = "media-grid";
+    el.appendChild(grid);
+    for (const m of v.media) {
+      const fig = document.createElement("figure");
+      fig.innerHTML = `<figcaption>step ${esc(m.step)} · ${esc(m.key)}${m.caption ? " · " + esc(m.caption) : ""}<br><span class="muted">${esc(m.type)}, ${esc(m.bytes)} bytes, sha256 ${esc(m.sha256.slice(0, 12))}…</span></figcaption>`;
+      grid.appendChild(fig);
+      if (!m.type.startsWith("image/")) continue;
+      // (fetched with the token's header, which an <img src> cannot send)
+      fetch(`/api/run/${r}/media/${m.sha256}`, {credentials: "omit", headers: headers()}).then(async res => {
+        if (!res.ok) throw new Error(await res.text());
+        const img = document.createElement("img");
+        img.src = URL.createObjectURL(await res.blob()); img.alt = m.caption || m.key;
+        fig.prepend(img);
+      }).catch(e => fig.insertAdjacentHTML("beforeend", `<p class="err">${esc(e.message)}</p>`));
+    }
+  }
+}
+// the run's console (ui/values.py console_lines): its last lines, or those holding the search's text; stderr marked
+async function loadConsole(run) {
+  const box = document.getElementById("console-box"), pre = document.getElementById("console");
+  const search = document.getElementById("console-filter");
+  const show = async () => {
+    try {
+      const res = await api(`/api/run/${encodeURIComponent(run)}/console?q=${encodeURIComponent(search.value)}`);
+      if (!pre.isConnected) return;
+      box.hidden = false;
+      document.getElementById("console-count").textContent = `${res.lines.length} of ${res.found} lines shown` +
+        (res.dropped ? `, ${res.dropped} left out by the rate bound` : "");
+      pre.innerHTML = res.lines.map(l => `<span class="${l.stream === "stderr" ? "stderr" : ""}">${esc(l.text)}</span>`).join("\n");
+    } catch (e) { pre.textContent = e.message; }
+  };
+  let typing;
+  search.oninput = () => { clearTimeout(typing); typing = setTimeout(show, 250); };
+  show();
 }
 let shownDecisions = "";
 function renderDecisions(run, decisions) {
