@@ -28,7 +28,7 @@ def exported(root, tmp_path):
     return root, out, json.loads(done.stdout)
 
 
-def steps_of(out):
+def exported_steps_file(out):
     (f,) = out.glob(f"events/kind=step/run_id={RUN}/*.parquet")
     return f
 
@@ -50,13 +50,13 @@ def test_a_parquet_export_verifies_from_its_own_files(exported):
     done = cli("verify", "--root", str(out))
     assert done.returncode == 0, done.stdout
     assert f"{stored} events" in done.stdout and "ok: every hash, chain and typed column checks out" in done.stdout
-    row = pq.read_table(steps_of(out)).slice(0, 1).to_pylist()[0]  # an outside checker: the hash from the columns alone
+    row = pq.read_table(exported_steps_file(out)).slice(0, 1).to_pylist()[0]  # an outside checker: the hash from the columns alone
     assert event_hash(row, row["payload"]) == row["hash"]
 
 
 def test_one_value_edited_in_the_payload_fails_verify(exported):
     _, out, _ = exported
-    f = steps_of(out)
+    f = exported_steps_file(out)
     row = pq.read_table(f).to_pylist()[2]
     payload = json.loads(row["payload"])
     payload["loss"] = payload["loss"] - 0.5  # a better loss, written canonically, its typed column to match
@@ -72,7 +72,7 @@ def test_one_value_edited_in_the_payload_fails_verify(exported):
 
 def test_one_typed_column_edited_fails_verify(exported):
     _, out, _ = exported
-    f = steps_of(out)
+    f = exported_steps_file(out)
     eid = pq.read_table(f).column("event_id")[1].as_py()
     rewrite_exported(f, lambda t: set_cell(t, "grad_norm", 1, 0.01))
     done = cli("verify", "--root", str(out))
@@ -81,7 +81,7 @@ def test_one_typed_column_edited_fails_verify(exported):
 
 def test_a_chain_cut_short_or_a_file_planted_fails_verify(exported):
     _, out, _ = exported
-    f = steps_of(out)
+    f = exported_steps_file(out)
     rewrite_exported(f, lambda t: t.slice(0, t.num_rows - 1))  # the last step of worker-0's second attempt, gone
     planted = f.parent / "part-planted.parquet"
     planted.write_bytes(f.read_bytes())
