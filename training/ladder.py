@@ -239,7 +239,7 @@ def forecast_made(f: Forecast, target_run: str, target_tokens: int, self_check_e
     `plan` (revision, decision_id, from_step, from_tokens, supported) of a revision."""
     return ForecastMade(target_run=target_run, fraction=f.fraction, target_tokens=int(round(f.fraction * target_tokens)),
                         target_flops=f.target_flops, projected_loss=f.projected_loss, band_low=f.band_low,
-                        band_high=f.band_high, fit=f.law.as_dict(), rungs=f.rungs, flags=f.flags,
+                        band_high=f.band_high, band_level=f.band_level, fit=f.law.as_dict(), rungs=f.rungs, flags=f.flags,
                         self_check_error=self_check_error, method=method, e_fixed=E,
                         horizon_tokens=int(target_tokens), **plan)
 

@@ -43,11 +43,24 @@ DEFAULT_E = 0.6  # the fixed-E option's value (the default is to fit E)
 FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 21))  # every 5% of training (Marin's checklist)
 TAIL = 0.2  # a crashed rung is extrapolated from the last 20% of what it reached
 SELF_CHECK_WINDOW = (0.6, 0.8)  # ...and the method is checked by extrapolating 60-80% to 100%
-# The band: the leave-one-rung-out projections (Marin), widened to +-2 jackknife standard errors. The
-# bare min/max of n leave-one-out fits understates the estimate's spread by about sqrt(n-1) (the
-# jackknife's variance is (n-1)/n * sum of squared deviations): on curves drawn from a known law with
-# 1% noise it held the truth ~50% of the time, the widened band ~85% (tests/unit/test_ladder_fit.py).
-BAND_SE = 2.0
+# The band of a fixed E (and of the joint fit, `ladder_joint`): the leave-one-rung-out projections
+# (Marin), widened to a JACKKNIFE_LEVEL interval: t(n-1) jackknife standard errors either side. The bare
+# min/max of n leave-one-out fits understates the estimate's spread by about sqrt(n-1) (the jackknife's
+# variance is (n-1)/n * sum of squared deviations); and with 4 rungs the standard error is itself read off
+# 3 degrees of freedom, so +-2 of them (95% if it were known) held the truth in ~85% of draws out of sample
+# (issue 45); Student's t(3) at 97.5%, 3.18, is the quantile such a ratio follows (bench/ladder_oos.py).
+JACKKNIFE_LEVEL = 0.95
+
+
+def jackknife_half(loo, level: float = JACKKNIFE_LEVEL) -> float:
+    """Half the width of the jackknife interval at `level` from n >= 2 leave-one-out estimates:
+    t(n-1) quantile x sqrt((n-1)/n * sum of squared deviations)."""
+    v = np.asarray(loo, dtype=float)
+    n = len(v)
+    se = math.sqrt((n - 1) / n * float(np.sum((v - v.mean()) ** 2)))
+    return float(stats.t.ppf((1 + level) / 2, n - 1)) * se
+
+
 # The band when E is fitted: a 90% profile-likelihood interval. Issue 14's yardstick: on ladders drawn
 # from Chinchilla's law (5 rungs over 2 decades, 0.5% noise) it should hold the truth at 10x beyond the
 # last rung in about 90% of draws (bench/ladder_law.py measures it).
@@ -109,6 +122,7 @@ class Forecast:
     rungs: list[str]
     flags: list[str] = field(default_factory=list)
     points: list[tuple[float, float]] = field(default_factory=list)  # (C, L) of each rung at this g
+    band_level: float | None = None  # the band's nominal coverage (None: nothing sizes it; flags say why)
 
 
 def check_points(C, L, names: list[str] | None = None, where: str = "") -> None:
@@ -335,6 +349,7 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
         projected = float(law.loss(at))
         low, high, sized = prof.band(at)
         low, high = min(low, projected), max(high, projected)
+        level = BAND_LEVEL if sized else None
         if not sized:
             flags.append(f"E fitted from {len(C)} rungs: no residual left to size the band; it spans every E "
                          f"in [0, {L.min():.3g})")
@@ -355,14 +370,15 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
         else:
             flags.append(f"only {len(curves)} rungs: no leave-one-rung-out band")
         low, high = min([projected, *loo]), max([projected, *loo])
+        level = None
         if len(loo) >= 2:  # the jackknife: n leave-one-out fits spread ~1/sqrt(n-1) of the estimate's error
-            n = len(loo)
-            se = math.sqrt((n - 1) / n * float(np.sum((np.array(loo) - np.mean(loo)) ** 2)))
-            low, high = min(low, projected - BAND_SE * se), max(high, projected + BAND_SE * se)
+            half = jackknife_half(loo)
+            low, high = min(low, projected - half), max(high, projected + half)
+            level = JACKKNIFE_LEVEL
     if law.alpha <= 0:
         flags.append(f"alpha {law.alpha:.3g} <= 0: loss does not fall with compute at {g:.0%}")
     if not all(math.isfinite(v) for v in (projected, low, high, law.A, law.alpha)):
         raise ValueError(f"{', '.join(names)}: the fit at {g:.0%} is not finite (projected {projected}, "
                          f"band [{low}, {high}])")
     return Forecast(fraction=g, target_flops=at, projected_loss=projected, band_low=low, band_high=high, law=law,
-                    rungs=names, flags=flags, points=points)
+                    rungs=names, flags=flags, points=points, band_level=level)

@@ -95,18 +95,17 @@ def lr_matched_fraction(step: int, change: PlanChange, warmup_frac: float, min_r
 
 
 def revise_forecast(curves: list[Curve], reg: Registered, change: PlanChange, revision: int,
-                    rung_shape: tuple[float, float]) -> tuple[list[ForecastMade], dict[float, str]]:
+                    rung_shape: tuple[float, float], joint=None) -> tuple[list[ForecastMade], dict[float, str]]:
     """The forecast of the plan `change` put in force: one event per 5% of its horizon, and the
     fractions refused {fraction: why}. `rung_shape`: the rungs' (warmup fraction, min lr ratio)."""
     usable = [c for c in curves if len(c.tokens) >= 2]
     H = change.horizon_tokens
     target_flops = reg.flops_per_token * H
     refusals: dict[float, str] = {}
-    joint = None
     if reg.method == "joint":  # (fitted once here: its readings at other fractions make the band below)
         worst, _ = self_check(usable)
         try:
-            joint = fit_joint(usable, reg.E, FRACTIONS, refusals)
+            joint = joint or fit_joint(usable, reg.E, FRACTIONS, refusals)
         except ValueError as err:
             refusals.update({g: str(err) for g in FRACTIONS})
         base = []

@@ -254,6 +254,8 @@ class ForecastMade(Payload):
     projected_loss: Finite
     band_low: Finite
     band_high: Finite
+    band_level: Finite | None = Field(None, description="the band's nominal coverage (0.95: a 95% band); null: "
+                                      "nothing sizes it (flags say why)")
     fit: dict[str, Finite] = Field(default_factory=dict, description="E, A, alpha")
     rungs: list[str] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
