@@ -66,9 +66,16 @@ def jackknife_half(loo, level: float = JACKKNIFE_LEVEL) -> float:
 # last rung in about 90% of draws (bench/ladder_law.py measures it).
 BAND_LEVEL = 0.90
 E_GRID = 2001  # E's profile is read on this many points of [e_min, min loss)
-FLAT_REL = 1e-9  # losses closer than this (relative) on every rung are "the same loss"
+# losses closer than this (relative) on every rung are "the same loss": identical rung curves read through
+# each rung's own window of steps differ by the reading's rounding (7e-7 apart on one such ladder, issue 45),
+# far below any real ladder's spread (rungs 2x apart in compute differ by 1e-2 or more)
+FLAT_REL = 1e-5
 SMOOTH = 0.05  # a rung's loss at g: a line through its steps within +-5% of training of g, read at g
 MIN_POINTS = 5  # ...and through at least this many steps (a 12-step rung has 1 within +-5%)
+# ...a parabola in log tokens where the window spans more than this in ln tokens (the first fractions: at 5%
+# the +-5% window spans 0-10% of training, where a line through the convex first steps read +0.3% to +0.9%
+# high on the laws of bench/ladder_oos.py; the parabola -0.02% to -0.1%)
+CURVED_SPAN = 0.5
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,24 @@ def check_points(C, L, names: list[str] | None = None, where: str = "") -> None:
     if len(L) >= 2 and np.ptp(L) <= FLAT_REL * np.max(np.abs(L)):
         raise ValueError(f"{', '.join(names)}: the same loss {L[0]:.6g} on every rung{where}: compute does not "
                          "move it, so no law can be fitted")
+
+
+def reversed_at(C, L) -> float | None:
+    """The slope of loss on ln compute across the rungs where it is positive (loss rises with compute: a
+    reversed ladder, which no falling law fits), else None."""
+    x = np.log(np.asarray(C, dtype=float))
+    if len(x) < 2 or np.ptp(x) == 0:
+        return None
+    slope = float(np.polyfit(x, np.asarray(L, dtype=float), 1)[0])
+    return slope if slope > 0 else None
+
+
+def reversed_flag(C, L, g: float) -> str | None:
+    slope = reversed_at(C, L)
+    if slope is None:
+        return None
+    return (f"reversed ladder at {g:.0%}: loss rises with compute across the rungs ({slope:+.3g} per e-fold of "
+            "compute); the law's E and exponent there say nothing")
 
 
 def fit_law(compute, loss, E: float | None = None, e_min: float = 0.0) -> Law:
@@ -273,6 +298,9 @@ def loss_at(curve: Curve, g: float) -> tuple[float, str | None]:
             idx = np.sort(np.argsort(np.abs(t - at), kind="stable")[:MIN_POINTS])
         if len(idx) < 2 or t[idx[0]] == t[idx[-1]]:
             return float(np.mean(y[idx])), None
+        lt = np.log(t[idx]) - math.log(at)
+        if len(idx) >= MIN_POINTS and lt[0] < 0 < lt[-1] and lt[-1] - lt[0] > CURVED_SPAN:
+            return float(np.polyfit(lt, y[idx], 2)[-1]), None
         a, b = tail_line(t[idx], y[idx])
         return a + b * math.log(at), None
     a, b = tail_line(*_tail(curve, TAIL))
@@ -353,7 +381,10 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
         if not sized:
             flags.append(f"E fitted from {len(C)} rungs: no residual left to size the band; it spans every E "
                          f"in [0, {L.min():.3g})")
-        if prof.at_bound:
+        rev = reversed_flag(C, L, g)
+        if rev:
+            flags.append(rev)
+        elif prof.at_bound:
             flags.append(f"E fitted at the {'top' if prof.best else 'bottom'} of its range ({law.E:.3g}): "
                          "the rungs do not pin it")
     else:

@@ -37,7 +37,7 @@ import numpy as np
 from scipy import optimize
 
 from runledger.training.ladder_fit import (JACKKNIFE_LEVEL, FRACTIONS, Curve, Forecast, Law, check_curve, check_points,
-                                          jackknife_half, loss_at)
+                                          jackknife_half, loss_at, reversed_at, reversed_flag)
 
 ALPHA_RANGE = (1e-3, 3.0)  # the exponent's search range (Chinchilla's in C: 0.15; toy ladders: up to ~1)
 GRID = 81  # points per axis of E and a0 on the grid the refinement starts from
@@ -227,6 +227,9 @@ class JointFit:
             e, a0, a1 = fit
             loo.append(e + excess_at(C[keep], L[keep] - e, a0 + a1 * lg, at))
         flags = [*self.flags, *flags]
+        rev = reversed_flag(C, L, read_at)
+        if rev:
+            flags.append(rev)
         low, high = min([projected, *loo]), max([projected, *loo])
         level = None
         if len(loo) >= 2:
@@ -264,6 +267,10 @@ def fit_joint(curves: list[Curve], E: float | None = None, fractions=FRACTIONS,
     if not readings.fractions:
         raise ValueError(f"{names}: no fraction of training can be read off the rungs")
     E_fit, a0, a1, bound = fit_exponent(readings.planned_flops, readings.Y, readings.fractions, E)
+    rev = [g for j, g in enumerate(readings.fractions) if reversed_at(g * readings.planned_flops, readings.Y[:, j])]
+    if len(rev) * 2 > len(readings.fractions):  # a reversed ladder, not a law the rungs do not pin
+        bound = (f"reversed ladder: loss rises with compute across the rungs at {len(rev)} of "
+                 f"{len(readings.fractions)} fractions")
     flags = [bound] if bound else []
     loo: list[tuple[float, float, float] | None] = []
     need = MIN_RUNGS_FIT_E if E is None else 2

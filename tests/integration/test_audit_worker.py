@@ -41,12 +41,12 @@ def worker_root(tmp_path_factory):
         start=Start(attempt=1, checkpoint_path=meta["path"], step=meta["step"], schedule=meta["schedule"],
                     content_hash=meta["content_hash"]))
     parent = whole.checkpoints[0]
-    sched = retime(checkpoint.read_meta(parent["path"])["schedule"], parent["step"], 6)
-    run(worker_root, "branch", base / "branch", steps=6,
+    sched = retime(checkpoint.read_meta(parent["path"])["schedule"], parent["step"], 7)
+    run(worker_root, "branch", base / "branch", steps=7,
         start=Start(checkpoint_path=parent["path"], schedule=sched,
                     parent={"run_id": "whole", "step": parent["step"], "content_hash": parent["content_hash"]}))
-    # an agent shortens the horizon to 6 after update 4; the worker retimes the decay before update 5
-    shorten = {"decision_id": "d-1", "action": "set_token_horizon", "params": {"horizon_steps": 6}}
+    # an agent shortens the horizon to 7 after update 4; the worker retimes the decay before update 5
+    shorten = {"decision_id": "d-1", "action": "set_token_horizon", "params": {"horizon_steps": 7}}
     run(worker_root, "shortened", base / "shortened", decisions=lambda k: [shorten] if k == 4 else [])
     return worker_root
 
