@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '6d24914d50f11a48c8fe3986e12ca87f'
+DIGEST = 'b87ff48249e6b5132d52850bdccf4492'
 LAYOUT = r"""
 {
  "kinds": {

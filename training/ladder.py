@@ -35,6 +35,7 @@ from runledger.training.ladder_joint import fit_joint
 log = logging.getLogger(__name__)
 
 MIN_RUNG_STEPS = 10  # below this a rung's curve is mostly warmup
+RATIO_TOL = 0.1  # a rung within 10% of the target's tokens per active parameter trains at the ladder's ratio
 LEDGER_WAIT_S = 15.0  # how long to wait for a ledger to say a run's next attempt
 
 
@@ -92,6 +93,24 @@ def rung_configs(n_rungs: int, tpp: float, steps_scale: float = 1.0,
             optim=dataclasses.replace(base.optim, warmup_steps=max(round(warmup * steps), 1)))
         out.append((name, cfg))
     return out
+
+
+def ratio_flags(rung_tpp: dict[str, float], target_tpp: float) -> list[str]:
+    """A flag naming the rungs that do not train at the target's tokens per active parameter (more than
+    RATIO_TOL off), with each one's ratio to it; none when every rung does. The ladder's law is a line
+    through rungs at one ratio (`rung_configs`): `--steps-scale` and the MIN_RUNG_STEPS clamp move rungs off it."""
+    off = {name: tpp / target_tpp for name, tpp in rung_tpp.items() if abs(tpp / target_tpp - 1) > RATIO_TOL}
+    if not off:
+        return []
+    return [f"the rungs do not all train at the target's {target_tpp:.3g} tokens per active parameter: "
+            + ", ".join(f"{name} {r:.2f}x" for name, r in off.items())
+            + " (steps scaled or clamped): the law is read off rungs at other ratios than the target's"]
+
+
+def rung_tag(ladder: str, r: "Rung", target_run: str, rung_tpp: float, target_tpp: float) -> dict:
+    """The `ladder` tag of a rung's run_started: its own tokens per active parameter and the target's."""
+    return {"name": ladder, "rung": r.index, "target": target_run, "preset": r.preset,
+            "tokens_per_active_param": float(rung_tpp), "target_tokens_per_active_param": float(target_tpp)}
 
 
 class RungSink:
@@ -281,9 +300,12 @@ def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, targe
     else:
         curves = train_rungs(rungs, ladder=ladder, target_run=target_run, root=root, nats_url=nats_url, tpp=tpp,
                              peak_flops=peak_flops, stop_after=stop_after)
+    from runledger.training.flops import active_params
+
     target_flops = flops_per_token(target) * target.token_budget
     refusals: dict[float, str] = {}
-    forecasts, worst, errors = fit_ladder(curves, target_flops, E, refusals=refusals, method=method)
+    ratio = ratio_flags({r.run_id: r.cfg.token_budget / active_params(r.cfg) for r in rungs}, tpp)
+    forecasts, worst, errors = fit_ladder(curves, target_flops, E, refusals=refusals, method=method, extra_flags=ratio)
     result = LadderResult(ladder, target_run, target_flops, target.token_budget, curves, forecasts, worst, errors,
                           refusals, method, E)
     for c in curves:

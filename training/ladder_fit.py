@@ -163,6 +163,25 @@ def reversed_flag(C, L, g: float) -> str | None:
             "compute); the law's E and exponent there say nothing")
 
 
+def check_curves_differ(curves: list["Curve"]) -> None:
+    """Refuse rungs whose loss curves, as functions of the fraction of training, are one curve: compute does
+    not move the loss. Read at a fraction through windows of different step counts, identical curves
+    differ by the windows' rounding (up to 1e-3 of the loss), which no tolerance on the readings separates
+    from a real ladder's spread; the curves themselves are compared, each on the others' fractions."""
+    if len(curves) < 2 or any(len(c.tokens) < 2 for c in curves):
+        return
+    base = min(curves, key=lambda c: len(c.tokens))
+    fb = base.tokens / base.token_budget
+    scale = float(np.max(np.abs(base.loss))) or 1.0
+    for c in curves:
+        fc = c.tokens / c.token_budget
+        inside = (fb >= fc[0]) & (fb <= fc[-1])
+        if inside.sum() < 2 or np.max(np.abs(np.interp(fb[inside], fc, c.loss) - base.loss[inside])) > FLAT_REL * scale:
+            return
+    raise ValueError(f"{', '.join(c.name for c in curves)}: the same loss curve on every rung (as a function of the "
+                     "fraction of training): compute does not move it, so no law can be fitted")
+
+
 def fit_law(compute, loss, E: float | None = None, e_min: float = 0.0) -> Law:
     """Fit L = E + A * C^(-alpha): with `E` None (the default) E too, bounded to [e_min, min(L)), by
     profile (`profile_E`); with E fixed, A and alpha by polyfit of log(L - E) on log C (Marin's fit)."""
@@ -367,6 +386,7 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
     if len(C) < 2:
         raise ValueError(f"{', '.join(names) or 'no rung'}: a law needs at least 2 rungs, got {len(C)}")
     check_points(C, L, names, where=f" at {g:.0%}")
+    check_curves_differ(curves)
     at = g * target_flops
     if E is None:
         if len(C) < 3:

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize
 
-from runledger.training.ladder_fit import (JACKKNIFE_LEVEL, FRACTIONS, Curve, Forecast, Law, check_curve, check_points,
+from runledger.training.ladder_fit import (JACKKNIFE_LEVEL, FRACTIONS, Curve, Forecast, Law, check_curve, check_curves_differ,
+                                          check_points,
                                           jackknife_half, loss_at, reversed_at, reversed_flag)
 
 ALPHA_RANGE = (1e-3, 3.0)  # the exponent's search range (Chinchilla's in C: 0.15; toy ladders: up to ~1)
@@ -83,6 +84,8 @@ def read_rungs(curves: list[Curve], fractions, refusals: dict[float, str] | None
         kept.append(g)
         cols.append(L)
         flags.append([fl for _, fl in read if fl])
+    if kept:
+        check_curves_differ(curves)
     Y = np.stack(cols, 1) if cols else np.zeros((len(curves), 0))
     return Readings(names, C, kept, Y, flags)
 

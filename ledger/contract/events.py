@@ -129,7 +129,9 @@ class LadderRung(Payload):
     rung: NonNeg | None = None
     target: str | None = None
     preset: str | None = None
-    tokens_per_active_param: Finite | None = None
+    tokens_per_active_param: Finite | None = Field(None, description="the tokens per active parameter this rung "
+                                                   "is planned to train (its own, after any step scaling)")
+    target_tokens_per_active_param: Finite | None = Field(None, description="the ladder's ratio: the target's")
 
 
 class RunStarted(Payload):
