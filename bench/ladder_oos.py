@@ -19,12 +19,16 @@ Rows, per law and noise, per fraction (20) and pooled:
   joint            the default: one E over every fraction (`ladder_joint`), its band at its level
   per_fraction     a law per fraction (`ladder_fit.forecast`), its profile band at its level
   joint E-0.32     the joint fit given E 0.32 below the law's (point 2 of the issue): the flag that
-                   the data reject it is what is measured
+                   the data reject it is what is measured ("flagged": of the misses; "fired": of all points)
+  joint E=law      the same given the law's own E 1.69: how often that flag fires on a right E
   shorten          the revision of a plan cut to SHORTEN of its horizon by a decision at 10% (point 4)
   lengthen         the revision of a plan lengthened to LENGTHEN of its horizon (point 5): the points
                    past the registered horizon are the extrapolation measured apart ("lengthen>H")
 Each: coverage with its 95% (Wilson) interval, truths above / below the band, bias (mean projection
-minus truth), median band width, and the share of misses a flag marks.
+minus truth), median band width, the share of misses a flag marks, and the share of all points it marks
+(joint, per_fraction: any flag; E rows: "the data reject the fixed E"; revisions: the expected-error and
+extrapolation flags). A rung's offset is shared by its 20 readings, so a draw tends to hit or miss at
+every fraction at once: the draws, not the points, are the independent units.
 
     python -m bench.ladder_oos [--seeds 100] [--seed0 0] [--jobs 2] [--laws in_sample,data_term]
                                [--noise 0.005,0.01,0.02] [--per-fraction FILE.md]
@@ -119,11 +123,13 @@ class Tally:
     err: dict = field(default_factory=dict)
     width: dict = field(default_factory=dict)
     flagged: dict = field(default_factory=dict)
+    fired: dict = field(default_factory=dict)  # the row's flag on any point, hit or miss
     refused: int = 0
 
     def add(self, g: float, truth: float, proj: float, low: float, high: float, flagged: bool) -> None:
-        for d in (self.hit, self.above, self.below, self.err, self.width, self.flagged):
+        for d in (self.hit, self.above, self.below, self.err, self.width, self.flagged, self.fired):
             d.setdefault(g, [])
+        self.fired[g].append(flagged)
         miss_above, miss_below = truth > high, truth < low
         self.hit[g].append(not (miss_above or miss_below))
         self.above[g].append(miss_above)
@@ -133,7 +139,7 @@ class Tally:
         self.flagged[g].append(flagged and (miss_above or miss_below))
 
     def merge(self, other: "Tally") -> None:
-        for name in ("hit", "above", "below", "err", "width", "flagged"):
+        for name in ("hit", "above", "below", "err", "width", "flagged", "fired"):
             mine, theirs = getattr(self, name), getattr(other, name)
             for g, v in theirs.items():
                 mine.setdefault(g, []).extend(v)
@@ -149,7 +155,8 @@ class Tally:
         return {"n": n, "coverage": k / n if n else math.nan, "ci": (lo, hi), "above": int(sum(cat(self.above))),
                 "below": int(sum(cat(self.below))), "bias": float(np.mean(cat(self.err))) if n else math.nan,
                 "width": float(np.median(cat(self.width))) if n else math.nan,
-                "flagged": (sum(cat(self.flagged)) / misses) if misses else math.nan}
+                "flagged": (sum(cat(self.flagged)) / misses) if misses else math.nan,
+                "fired": float(np.mean(cat(self.fired))) if n else math.nan}
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -170,8 +177,8 @@ def draw(args: tuple[str, float, int]) -> dict[str, Tally]:
     law, noise, seed = args
     curves = rungs(law, np.random.default_rng(seed), noise)
     tgt = target(law)
-    out = {name: Tally() for name in ("joint", "per_fraction", f"joint E-{WRONG_E}", "shorten", "lengthen",
-                                      "lengthen>H")}
+    out = {name: Tally() for name in ("joint", "per_fraction", f"joint E-{WRONG_E}", "joint E=law", "shorten",
+                                      "lengthen", "lengthen>H")}
     try:
         joint = fit_joint(curves)
     except ValueError:
@@ -190,14 +197,15 @@ def draw(args: tuple[str, float, int]) -> dict[str, Tally]:
             out["per_fraction"].add(g, truth, f.projected_loss, f.band_low, f.band_high, bool(f.flags))
         except ValueError:
             out["per_fraction"].refused += 1
-    try:
-        wrong = fit_joint(curves, E=CH_E - WRONG_E)
-        for g in FRACTIONS:
-            f = wrong.forecast(tgt.flops, g)
-            out[f"joint E-{WRONG_E}"].add(g, float(tgt.loss(g * tgt.budget)), f.projected_loss, f.band_low,
-                                          f.band_high, any("reject" in fl for fl in f.flags))
-    except ValueError:
-        out[f"joint E-{WRONG_E}"].refused += 1
+    for name, E in ((f"joint E-{WRONG_E}", CH_E - WRONG_E), ("joint E=law", CH_E)):
+        try:
+            fixed = fit_joint(curves, E=E)
+            for g in FRACTIONS:
+                f = fixed.forecast(tgt.flops, g)
+                out[name].add(g, float(tgt.loss(g * tgt.budget)), f.projected_loss, f.band_low, f.band_high,
+                              any("reject" in fl for fl in f.flags))
+        except ValueError:
+            out[name].refused += 1
     tps = tgt.budget / TARGET_STEPS
     reg = Registered("t", [c.name for c in curves], tgt.fpt, int(round(tgt.budget)), "joint", None, None)
     sched = make_schedule(1e-3, max(round(0.05 * TARGET_STEPS), 1), TARGET_STEPS, 0.05, int(round(tps)))
@@ -222,11 +230,11 @@ def draw(args: tuple[str, float, int]) -> dict[str, Tally]:
 def fmt(name: str, r: dict) -> str:
     lo, hi = r["ci"]
     return (f"{name:<16} {r['n']:>6} {r['coverage']:>8.1%} [{lo:>5.1%}, {hi:>5.1%}] {r['above']:>6} {r['below']:>6} "
-            f"{r['bias']:>+8.4f} {r['width']:>8.4f} {r['flagged']:>8.0%}")
+            f"{r['bias']:>+8.4f} {r['width']:>8.4f} {r['flagged']:>8.0%} {r['fired']:>6.0%}")
 
 
 HEAD = (f"{'row':<16} {'points':>6} {'coverage':>8} {'95% interval':>16} {'above':>6} {'below':>6} {'bias':>8} "
-        f"{'width':>8} {'flagged':>8}")
+        f"{'width':>8} {'flagged':>8} {'fired':>6}")
 
 
 def main() -> int:

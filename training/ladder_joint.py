@@ -288,7 +288,31 @@ def fit_joint(curves: list[Curve], E: float | None = None, fractions=FRACTIONS,
                 loo.append(None)
     else:
         flags.append(f"only {len(curves)} rungs: no leave-one-rung-out band")
+    if E is not None:
+        flags += check_fixed_E(readings, E)
     return JointFit(curves, readings, E_fit, a0, a1, E, loo, flags)
+
+
+def check_fixed_E(readings: Readings, E: float) -> list[str]:
+    """A fixed E, checked against the data: E fitted too (with every rung, and without each one for its
+    jackknife interval at JOINT_BAND_LEVEL, calibrated as the band is); a flag with both values where the
+    fixed one lies outside that interval. Nothing where the rungs are too few to fit E without one of them.
+    (The readings' own squared error cannot judge it: a rung's offset is shared by its 20 readings, so an
+    F-test on them rejected even the law's own E in most draws of bench/ladder_oos.py.)"""
+    n = len(readings.names)
+    if n - 1 < MIN_RUNGS_FIT_E:
+        return []
+    try:
+        free = fit_exponent(readings.planned_flops, readings.Y, readings.fractions)[0]
+        loo = [fit_exponent(readings.planned_flops[np.arange(n) != i], readings.Y[np.arange(n) != i],
+                            readings.fractions)[0] for i in range(n)]
+    except ValueError as err:
+        return [f"E fixed at {E:.3g} could not be checked: E cannot be fitted ({err})"]
+    half = JOINT_CALIBRATION * jackknife_half(loo, JOINT_BAND_LEVEL)
+    if abs(E - free) <= half:
+        return []
+    return [f"the data reject the fixed E {E:.3g}: fitted, E is {free:.3g} (its {JOINT_BAND_LEVEL:.0%} interval "
+            f"[{free - half:.3g}, {free + half:.3g}]); the forecast's band does not carry that error"]
 
 
 def non_monotone(projections: list[float]) -> int:

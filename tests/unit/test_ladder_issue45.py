@@ -113,3 +113,14 @@ def test_rungs_off_the_target_s_ratio_are_flagged_and_tagged():
     from runledger.ledger.contract.events import LadderRung
 
     LadderRung.model_validate(tag)  # the contract takes both
+
+
+def test_a_fixed_E_the_data_reject_is_flagged_with_both_values():
+    """With E fixed 0.32 too low the forecast was 0.03-0.04 nats low and said nothing. E is fitted too; where
+    the fixed value lies outside the fitted E's interval, a flag gives both."""
+    curves = [shaped(s, lambda f, s=s: 1.7 + 40 * (f * s * T * FPT) ** -0.12) for s in STEPS]  # no noise: E is pinned
+    wrong = fit_joint(curves, E=1.7 - 0.32)
+    flag = [fl for fl in wrong.flags if fl.startswith("the data reject the fixed E 1.38")]
+    assert len(flag) == 1 and "fitted, E is 1.7" in flag[0]
+    right = fit_joint(curves, E=1.7)
+    assert not any("reject" in fl for fl in right.flags)
