@@ -124,3 +124,34 @@ def test_a_fixed_E_the_data_reject_is_flagged_with_both_values():
     assert len(flag) == 1 and "fitted, E is 1.7" in flag[0]
     right = fit_joint(curves, E=1.7)
     assert not any("reject" in fl for fl in right.flags)
+
+
+def test_the_demo_kills_the_worker_on_events_not_at_a_step_fixed_before_the_horizon_is_known(tmp_path):
+    """On a loaded machine the throughput agent cut the horizon to 37, below the planned SIGKILL at step 60,
+    and the resumed attempt never happened. The kill now follows the ledger: a checkpoint behind the worker,
+    then (a)'s decision applied, or the horizon in force near."""
+    from rich.console import Console
+
+    from runledger.tools.demo import FULL, KILL_MARGIN, Demo, say_what_happened
+
+    ledger = {"ckpt": 20, "shortened": 0}
+
+    class Fake(Demo):
+        def sql(self, query, default=None):
+            return ledger["ckpt"] if "checkpoints" in query else ledger["shortened"]
+
+    demo = Fake(tmp_path, FULL, Console())
+    assert FULL.kill_after == 60
+    assert not demo.should_kill(25, 160)  # nothing happened yet
+    ledger["shortened"] = 1
+    assert demo.should_kill(25, 37)  # (a) applied, a checkpoint behind: kill, well before step 60
+    assert not demo.should_kill(20, 37)  # ...but only past the checkpoint, so the resumed attempt redoes steps
+    ledger["shortened"] = 0
+    assert demo.should_kill(37 - KILL_MARGIN, 37) and not demo.should_kill(37, 37)
+    ledger["ckpt"] = 0
+    assert not demo.should_kill(30, 37)  # no checkpoint to resume from yet
+    console = Console(record=True, width=200)
+    say_what_happened({"a_horizon_shortened": 1, "b_extension_held": 0, "c_resumed_attempts": 1}, console)
+    text = console.export_text()
+    assert "(a) the throughput agent shortened the horizon" in text and "(b) NOT shown: no hold_context_extension" in text
+    assert "(c) the worker was SIGKILLed and resumed" in text
