@@ -14,7 +14,8 @@ fit it exactly and leave no residual to size a band (the band then spans every E
 
 A fixed E (`E=0.6`; Marin fixes 1.5) is the option: A and alpha by polyfit of log(L - E) on log C
 (Marin's fit), and the band is the min/max of the leave-one-rung-out projections, widened to include
-the full fit's and +-2 jackknife standard errors around it. That band knows nothing of E.
+the full fit's and a JACKKNIFE_LEVEL (95%) t(n-1) jackknife interval around it. That band knows nothing of E.
+Every forecast states its band's nominal level (`Forecast.band_level`; None where nothing sizes it).
 
 What the fitter cannot know it refuses in one line naming the rung (a non-finite loss, compute that
 is not positive, the same loss on every rung, too few rungs for the unknowns) or flags on the forecast

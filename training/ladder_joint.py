@@ -22,10 +22,11 @@ The fit: (E, a0, a1) on a grid (E over [e_min, min loss), a0 log-spaced over ALP
 A1_GRID), every A_g profiled out, then Nelder-Mead from the grid's best point in each of STARTS bands of E. The band: the
 rungs are the independent units (a rung off the law is off at every fraction, so its 20 readings are
 not 20 observations), so it is the min/max of the leave-one-rung-out projections and the full fit's,
-widened to a JOINT_BAND_LEVEL jackknife interval (t(n-1) standard errors, as the fixed-E per-fraction band)
-and floored at the rungs' own scatter about the law. A fraction at which
-the rungs cannot be read (non-finite, one loss on every rung) is refused on its own; the others fit
-without it.
+widened to a JOINT_BAND_LEVEL (95%) jackknife interval (t(n-1) standard errors, as the fixed-E per-fraction
+band) times JOINT_CALIBRATION, and floored at the rungs' own scatter about the law; bench/ladder_oos.py
+measures its coverage out of sample. A fraction at which the rungs cannot be read (non-finite, one loss on
+every rung) is refused on its own; the others fit without it; rungs with one loss curve are refused. A
+fixed E is checked against E fitted too (`check_fixed_E`).
 """
 
 from __future__ import annotations
