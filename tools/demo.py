@@ -199,7 +199,7 @@ SHOWN = {  # the columns the terminal shows; report.html and `runledger audit` h
     "provenance/data_mixture": ("domain", "declared_share", "token_share", "share_minus_declared", "tokens"),
     "provenance/checkpoint_lineage": ("attempt", "start_kind", "from_step", "from_hash", "lineage"),
     "provenance/code_commits": None,
-    "forecast/vs_actual": ("fraction", "at_step", "projected_loss", "band_low", "band_high", "observed_loss",
+    "forecast/vs_actual": ("fraction", "at_step", "projected_loss", "band_low", "band_high", "band_level", "observed_loss",
                            "residual", "inside_band"),
 }
 

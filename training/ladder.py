@@ -312,8 +312,9 @@ def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, targe
         log.info("rung %s: %.3g FLOPs planned, reached %.0f%%, self-check error %s", c.name, c.planned_flops,
                  100 * c.reached, f"{errors[c.name]:+.3f}" if c.name in errors else "n/a")
     for f in forecasts:
-        log.info("forecast %s at %3.0f%%: %.3f [%.3f, %.3f] alpha %.3f", target_run, 100 * f.fraction,
-                 f.projected_loss, f.band_low, f.band_high, f.law.alpha)
+        log.info("forecast %s at %3.0f%%: %.3f [%.3f, %.3f] (%s band) alpha %.3f", target_run, 100 * f.fraction,
+                 f.projected_loss, f.band_low, f.band_high,
+                 f"{f.band_level:.0%}" if f.band_level is not None else "no stated level", f.law.alpha)
     if nats_url:
         emit_forecasts(result, root=root, nats_url=nats_url)
     return result

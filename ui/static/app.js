@@ -1050,7 +1050,7 @@ async function viewLadder(name) {
     c.set("observed", seen.map(p => p.at_tokens), seen.map(p => p.observed_loss));
     c.band = [pts.map(p => p.at_tokens), pts.map(p => p.band_low), pts.map(p => p.band_high)];
     c.draw();
-    html += `<h2>${esc(t.target)}</h2>` + table(["revision", "fraction", "at_tokens", "projected_loss", "band_low", "band_high", "observed_loss", "inside_band", "in_force"], t.points);
+    html += `<h2>${esc(t.target)}</h2>` + table(["revision", "fraction", "at_tokens", "projected_loss", "band_low", "band_high", "band_level", "observed_loss", "inside_band", "in_force"], t.points);
   }
   document.getElementById("targets").innerHTML = html || `<p class="muted">No forecast for a target of this ladder yet.</p>`;
 }
