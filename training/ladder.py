@@ -169,9 +169,7 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
     for r in rungs:
         attempt = next_attempt(r.run_id, "worker-0", spool, nats_url=nats_url, wait_s=LEDGER_WAIT_S)
         inner = Emitter(r.run_id, "worker-0", attempt, nats_url, spool) if nats_url else NullSink()
-        tag = {"name": ladder, "rung": r.index, "target": target_run, "preset": r.preset,
-               "tokens_per_active_param": tpp}
-        rec = RungSink(inner, tag)
+        rec = RungSink(inner, rung_tag(ladder, r, target_run, r.cfg.token_budget / active_params(r.cfg), tpp))
         log.info("ladder %s: rung %d (%s, %d active params, %d steps) as run %s", ladder, r.index, r.preset,
                  active_params(r.cfg), r.cfg.steps, r.run_id)
         try:

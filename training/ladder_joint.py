@@ -245,6 +245,7 @@ class JointFit:
                 half = scatter
             low, high = min(low, projected - half), max(high, projected + half)
             level = JOINT_BAND_LEVEL
+        low = max(low, min(0.0, projected))  # a loss (a cross-entropy) is not below 0 nats
         if excess <= 0:
             flags.append(f"the rungs' loss does not fall with compute at {read_at:.0%}: no positive scale A")
         A = excess * math.exp(alpha * math.log(at))
