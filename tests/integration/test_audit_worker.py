@@ -63,7 +63,7 @@ def test_the_worker_s_lr_and_config_pass_the_audit(worker_root, run_id):
 def test_the_lr_follows_the_horizon_decision_the_worker_applied(worker_root):
     row = {r["check"]: r for r in audit.run_suite(worker_root, "health", "shortened").rows()}["lr_schedule"]
     evidence = json.loads(row["evidence"])
-    assert row["status"] == "ok" and evidence["retimes_applied"] == 1 and evidence["steps_checked"] == 6, row
+    assert row["status"] == "ok" and evidence["retimes_applied"] == 1 and evidence["steps_checked"] == 7, row  # to horizon 7
 
 
 def test_the_skipped_step_is_seen_and_each_start_s_checkpoint_found(worker_root):
