@@ -801,7 +801,8 @@ with f as (
         coalesce((payload ->> 'from_tokens')::bigint, 0) as plan_from_tokens,
         (payload ->> 'from_step')::bigint as plan_from_step,
         (payload ->> 'horizon_tokens')::bigint as plan_horizon_tokens,
-        coalesce((payload ->> 'supported')::boolean, true) as plan_supported
+        coalesce((payload ->> 'supported')::boolean, true) as plan_supported,
+        (payload ->> 'band_level')::double as plan_band_level
     from forecasts f
 ), latest as (
     select * from f
@@ -819,7 +820,8 @@ with f as (
         l.ts as forecast_at, l.run_id as forecast_by_run,
         coalesce(l.target_tokens, l.fraction * p.token_budget) as at_tokens,
         l.plan_revision as revision, l.plan_decision as decision_id, l.plan_from_step as from_step,
-        l.plan_horizon_tokens as horizon_tokens, b.from_tokens, b.until_tokens, l.plan_supported as supported
+        l.plan_horizon_tokens as horizon_tokens, b.from_tokens, b.until_tokens, l.plan_supported as supported,
+        l.plan_band_level as band_level
     from latest l
     join bounded b on b.target_run = l.target_run and b.plan_key = coalesce(l.plan_decision, '')
     left join run_plan p on p.run_id = l.target_run

@@ -49,7 +49,7 @@ class Plan:
     planned_step_s: float  # the plan: seconds per step
     extend_at: int  # (b) the scheduled context extension ...
     extend_len: int  # ... to this sequence length (8x: the drops it would meet are higher)
-    kill_after: int  # (c) SIGKILL the worker once the ledger has this step
+    kill_after: int  # (c) SIGKILL the worker once the ledger has this step, or sooner: see Demo.should_kill
     ckpt_every: int
     ladder_scale: float | None  # None: no ladder (quick)
     # The toy model drops ~26% of assignments at its trained length (the pooled-wave accounting at
@@ -62,6 +62,7 @@ class Plan:
 
 # (quick: the slow node stays slow up to the extension, so that the 12 steps the worker probes ahead
 # of it take seconds, not the ~1 s the tiny model's steps would: room for the drop agent's verdict)
+KILL_MARGIN = 3  # (c) at the latest this many steps before the horizon in force
 QUICK = Plan("tiny", 40, 24, 0.6, 0.5, 24, 512, 7, 5, None)
 FULL = Plan("small", 160, 40, 0.6, 0.6, 12, 1024, 60, 20, 0.5)
 
@@ -117,6 +118,21 @@ class Demo:
         if rc != 0:
             log.warning("the ladder exited %d (see %s)", rc, self.root / "logs" / "ladder.log")
 
+    def should_kill(self, step: int, horizon: int) -> bool:
+        """(c) is triggered by events, never by a step fixed before the horizon is known (issue 45: a loaded
+        machine's throughput agent cut the horizon to 37, below a planned kill at 60, and the resumed attempt
+        never happened): once a checkpoint is in the ledger and the worker is past it, the worker is killed
+        when (a)'s horizon decision has been applied, at `kill_after`, or when the horizon in force is
+        KILL_MARGIN steps away, whichever comes first, so that the resumed attempt always has steps to train."""
+        if step >= horizon:
+            return False
+        ckpt = self.sql(f"select max(step) from checkpoints where run_id = {RUN!r}", 0)
+        if not ckpt or step <= ckpt:
+            return False
+        shortened = self.sql(f"""select count(*) from decisions_applied where run_id = {RUN!r}
+                                 and action = 'set_token_horizon' and status = 'applied'""", 0)
+        return bool(shortened) or step >= self.plan.kill_after or horizon - step <= KILL_MARGIN
+
     def main_run(self, progress: Progress) -> None:
         p = self.plan
         task = progress.add_task("main run", total=p.horizon)
@@ -133,7 +149,7 @@ class Demo:
             progress.update(task, total=horizon, completed=step,
                             description=f"main run: step {step}/{horizon}" + (" · extension held" if held else "")
                             + (" · resumed" if killed else ""))
-            if not killed and step >= p.kill_after:
+            if not killed and self.should_kill(step, horizon):
                 worker.send_signal(signal.SIGKILL)  # (c) the worker dies mid-run ...
                 worker.wait()
                 killed = True
@@ -183,9 +199,25 @@ SHOWN = {  # the columns the terminal shows; report.html and `runledger audit` h
     "provenance/data_mixture": ("domain", "declared_share", "token_share", "share_minus_declared", "tokens"),
     "provenance/checkpoint_lineage": ("attempt", "start_kind", "from_step", "from_hash", "lineage"),
     "provenance/code_commits": None,
-    "forecast/vs_actual": ("fraction", "at_step", "projected_loss", "band_low", "band_high", "observed_loss",
+    "forecast/vs_actual": ("fraction", "at_step", "projected_loss", "band_low", "band_high", "band_level", "observed_loss",
                            "residual", "inside_band"),
 }
+
+
+def say_what_happened(happened: dict, console: Console) -> None:
+    """(a), (b) and (c) in words: each shown, or not and why (the ledger's counts)."""
+    words = {
+        "a_horizon_shortened": ("(a) the throughput agent shortened the horizon, the decay retimed to it",
+                                "no set_token_horizon decision was applied (the agent saw no slow-down it acts on "
+                                "within the first quarter)"),
+        "b_extension_held": ("(b) the drop agent held the scheduled context extension",
+                             "no hold_context_extension was applied (the probe ahead of it met no drops over the limit)"),
+        "c_resumed_attempts": ("(c) the worker was SIGKILLed and resumed from its last checkpoint",
+                               "no attempt resumed from a checkpoint (the run ended before one was written)"),
+    }
+    for key, (shown, why) in words.items():
+        n = happened.get(key, 0)
+        console.print(f"{shown}: shown ({n})" if n else f"{shown.split(' ', 1)[0]} NOT shown: {why}")
 
 
 def print_audit(root: Path, console: Console) -> None:
@@ -262,6 +294,7 @@ def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
     html = write_report(root, RUN, root / "report.html")
     ok = report.ok and all(happened.values())
     console.print(json.dumps(happened))
+    say_what_happened(happened, console)
     console.rule(f"{'done' if ok else 'INCOMPLETE'} in {time.monotonic() - t0:.0f}s · report: {html}")
     console.print(f"open this ledger in the dashboard: runledger ui --root {root}")
     return 0 if ok else 1

@@ -189,7 +189,7 @@ def gather(root: Path, run_id: str) -> dict:
     tps = (plan[0]["tokens_per_step"] if plan else None) or 1
     # the forecast in force: each plan's points where it governed the run (views.sql forecast_points)
     forecasts = _rows(con, """
-        select fraction, at_tokens as target_tokens, projected_loss, band_low, band_high, revision, decision_id
+        select fraction, at_tokens as target_tokens, projected_loss, band_low, band_high, band_level, revision, decision_id
         from forecast_points where run_id = $r and in_force order by at_tokens""", r=run_id)
     revisions = _rows(con, """
         select revision, decision_id, any_value(from_step) as from_step, count(*) as points,
@@ -270,6 +270,15 @@ def metric_charts(rows: list[dict]) -> str:
     return "".join(out)
 
 
+def band_levels(points: list[dict]) -> str:
+    """The forecast band's nominal level(s) in words: "95% band"; "band of no stated level" where none is."""
+    levels = sorted({round(100 * p["band_level"]) for p in points if p.get("band_level") is not None})
+    if not levels:
+        return "band of no stated level"
+    unstated = any(p.get("band_level") is None for p in points)
+    return "/".join(f"{v}%" for v in levels) + " band" + (", some points of no stated level" if unstated else "")
+
+
 def render(run_id: str, d: dict) -> str:
     steps = d["steps"]
     xs = [s["step"] for s in steps]
@@ -279,7 +288,7 @@ def render(run_id: str, d: dict) -> str:
     markers = [(r["applied_at"], r["action"].replace("set_", "")) for r in applied]
     revised = [(r["from_step"], f"forecast r{r['revision']}") for r in d.get("revisions", []) if r["revision"]]
     charts = [
-        line_chart("Loss vs forecast in force", [("loss", xs, [s["loss"] for s in steps], SERIES["loss"])],
+        line_chart(f"Loss vs forecast in force ({band_levels(fc)})", [("loss", xs, [s["loss"] for s in steps], SERIES["loss"])],
                    band=(fx, [f["band_low"] for f in fc], [f["band_high"] for f in fc]) if fc else None,
                    points=[("forecast in force (ladder)", fx, [f["projected_loss"] for f in fc], SERIES["forecast"])] if fc else [],
                    markers=revised, y_label="loss"),

@@ -35,6 +35,7 @@ from runledger.training.ladder_joint import fit_joint
 log = logging.getLogger(__name__)
 
 MIN_RUNG_STEPS = 10  # below this a rung's curve is mostly warmup
+RATIO_TOL = 0.1  # a rung within 10% of the target's tokens per active parameter trains at the ladder's ratio
 LEDGER_WAIT_S = 15.0  # how long to wait for a ledger to say a run's next attempt
 
 
@@ -94,6 +95,24 @@ def rung_configs(n_rungs: int, tpp: float, steps_scale: float = 1.0,
     return out
 
 
+def ratio_flags(rung_tpp: dict[str, float], target_tpp: float) -> list[str]:
+    """A flag naming the rungs that do not train at the target's tokens per active parameter (more than
+    RATIO_TOL off), with each one's ratio to it; none when every rung does. The ladder's law is a line
+    through rungs at one ratio (`rung_configs`): `--steps-scale` and the MIN_RUNG_STEPS clamp move rungs off it."""
+    off = {name: tpp / target_tpp for name, tpp in rung_tpp.items() if abs(tpp / target_tpp - 1) > RATIO_TOL}
+    if not off:
+        return []
+    return [f"the rungs do not all train at the target's {target_tpp:.3g} tokens per active parameter: "
+            + ", ".join(f"{name} {r:.2f}x" for name, r in off.items())
+            + " (steps scaled or clamped): the law is read off rungs at other ratios than the target's"]
+
+
+def rung_tag(ladder: str, r: "Rung", target_run: str, rung_tpp: float, target_tpp: float) -> dict:
+    """The `ladder` tag of a rung's run_started: its own tokens per active parameter and the target's."""
+    return {"name": ladder, "rung": r.index, "target": target_run, "preset": r.preset,
+            "tokens_per_active_param": float(rung_tpp), "target_tokens_per_active_param": float(target_tpp)}
+
+
 class RungSink:
     """A rung worker's sink: tags `run_started` with the ladder, records the loss curve as the worker
     emits it (so a rung that dies partway still has the curve it reached), and passes every event on
@@ -150,9 +169,7 @@ def train_rungs(rungs: list[Rung], *, ladder: str, target_run: str, root: str | 
     for r in rungs:
         attempt = next_attempt(r.run_id, "worker-0", spool, nats_url=nats_url, wait_s=LEDGER_WAIT_S)
         inner = Emitter(r.run_id, "worker-0", attempt, nats_url, spool) if nats_url else NullSink()
-        tag = {"name": ladder, "rung": r.index, "target": target_run, "preset": r.preset,
-               "tokens_per_active_param": tpp}
-        rec = RungSink(inner, tag)
+        rec = RungSink(inner, rung_tag(ladder, r, target_run, r.cfg.token_budget / active_params(r.cfg), tpp))
         log.info("ladder %s: rung %d (%s, %d active params, %d steps) as run %s", ladder, r.index, r.preset,
                  active_params(r.cfg), r.cfg.steps, r.run_id)
         try:
@@ -239,7 +256,7 @@ def forecast_made(f: Forecast, target_run: str, target_tokens: int, self_check_e
     `plan` (revision, decision_id, from_step, from_tokens, supported) of a revision."""
     return ForecastMade(target_run=target_run, fraction=f.fraction, target_tokens=int(round(f.fraction * target_tokens)),
                         target_flops=f.target_flops, projected_loss=f.projected_loss, band_low=f.band_low,
-                        band_high=f.band_high, fit=f.law.as_dict(), rungs=f.rungs, flags=f.flags,
+                        band_high=f.band_high, band_level=f.band_level, fit=f.law.as_dict(), rungs=f.rungs, flags=f.flags,
                         self_check_error=self_check_error, method=method, e_fixed=E,
                         horizon_tokens=int(target_tokens), **plan)
 
@@ -281,17 +298,21 @@ def run_ladder(target_run: str, *, root: str | Path, nats_url: str | None, targe
     else:
         curves = train_rungs(rungs, ladder=ladder, target_run=target_run, root=root, nats_url=nats_url, tpp=tpp,
                              peak_flops=peak_flops, stop_after=stop_after)
+    from runledger.training.flops import active_params
+
     target_flops = flops_per_token(target) * target.token_budget
     refusals: dict[float, str] = {}
-    forecasts, worst, errors = fit_ladder(curves, target_flops, E, refusals=refusals, method=method)
+    ratio = ratio_flags({r.run_id: r.cfg.token_budget / active_params(r.cfg) for r in rungs}, tpp)
+    forecasts, worst, errors = fit_ladder(curves, target_flops, E, refusals=refusals, method=method, extra_flags=ratio)
     result = LadderResult(ladder, target_run, target_flops, target.token_budget, curves, forecasts, worst, errors,
                           refusals, method, E)
     for c in curves:
         log.info("rung %s: %.3g FLOPs planned, reached %.0f%%, self-check error %s", c.name, c.planned_flops,
                  100 * c.reached, f"{errors[c.name]:+.3f}" if c.name in errors else "n/a")
     for f in forecasts:
-        log.info("forecast %s at %3.0f%%: %.3f [%.3f, %.3f] alpha %.3f", target_run, 100 * f.fraction,
-                 f.projected_loss, f.band_low, f.band_high, f.law.alpha)
+        log.info("forecast %s at %3.0f%%: %.3f [%.3f, %.3f] (%s band) alpha %.3f", target_run, 100 * f.fraction,
+                 f.projected_loss, f.band_low, f.band_high,
+                 f"{f.band_level:.0%}" if f.band_level is not None else "no stated level", f.law.alpha)
     if nats_url:
         emit_forecasts(result, root=root, nats_url=nats_url)
     return result

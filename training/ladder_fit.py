@@ -14,7 +14,8 @@ fit it exactly and leave no residual to size a band (the band then spans every E
 
 A fixed E (`E=0.6`; Marin fixes 1.5) is the option: A and alpha by polyfit of log(L - E) on log C
 (Marin's fit), and the band is the min/max of the leave-one-rung-out projections, widened to include
-the full fit's and +-2 jackknife standard errors around it. That band knows nothing of E.
+the full fit's and a JACKKNIFE_LEVEL (95%) t(n-1) jackknife interval around it. That band knows nothing of E.
+Every forecast states its band's nominal level (`Forecast.band_level`; None where nothing sizes it).
 
 What the fitter cannot know it refuses in one line naming the rung (a non-finite loss, compute that
 is not positive, the same loss on every rung, too few rungs for the unknowns) or flags on the forecast
@@ -43,19 +44,39 @@ DEFAULT_E = 0.6  # the fixed-E option's value (the default is to fit E)
 FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 21))  # every 5% of training (Marin's checklist)
 TAIL = 0.2  # a crashed rung is extrapolated from the last 20% of what it reached
 SELF_CHECK_WINDOW = (0.6, 0.8)  # ...and the method is checked by extrapolating 60-80% to 100%
-# The band: the leave-one-rung-out projections (Marin), widened to +-2 jackknife standard errors. The
-# bare min/max of n leave-one-out fits understates the estimate's spread by about sqrt(n-1) (the
-# jackknife's variance is (n-1)/n * sum of squared deviations): on curves drawn from a known law with
-# 1% noise it held the truth ~50% of the time, the widened band ~85% (tests/unit/test_ladder_fit.py).
-BAND_SE = 2.0
+# The band of a fixed E (and of the joint fit, `ladder_joint`): the leave-one-rung-out projections
+# (Marin), widened to a JACKKNIFE_LEVEL interval: t(n-1) jackknife standard errors either side. The bare
+# min/max of n leave-one-out fits understates the estimate's spread by about sqrt(n-1) (the jackknife's
+# variance is (n-1)/n * sum of squared deviations); and with 4 rungs the standard error is itself read off
+# 3 degrees of freedom, so +-2 of them (95% if it were known) held the truth in ~85% of draws out of sample
+# (issue 45); Student's t(3) at 97.5%, 3.18, is the quantile such a ratio follows (bench/ladder_oos.py).
+JACKKNIFE_LEVEL = 0.95
+
+
+def jackknife_half(loo, level: float = JACKKNIFE_LEVEL) -> float:
+    """Half the width of the jackknife interval at `level` from n >= 2 leave-one-out estimates:
+    t(n-1) quantile x sqrt((n-1)/n * sum of squared deviations)."""
+    v = np.asarray(loo, dtype=float)
+    n = len(v)
+    se = math.sqrt((n - 1) / n * float(np.sum((v - v.mean()) ** 2)))
+    return float(stats.t.ppf((1 + level) / 2, n - 1)) * se
+
+
 # The band when E is fitted: a 90% profile-likelihood interval. Issue 14's yardstick: on ladders drawn
 # from Chinchilla's law (5 rungs over 2 decades, 0.5% noise) it should hold the truth at 10x beyond the
 # last rung in about 90% of draws (bench/ladder_law.py measures it).
 BAND_LEVEL = 0.90
 E_GRID = 2001  # E's profile is read on this many points of [e_min, min loss)
-FLAT_REL = 1e-9  # losses closer than this (relative) on every rung are "the same loss"
+# losses closer than this (relative) on every rung are "the same loss": identical rung curves read through
+# each rung's own window of steps differ by the reading's rounding (7e-7 apart on one such ladder, issue 45),
+# far below any real ladder's spread (rungs 2x apart in compute differ by 1e-2 or more)
+FLAT_REL = 1e-5
 SMOOTH = 0.05  # a rung's loss at g: a line through its steps within +-5% of training of g, read at g
 MIN_POINTS = 5  # ...and through at least this many steps (a 12-step rung has 1 within +-5%)
+# ...a parabola in log tokens where the window spans more than this in ln tokens (the first fractions: at 5%
+# the +-5% window spans 0-10% of training, where a line through the convex first steps read +0.3% to +0.9%
+# high on the laws of bench/ladder_oos.py; the parabola -0.02% to -0.1%)
+CURVED_SPAN = 0.5
 
 
 @dataclass(frozen=True)
@@ -109,6 +130,7 @@ class Forecast:
     rungs: list[str]
     flags: list[str] = field(default_factory=list)
     points: list[tuple[float, float]] = field(default_factory=list)  # (C, L) of each rung at this g
+    band_level: float | None = None  # the band's nominal coverage (None: nothing sizes it; flags say why)
 
 
 def check_points(C, L, names: list[str] | None = None, where: str = "") -> None:
@@ -122,6 +144,43 @@ def check_points(C, L, names: list[str] | None = None, where: str = "") -> None:
     if len(L) >= 2 and np.ptp(L) <= FLAT_REL * np.max(np.abs(L)):
         raise ValueError(f"{', '.join(names)}: the same loss {L[0]:.6g} on every rung{where}: compute does not "
                          "move it, so no law can be fitted")
+
+
+def reversed_at(C, L) -> float | None:
+    """The slope of loss on ln compute across the rungs where it is positive (loss rises with compute: a
+    reversed ladder, which no falling law fits), else None."""
+    x = np.log(np.asarray(C, dtype=float))
+    if len(x) < 2 or np.ptp(x) == 0:
+        return None
+    slope = float(np.polyfit(x, np.asarray(L, dtype=float), 1)[0])
+    return slope if slope > 0 else None
+
+
+def reversed_flag(C, L, g: float) -> str | None:
+    slope = reversed_at(C, L)
+    if slope is None:
+        return None
+    return (f"reversed ladder at {g:.0%}: loss rises with compute across the rungs ({slope:+.3g} per e-fold of "
+            "compute); the law's E and exponent there say nothing")
+
+
+def check_curves_differ(curves: list["Curve"]) -> None:
+    """Refuse rungs whose loss curves, as functions of the fraction of training, are one curve: compute does
+    not move the loss. Read at a fraction through windows of different step counts, identical curves
+    differ by the windows' rounding (up to 1e-3 of the loss), which no tolerance on the readings separates
+    from a real ladder's spread; the curves themselves are compared, each on the others' fractions."""
+    if len(curves) < 2 or any(len(c.tokens) < 2 for c in curves):
+        return
+    base = min(curves, key=lambda c: len(c.tokens))
+    fb = base.tokens / base.token_budget
+    scale = float(np.max(np.abs(base.loss))) or 1.0
+    for c in curves:
+        fc = c.tokens / c.token_budget
+        inside = (fb >= fc[0]) & (fb <= fc[-1])
+        if inside.sum() < 2 or np.max(np.abs(np.interp(fb[inside], fc, c.loss) - base.loss[inside])) > FLAT_REL * scale:
+            return
+    raise ValueError(f"{', '.join(c.name for c in curves)}: the same loss curve on every rung (as a function of the "
+                     "fraction of training): compute does not move it, so no law can be fitted")
 
 
 def fit_law(compute, loss, E: float | None = None, e_min: float = 0.0) -> Law:
@@ -259,6 +318,9 @@ def loss_at(curve: Curve, g: float) -> tuple[float, str | None]:
             idx = np.sort(np.argsort(np.abs(t - at), kind="stable")[:MIN_POINTS])
         if len(idx) < 2 or t[idx[0]] == t[idx[-1]]:
             return float(np.mean(y[idx])), None
+        lt = np.log(t[idx]) - math.log(at)
+        if len(idx) >= MIN_POINTS and lt[0] < 0 < lt[-1] and lt[-1] - lt[0] > CURVED_SPAN:
+            return float(np.polyfit(lt, y[idx], 2)[-1]), None
         a, b = tail_line(t[idx], y[idx])
         return a + b * math.log(at), None
     a, b = tail_line(*_tail(curve, TAIL))
@@ -325,6 +387,7 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
     if len(C) < 2:
         raise ValueError(f"{', '.join(names) or 'no rung'}: a law needs at least 2 rungs, got {len(C)}")
     check_points(C, L, names, where=f" at {g:.0%}")
+    check_curves_differ(curves)
     at = g * target_flops
     if E is None:
         if len(C) < 3:
@@ -335,10 +398,14 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
         projected = float(law.loss(at))
         low, high, sized = prof.band(at)
         low, high = min(low, projected), max(high, projected)
+        level = BAND_LEVEL if sized else None
         if not sized:
             flags.append(f"E fitted from {len(C)} rungs: no residual left to size the band; it spans every E "
                          f"in [0, {L.min():.3g})")
-        if prof.at_bound:
+        rev = reversed_flag(C, L, g)
+        if rev:
+            flags.append(rev)
+        elif prof.at_bound:
             flags.append(f"E fitted at the {'top' if prof.best else 'bottom'} of its range ({law.E:.3g}): "
                          "the rungs do not pin it")
     else:
@@ -355,14 +422,15 @@ def forecast(curves: list[Curve], target_flops: float, g: float, E: float | None
         else:
             flags.append(f"only {len(curves)} rungs: no leave-one-rung-out band")
         low, high = min([projected, *loo]), max([projected, *loo])
+        level = None
         if len(loo) >= 2:  # the jackknife: n leave-one-out fits spread ~1/sqrt(n-1) of the estimate's error
-            n = len(loo)
-            se = math.sqrt((n - 1) / n * float(np.sum((np.array(loo) - np.mean(loo)) ** 2)))
-            low, high = min(low, projected - BAND_SE * se), max(high, projected + BAND_SE * se)
+            half = jackknife_half(loo)
+            low, high = min(low, projected - half), max(high, projected + half)
+            level = JACKKNIFE_LEVEL
     if law.alpha <= 0:
         flags.append(f"alpha {law.alpha:.3g} <= 0: loss does not fall with compute at {g:.0%}")
     if not all(math.isfinite(v) for v in (projected, low, high, law.A, law.alpha)):
         raise ValueError(f"{', '.join(names)}: the fit at {g:.0%} is not finite (projected {projected}, "
                          f"band [{low}, {high}])")
     return Forecast(fraction=g, target_flops=at, projected_loss=projected, band_low=low, band_high=high, law=law,
-                    rungs=names, flags=flags, points=points)
+                    rungs=names, flags=flags, points=points, band_level=level)

@@ -14,6 +14,12 @@ from __future__ import annotations
 
 import math
 
+# The fewest decay updates a retimed horizon may leave (from the later of the decision and the end of warmup).
+# One is the cliff the refusal exists for: a horizon of warmup + 1 climbs to peak and falls to the floor, 95%
+# of peak, in one update. With two or more no update lowers the lr by more than half of the way from where it
+# is to the floor, the steepest step a linear decay of the shortest horizons the demo and tests use takes.
+MIN_DECAY_STEPS = 2
+
 
 def make_schedule(peak_lr: float, warmup_steps: int, horizon_steps: int, min_lr_ratio: float = 0.05,
                   tokens_per_step: int | None = None) -> dict:
@@ -47,8 +53,9 @@ def retime(schedule: dict, step: int, horizon_steps: int) -> dict:
 
     The lr in force at `step` is kept, and the decay from `step` is re-timed so that it still
     reaches min_lr_ratio * peak exactly at the new horizon. Before the end of warmup only the
-    horizon moves (warmup itself is unchanged); a horizon inside warmup, or at or before `step`, is
-    refused (the lr would climb, then fall to the floor in one step). The new schedule answers for
+    horizon moves (warmup itself is unchanged); a horizon inside warmup, at or before `step`, or leaving
+    fewer than MIN_DECAY_STEPS decay updates is refused (the lr would climb, then fall to the floor in one
+    step). The new schedule answers for
     steps from `step` on; earlier steps were governed by the schedule in force then (the ledger
     keeps each one).
     """
@@ -56,6 +63,11 @@ def retime(schedule: dict, step: int, horizon_steps: int) -> dict:
         raise ValueError(f"new horizon {horizon_steps} must be after the current step {step}")
     if horizon_steps <= schedule["warmup_steps"]:
         raise ValueError(f"new horizon {horizon_steps} is inside warmup (it ends at step {schedule['warmup_steps']})")
+    decay = horizon_steps - max(step, schedule["warmup_steps"])
+    if decay < MIN_DECAY_STEPS:
+        raise ValueError(f"new horizon {horizon_steps} leaves {decay} decay step{'s' if decay != 1 else ''} after step "
+                         f"{max(step, schedule['warmup_steps'])} (warmup ends at step {schedule['warmup_steps']}): "
+                         f"fewer than {MIN_DECAY_STEPS}, the lr would fall to the floor in one update")
     new = dict(schedule, horizon_steps=int(horizon_steps))
     if "tokens_per_step" in schedule:
         new["horizon_tokens"] = int(horizon_steps) * int(schedule["tokens_per_step"])

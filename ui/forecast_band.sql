@@ -4,7 +4,7 @@ with plan as (
     select coalesce(max(tokens_per_step), 1) as tokens_per_step from runs where run_id = $run
 )
 select
-    at_tokens / plan.tokens_per_step as step, fraction, projected_loss, band_low, band_high, revision, decision_id
+    at_tokens / plan.tokens_per_step as step, fraction, projected_loss, band_low, band_high, band_level, revision, decision_id
 from forecast_points, plan
 where run_id = $run and in_force and at_tokens is not null
 order by at_tokens

@@ -139,7 +139,9 @@ class LadderRung(Payload):
     rung: NonNeg | None = None
     target: str | None = None
     preset: str | None = None
-    tokens_per_active_param: Finite | None = None
+    tokens_per_active_param: Finite | None = Field(None, description="the tokens per active parameter this rung "
+                                                   "is planned to train (its own, after any step scaling)")
+    target_tokens_per_active_param: Finite | None = Field(None, description="the ladder's ratio: the target's")
 
 
 class RunStarted(Payload):
@@ -268,6 +270,8 @@ class ForecastMade(Payload):
     projected_loss: Finite
     band_low: Finite
     band_high: Finite
+    band_level: Finite | None = Field(None, description="the band's nominal coverage (0.95: a 95% band); null: "
+                                      "nothing sizes it (flags say why)")
     fit: dict[str, Finite] = Field(default_factory=dict, description="E, A, alpha")
     rungs: list[str] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)

@@ -1,6 +1,7 @@
 -- Observed vs projected loss at each 5% of the plan's horizon: the plan as registered (revision 0),
 -- then each revision with the decision that caused it; residual and inside the band or not for the
--- points where their plan was in force (an ASOF join).
+-- points where their plan was in force (an ASOF join). band_level: the band's nominal coverage (0.95 a 95%
+-- band), as the forecast stated it; null where it stated none.
 --
 -- Observed: the mean training loss of the last block (block_steps steps) ending at or before the
 -- point (target_tokens, else fraction x the target run's token_budget); the latest forecast per
@@ -15,6 +16,7 @@ with reached as (
 )
 select
     o.run_id, o.revision, o.decision_id, o.fraction, o.at_tokens, o.projected_loss, o.band_low, o.band_high,
+    o.band_level,
     case when x.tokens_seen >= o.at_tokens then o.loss_mean end as observed_loss,
     case when x.tokens_seen >= o.at_tokens then o.step_hi end as at_step,
     case when x.tokens_seen >= o.at_tokens then o.loss_mean - o.projected_loss end as residual,

@@ -41,12 +41,12 @@ def worker_root(tmp_path_factory):
         start=Start(attempt=1, checkpoint_path=meta["path"], step=meta["step"], schedule=meta["schedule"],
                     content_hash=meta["content_hash"]))
     parent = whole.checkpoints[0]
-    sched = retime(checkpoint.read_meta(parent["path"])["schedule"], parent["step"], 6)
-    run(worker_root, "branch", base / "branch", steps=6,
+    sched = retime(checkpoint.read_meta(parent["path"])["schedule"], parent["step"], 7)
+    run(worker_root, "branch", base / "branch", steps=7,
         start=Start(checkpoint_path=parent["path"], schedule=sched,
                     parent={"run_id": "whole", "step": parent["step"], "content_hash": parent["content_hash"]}))
-    # an agent shortens the horizon to 6 after update 4; the worker retimes the decay before update 5
-    shorten = {"decision_id": "d-1", "action": "set_token_horizon", "params": {"horizon_steps": 6}}
+    # an agent shortens the horizon to 7 after update 4; the worker retimes the decay before update 5
+    shorten = {"decision_id": "d-1", "action": "set_token_horizon", "params": {"horizon_steps": 7}}
     run(worker_root, "shortened", base / "shortened", decisions=lambda k: [shorten] if k == 4 else [])
     return worker_root
 
@@ -63,7 +63,7 @@ def test_the_worker_s_lr_and_config_pass_the_audit(worker_root, run_id):
 def test_the_lr_follows_the_horizon_decision_the_worker_applied(worker_root):
     row = {r["check"]: r for r in audit.run_suite(worker_root, "health", "shortened").rows()}["lr_schedule"]
     evidence = json.loads(row["evidence"])
-    assert row["status"] == "ok" and evidence["retimes_applied"] == 1 and evidence["steps_checked"] == 6, row
+    assert row["status"] == "ok" and evidence["retimes_applied"] == 1 and evidence["steps_checked"] == 7, row  # to horizon 7
 
 
 def test_the_skipped_step_is_seen_and_each_start_s_checkpoint_found(worker_root):

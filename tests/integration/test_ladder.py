@@ -99,6 +99,14 @@ def test_rungs_are_tagged_and_read_back_from_the_ledger(nats_server, root):
     tags = con.execute("select run_id, ladder ->> 'name', (ladder ->> 'rung')::int, ladder ->> 'target' "
                        "from runs order by run_id").fetchall()
     assert tags == [("lad-r0", "lad", 0, "target"), ("lad-r1", "lad", 1, "target")]
+    from runledger.training.flops import active_params
+
+    # issue 45: the tag records each rung's own tokens per active parameter beside the target's; here the
+    # MIN_RUNG_STEPS clamp trains the rungs far above the asked 0.01, which the tag now says
+    own = cfg.token_budget / active_params(cfg)
+    ratios = con.execute("select (ladder ->> 'tokens_per_active_param')::double, "
+                         "(ladder ->> 'target_tokens_per_active_param')::double from runs order by run_id").fetchall()
+    assert own > 0.011 and ratios == [(pytest.approx(own), pytest.approx(0.01))] * 2
     back = curves_from_ledger(root, ["lad-r0", "lad-r1"])
     for a, b in zip(curves, back):
         assert b.complete == a.complete and b.token_budget == a.token_budget

@@ -83,15 +83,15 @@ def test_an_interrupted_and_resumed_run_ends_like_the_uninterrupted_one(uninterr
 def test_a_fork_records_its_parent_and_can_retime_its_schedule(uninterrupted, tmp_path):
     whole, _ = uninterrupted
     parent = whole.checkpoints[0]
-    sched = retime(checkpoint.read_meta(parent["path"])["schedule"], parent["step"], 6)  # early cooldown
+    sched = retime(checkpoint.read_meta(parent["path"])["schedule"], parent["step"], 7)  # early cooldown
     rec = ListSink()
-    fork = train(CFG, run_id="branch", ckpt_dir=tmp_path, sink=rec, peak_flops=PEAK, steps=6,
+    fork = train(CFG, run_id="branch", ckpt_dir=tmp_path, sink=rec, peak_flops=PEAK, steps=7,
                  start=Start(checkpoint_path=parent["path"], schedule=sched,
                              parent={"run_id": "whole", "step": parent["step"], "content_hash": parent["content_hash"]}))
     started = rec.payloads("run_started")[0][1]
     assert started["parent"]["run_id"] == "whole" and started["resumed_from"] is None
-    assert sorted(fork.losses) == [5, 6]
-    assert dict(rec.payloads("step"))[6]["lr"] == pytest.approx(CFG.optim.peak_lr * CFG.optim.min_lr_ratio)
+    assert sorted(fork.losses) == [5, 6, 7]
+    assert dict(rec.payloads("step"))[7]["lr"] == pytest.approx(CFG.optim.peak_lr * CFG.optim.min_lr_ratio)
 
 
 def test_a_corrupted_checkpoint_is_refused(uninterrupted):

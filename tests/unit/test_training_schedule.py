@@ -56,9 +56,24 @@ def test_a_horizon_inside_warmup_or_not_ahead_is_refused():
         cfg, new, applied, _ = apply_decision(decision, at, PRESETS["tiny"], s)
         assert applied["status"] == "refused" and new is s, (at, horizon)
         assert str(horizon) in applied["reason"]
-    ok = apply_decision({"decision_id": "d", "action": "set_token_horizon", "params": {"horizon_steps": 21}},
+    ok = apply_decision({"decision_id": "d", "action": "set_token_horizon", "params": {"horizon_steps": 22}},
                         5, PRESETS["tiny"], s)[2]
     assert ok["status"] == "applied"
+
+
+def test_a_horizon_leaving_one_decay_step_is_refused():
+    """Issue 45: warmup + 1 was accepted and fell from peak to the floor in one update; so was step + 1 after
+    warmup. Every horizon leaving fewer than MIN_DECAY_STEPS decay updates is refused, one more is not."""
+    from runledger.training.schedule import MIN_DECAY_STEPS
+
+    s = make_schedule(peak_lr=2e-3, warmup_steps=20, horizon_steps=100)
+    with pytest.raises(ValueError, match="1 decay step after step 20"):
+        retime(s, 5, 21)  # during warmup: the horizon one update past its end
+    with pytest.raises(ValueError, match="1 decay step after step 50"):
+        retime(s, 50, 51)
+    new = retime(s, 50, 50 + MIN_DECAY_STEPS)
+    peak_to_floor = lr_at(50, **s) - lr_at(50 + MIN_DECAY_STEPS, **new)
+    assert max(lr_at(k, **new) - lr_at(k + 1, **new) for k in range(50, 50 + MIN_DECAY_STEPS)) <= peak_to_floor / 2 + 1e-12
 
 
 def test_the_train_cli_refuses_a_horizon_inside_warmup(tmp_path, caplog):

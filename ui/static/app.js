@@ -244,8 +244,9 @@ class Chart {
               draw: [u => { this.drawMarkers(u); this.measure(u); }]},
     };
     if (bandIdx !== null) {
-      series.push({label: "forecast band low", stroke: "#1f77b4", dash: [4, 4], spanGaps: true, width: 1});
-      series.push({label: "forecast band high", stroke: "#1f77b4", dash: [4, 4], spanGaps: true, width: 1});
+      const name = this.bandName ? `forecast ${this.bandName}` : "forecast band"; // its level, where stated
+      series.push({label: `${name} low`, stroke: "#1f77b4", dash: [4, 4], spanGaps: true, width: 1});
+      series.push({label: `${name} high`, stroke: "#1f77b4", dash: [4, 4], spanGaps: true, width: 1});
       opts.bands = [{series: [bandIdx + 1, bandIdx], fill: "rgba(31,119,180,0.15)"}];
     }
     this._ready = false;
@@ -682,12 +683,15 @@ async function viewRun(run) {
   const band = info.forecast.length ? [info.forecast.map(f => f.step), info.forecast.map(f => f.band_low), info.forecast.map(f => f.band_high)] : null;
   const titled = {};
   const loss = specialKey("loss"), mfu = specialKey("mfu"), lr = specialKey("lr");
-  if (band && loss) titled[loss] = ["Loss vs forecast band", {band}];
+  // the band's nominal level, as the forecast events state it (issue 45): "95% band"; none stated says so
+  const levels = [...new Set(info.forecast.map(f => f.band_level == null ? null : Math.round(100 * f.band_level)))];
+  const bandName = levels.filter(v => v !== null).length ? levels.filter(v => v !== null).map(v => `${v}%`).join("/") + " band" + (levels.includes(null) ? ", some points of no stated level" : "") : "band of no stated level";
+  if (band && loss) titled[loss] = ["Loss vs forecast band", {band, bandName}];
   if (mfu) titled[mfu] = ["MFU", {}];
   if (lr && marks.length) titled[lr] = ["Learning rate, decisions marked", {markers: marks}];
   const stepKeys = new Set(keysOf("step"));
   const specs = [];
-  if (band && !loss) specs.push({source: null, keys: [], title: "Loss vs forecast band", band, section: "Charts"});
+  if (band && !loss) specs.push({source: null, keys: [], title: "Loss vs forecast band", band, bandName, section: "Charts"});
   for (const src of ["step", "metrics", "eval", "system"]) {
     for (const k of keysOf(src)) {
       const plain = src === "step" ? k : src === "metrics" ? (stepKeys.has(k) ? `${k} (metrics)` : k) : `${src}: ${k}`;
@@ -719,6 +723,7 @@ async function viewRun(run) {
     const c = {chart: new RunChart(sec.grid, s.title), source: s.source, keys: s.keys, axis: s.axis || null, section: s.section, xq: "step",
                band: s.band || null, markers: s.markers || null, steps: s.steps || null};
     c.chart.el.dataset.keys = s.keys.join("\n");
+    if (s.bandName) c.chart.bandName = s.bandName;
     sec.charts.push(c);
     charts.push(c);
   }
@@ -1180,7 +1185,7 @@ async function viewLadder(name) {
     c.set("observed", seen.map(p => p.at_tokens), seen.map(p => p.observed_loss));
     c.band = [pts.map(p => p.at_tokens), pts.map(p => p.band_low), pts.map(p => p.band_high)];
     c.draw();
-    html += `<h2>${esc(t.target)}</h2>` + table(["revision", "fraction", "at_tokens", "projected_loss", "band_low", "band_high", "observed_loss", "inside_band", "in_force"], t.points);
+    html += `<h2>${esc(t.target)}</h2>` + table(["revision", "fraction", "at_tokens", "projected_loss", "band_low", "band_high", "band_level", "observed_loss", "inside_band", "in_force"], t.points);
   }
   document.getElementById("targets").innerHTML = html || `<p class="muted">No forecast for a target of this ladder yet.</p>`;
 }
