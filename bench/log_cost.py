@@ -238,6 +238,8 @@ def kill(args) -> None:
                                       "--format", "csv", "select count(*) from metrics where key = 'step_seen'"],
                                      env={**env, "RUNLEDGER_STORE_WAIT_S": "60"}, capture_output=True, text=True, timeout=300)
                 kept = int(out.stdout.strip().splitlines()[-1])
+                if out.stderr.strip():
+                    print(f"  runledger sql said: {out.stderr.strip()[-300:]}")
                 down(base, env)
             else:
                 kept = 0
