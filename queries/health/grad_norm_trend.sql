@@ -15,7 +15,8 @@ with threshold as (
         min(b.step_lo) over win as lo, max(b.step_hi) over win as hi
     from step_blocks b
     join width w using (run_id)
-    where b.g_n > 0
+    left join run_plan p using (run_id)
+    where b.g_n > 0 and b.step_lo > coalesce(p.warmup_steps, 0)  -- the grad norm falls and rises through warmup
     window win as (partition by b.run_id, b.attempt order by b.block rows between w.k - 1 preceding and current row)
 ), rise as (
     select
