@@ -115,10 +115,10 @@ RULE_BOOK: tuple[Threshold, ...] = (
               "runledger: off unless marin-2024", ("health/eval_regression",), profiles=(("marin-2024", 0.0),),
               rule="Marin's older alert (marin-2024): eval worse than two evals ago"),
     Threshold("eval_noise_sigma", 2.0, "eval noise (sigma)",
-              "runledger: the newest eval worse than the previous by > 2 sigma of the difference of two evals "
-              "(1.4826 x the median absolute deviation of the run's eval-to-eval changes)",
+              "runledger: the newest eval worse than the previous by > 2 sigma of an eval-to-eval change, measured "
+              "on the evals before it (from the MAD of their second differences, robust to the trend)",
               ("health/eval_regression",), profiles=(("marin", OFF),)),
-    Threshold("eval_min_count", 4.0, "evals", "runledger: the eval noise is measured from at least 4 evals",
+    Threshold("eval_min_count", 5.0, "evals", "runledger: the eval noise is measured on at least 5 evals before it",
               ("health/eval_regression",)),
     Threshold("router_entropy_min_ratio", 0.85, "fraction of ln E",
               "runledger: a block's mean router entropy below 85% of ln E once settled (healthy small runs dip to "
@@ -128,7 +128,7 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("router_entropy_settle_warmups", 2.0, "warmups",
               "runledger: the router entropy is judged from this many warmup lengths on (the router settles after "
               "the lr peak); Marin's profile judges from the first step", ("health/router_entropy",),
-              profiles=(("marin", 0.0),)),
+              profiles=(("marin", 0.0),), rule=MARIN + "router entropy judged at every sample"),
     Threshold("router_bias_max", OFF, "|bias|", "runledger: off by default (an absolute size for Marin's router)",
               ("health/router_bias", "agents/health"), profiles=(("marin", 400.0),), rule=MARIN + "|router bias| > 400"),
     Threshold("router_bias_median_ratio", 10.0, "x the running median",

@@ -17,30 +17,34 @@ with th as (
     from latest
     window w as (partition by run_id, split order by step)
 ), noise as (
-    -- the noise of an eval-to-eval change: 1.4826 x the median absolute deviation of the changes
-    select run_id, split, count(*) as changes,
-           1.4826 * median(abs(change - mid)) as sigma
-    from (select run_id, split, loss - prev1 as change, median(loss - prev1) over (partition by run_id, split) as mid
-          from lagged where prev1 is not null)
-    group by run_id, split
+    -- the noise of an eval-to-eval change as measured on the evals before each one, from their second
+    -- differences (a smooth trend's are ~0): an eval's noise s gives a change sd s sqrt(2) and a second
+    -- difference sd s sqrt(6), so the change's is 1.4826 x the median absolute deviation of the second
+    -- differences / sqrt(3)
+    select
+        run_id, split, step,
+        1.4826 * mad(loss - 2 * prev1 + prev2) over before / sqrt(3) as sigma,
+        count(prev2) over before as curves
+    from lagged
+    window before as (partition by run_id, split order by step rows between unbounded preceding and 1 preceding)
 ), flagged as (
     select
         l.*, n.sigma, (l.loss - l.prev1) / nullif(n.sigma, 0) as z,
-        coalesce(t.k >= 0 and n.changes + 1 >= t.min_count and l.loss - l.prev1 > t.k * n.sigma, false) as worse_than_noise,
+        coalesce(t.k >= 0 and n.curves + 2 >= t.min_count and l.loss - l.prev1 > t.k * n.sigma, false) as worse_than_noise,
         coalesce(t.last_max >= 0 and l.loss > l.prev1 * (1 + t.last_max), false) as worse_than_last,
         coalesce(t.two_ago_max >= 0 and l.loss > l.prev2 * (1 + t.two_ago_max), false) as worse_than_two_ago
     from lagged l
     join th t using (run_id)
-    left join noise n using (run_id, split)
+    left join noise n using (run_id, split, step)
 ), summary as (
     select
-        run_id, count(*) as evals, max(loss / nullif(prev1, 0) - 1) as worst, max(z) as worst_z,
+        run_id, count(*) as evals, max(loss / nullif(prev1, 0) - 1) as worst, max(z) filter (where sigma is not null) as worst_z,
         count(*) filter (where worse_than_noise or worse_than_last or worse_than_two_ago) as evals_over,
         min(step) filter (where worse_than_noise or worse_than_last or worse_than_two_ago) as first_step,
         count(*) filter (where worse_than_noise) as worse_than_noise,
         count(*) filter (where worse_than_two_ago) as worse_than_two_ago,
         count(*) filter (where worse_than_last) as worse_than_last,
-        max(sigma) as sigma
+        arg_max(sigma, step) as sigma
     from flagged
     group by run_id
 )
@@ -55,7 +59,7 @@ select
          else json_object('evals', s.evals, 'noise_sigma', s.sigma, 'worse_than_noise', s.worse_than_noise,
                           'worse_than_two_ago', s.worse_than_two_ago,
                           'worse_than_last_by_more_than_threshold', s.worse_than_last,
-                          'measure', case when t.k >= 0 then '(eval - previous eval) / the noise of an eval-to-eval change'
+                          'measure', case when t.k >= 0 then '(eval - previous eval) / the noise of an eval-to-eval change (from the second differences)'
                                           else 'eval / previous eval - 1' end) end::varchar as evidence
 from audit_runs r
 join th t using (run_id)
