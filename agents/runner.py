@@ -23,7 +23,8 @@ import duckdb
 from pydantic import ValidationError
 
 from runledger import queries
-from runledger.agents import drops, forecast, grad_norm, skipped, stall, telemetry, throughput
+from runledger.queries import audit
+from runledger.agents import drops, forecast, grad_norm, health, skipped, stall, telemetry, throughput
 from runledger.agents.policy import Action
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.storage import paths
@@ -38,7 +39,7 @@ from runledger.ledger.redact import redact
 
 log = logging.getLogger(__name__)
 
-AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped, stall)
+AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped, stall, health)
 DURABLE = AGENTS_DURABLE  # (the secure server lets the agent role use only these consumers)
 SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence, stalls)
 STORED_WAIT_S = 2.0  # how long to wait for the ledger to have stored the events that woke the agents
@@ -77,13 +78,17 @@ def evaluate(root: str | Path, run_id: str, agents=AGENTS) -> tuple[object, list
     if state.events == 0:
         return state, []
     # only the views the agents' queries reach (defining all of them was most of an evaluation's time)
-    uses = "\n;\n".join([*(queries.load_query(a.EVIDENCE) for a in agents), "select * from run_thresholds"])
+    uses = "\n;\n".join([*(queries.load_query(a.EVIDENCE) for a in agents if a.EVIDENCE), "select * from run_thresholds"])
     con = queries.connect(root, uses=uses)
     th = run_thresholds(con, run_id)
     params = {"run_id": run_id, "window": int(th["agent_window_steps"]), "window_s": float(th["skipped_window_s"])}
     out = []
     for agent in agents:
-        evidence = run_query(con, agent.EVIDENCE, params)
+        if agent.EVIDENCE is None:  # an agent on audit checks (agents/health.py): their rows for the run
+            rows = audit.run_suite(root, "health", run_id, only=agent.CHECKS).rows()
+            evidence = [{k: _json_value(v) for k, v in r.items()} for r in rows]
+        else:
+            evidence = run_query(con, agent.EVIDENCE, params)
         for action in agent.decide(state, evidence, th):
             out.append((agent.NAME, action))
     return state, out

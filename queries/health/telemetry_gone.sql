@@ -39,7 +39,7 @@ select
     'telemetry_gone' as "check",
     case when j.run_id is null or not j.beats or j.state <> 'running' then 'skip'
          when j.silent_s > j.limit_s then 'fail' else 'ok' end as status,
-    j.silent_s as value,
+    case when j.beats and j.state = 'running' then j.silent_s end as value,
     j.limit_s as threshold,
     null::bigint as at_step,
     case when j.run_id is null then json_object('reason', 'no run_started')

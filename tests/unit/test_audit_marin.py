@@ -14,10 +14,13 @@ import json
 import math
 import zlib
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from runledger.agents import health as health_agent
+from runledger.agents.runner import evaluate
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.queries import audit
 from runledger.queries.thresholds import OFF, PROFILES, RULE_BOOK, THRESHOLDS
@@ -123,7 +126,7 @@ NEW_CHECKS = ("loss_spike", "nonfinite_loss", "router_bias", "throughput_floor",
 
 
 @pytest.fixture(scope="module")
-def health(tmp_path_factory) -> dict[tuple[str, str], dict]:
+def marin_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("marin") / "ledger"
     led = Ledger(root)
     write(led, "clean")
@@ -146,14 +149,17 @@ def health(tmp_path_factory) -> dict[tuple[str, str], dict]:
     led.emit("init-44", "run_started", {"config": {}, "config_hash": "0" * 64}, None, now - timedelta(minutes=44))
     for run_id, beating in (("silent-beating", True), ("silent-down", False)):
         t0 = now - timedelta(minutes=30)
-        write(led, run_id, t0=t0, last=60, finish=False, heartbeat_s=10)  # 60 steps: to 20 min ago
-        end = now - timedelta(seconds=5) if beating else t0 + timedelta(minutes=10)
-        beats = int((end - t0).total_seconds() // 10)
-        for i in range(beats + 1):
-            led.emit(run_id, "heartbeat", {"host": "h", "pid": 1, "interval_s": 10}, None, t0 + timedelta(seconds=10 * i))
+        # 60 steps: to 20 min ago; a beat a minute (crashed once 2.5 minutes pass without one), to now or to then
+        write(led, run_id, t0=t0, last=60, finish=False, heartbeat_s=60)
+        for i in range(31 if beating else 11):
+            led.emit(run_id, "heartbeat", {"host": "h", "pid": 1, "interval_s": 60}, None, t0 + timedelta(minutes=i))
     led.write()
-    rows = audit.run_suite(root, "health").rows()
-    return {(r["run_id"], r["check"]): r for r in rows}
+    return root
+
+
+@pytest.fixture(scope="module")
+def health(marin_root) -> dict[tuple[str, str], dict]:
+    return {(r["run_id"], r["check"]): r for r in audit.run_suite(marin_root, "health").rows()}
 
 
 def test_every_new_check_reports_for_every_run(health):
@@ -246,3 +252,19 @@ def test_each_profile_reads_one_form_of_each_rule():
     assert THRESHOLDS["eval_rise_two_ago_max"].value("marin-2024") == 0.0
     assert THRESHOLDS["router_entropy_min_ratio"].value("marin") == 0.995
     assert all(t.rule for t in RULE_BOOK if dict(t.profiles).get("marin", OFF) >= 0 and t.profiles)
+
+
+@pytest.mark.parametrize("run_id, rule, severity", [
+    ("nan", "nonfinite_loss", "fail"), ("loss-spike", "loss_spike", "fail"), ("entropy", "router_entropy", "fail"),
+    ("bias", "router_bias", "fail"), ("throughput", "throughput_floor", "fail"), ("init-46", "still_initializing", "fail"),
+    ("silent-beating", "telemetry_gone", "fail"), ("silent-down", "run_down", "fail"),
+    ("resumed-same", "attempt_started", "info")])
+def test_the_health_agent_raises_the_live_checks_with_their_row(marin_root, run_id, rule, severity):
+    actions = [a for _, a in evaluate(marin_root, run_id, agents=(health_agent,))[1]]
+    [a] = [a for a in actions if a.rule == rule]
+    assert a.kind == "alert" and a.severity == severity, a
+    assert a.evidence["rows"][0]["check"] == rule and a.evidence["query"] == f"health/{rule}"
+
+
+def test_the_health_agent_is_quiet_on_the_healthy_run(marin_root):
+    assert evaluate(marin_root, "clean", agents=(health_agent,))[1] == []
