@@ -65,6 +65,10 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("grad_norm_rise_max", 0.5, "fraction of the window's mean",
               "Marin checklist: grad-norm rate of change; runledger: rising > 50% across the trailing window",
               ("health/grad_norm_trend", "agents/grad_norm")),
+    Threshold("grad_norm_rise_t", 5.0, "t statistic",
+              "runledger: ...and the rise stands out of the grad norm's noise: the slope's t statistic above 5 (healthy "
+              "small runs: at most 3.6 in a window that rose > 50%, 20 seeds; a 5-step window's slope is mostly noise)",
+              ("health/grad_norm_trend",), profiles=(("marin", OFF),)),
     Threshold("drop_fraction_max", 0.07, "fraction of assignments", "Marin alert: drop fraction > 7%",
               ("health/drop_fraction", "agents/drops")),
     Threshold("drops_vs_ladder_ratio", 2.0, "ratio",
@@ -84,13 +88,15 @@ RULE_BOOK: tuple[Threshold, ...] = (
               "runledger: off by default (0.05 is about one standard deviation of the statistic on a small run: "
               "20 of 20 healthy runs warned)", ("health/loss_trend",), profiles=(("marin", 0.05),),
               rule="runledger's former default: mean loss of a window above the previous window by > 0.05"),
-    Threshold("loss_rise_sigma", 6.0, "standard errors",
-              "runledger: a window's mean loss above the previous window's by > 6 standard errors of that "
-              "difference (sigma x sqrt(2/n), sigma the run's per-step loss noise)",
+    Threshold("loss_rise_sigma", 4.5, "standard errors",
+              "runledger: a window's mean loss above the previous window's by > 4.5 standard errors of that "
+              "difference (sigma x sqrt(2/n), sigma the run's per-step loss noise; healthy small runs: at most 2.3 "
+              "over 20 seeds)",
               ("health/loss_trend",), profiles=(("marin", OFF),)),
-    Threshold("loss_spike_sigma", 8.0, "loss noise (sigma)",
-              "runledger: a step's loss above the median of the loss_spike_baseline_steps before it by > 8 sigma "
-              "of the run's per-step noise (Levanter skips a step at 6 sigma of a window's own spread)",
+    Threshold("loss_spike_sigma", 10.0, "loss noise (sigma)",
+              "runledger: a step's loss above the median of the loss_spike_baseline_steps before it by > 10 sigma "
+              "of the run's per-step noise, a robust sigma (healthy small runs: at most 3.5 over 20 seeds; heavy-tailed "
+              "synthetic noise reaches 8; Levanter skips a step at 6 sigma of a window's own, non-robust, spread)",
               ("health/loss_spike",), profiles=(("marin", OFF),)),
     Threshold("loss_spike_baseline_steps", 20.0, "steps",
               "Marin alert: at least 20 baseline samples", ("health/loss_spike",)),
@@ -150,9 +156,9 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("stall_min_s", 120.0, "s",
               "runledger: ...and for at least 2 min, so that a fast run's pause (GC, a checkpoint) is no stall",
               ("agents/stall", "health/telemetry_gone")),
-    Threshold("throughput_floor_ratio", 0.6, "fraction of the run median",
-              "runledger: the floor is 60% of the run's median MFU (else tokens/s) after its first block (a shared "
-              "CPU's healthy samples go down to ~0.5x)", ("health/throughput_floor",),
+    Threshold("throughput_floor_ratio", 0.7, "fraction of the run median",
+              "runledger: the floor is 70% of the run's median MFU (else tokens/s), each attempt's first step left "
+              "out (a sample at half the rate with 25% jitter is under it 9 times in 10)", ("health/throughput_floor",),
               profiles=(("marin", OFF),)),
     Threshold("throughput_plan_floor", OFF, "fraction of the plan",
               "runledger: off by default (a run logged by hand has no plan)", ("health/throughput_floor",),

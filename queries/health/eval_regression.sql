@@ -10,7 +10,7 @@ with th as (
     group by run_id
 ), latest as (
     -- one eval per (run, split, step): the latest attempt's
-    select run_id, split, step, loss from evals
+    select run_id, coalesce(split, '') as split, step, loss from evals
     qualify row_number() over (partition by run_id, split, step order by attempt desc, ts desc, seq desc) = 1
 ), lagged as (
     select run_id, split, step, loss, lag(loss, 1) over w as prev1, lag(loss, 2) over w as prev2
