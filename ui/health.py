@@ -41,6 +41,17 @@ CHECK_INPUTS = {
     "router_entropy": ("router_entropy",),
     "skipped_steps": ("steps",),
     "telemetry_silence": ("telemetry",),
+    # issue 43's
+    "loss_spike": ("loss",),
+    "nonfinite_loss": ("steps",),
+    "throughput_floor": ("throughput",),
+    "still_initializing": ("run_started",),
+    "telemetry_gone": ("run_started",),
+    "run_down": ("run_started",),
+    "resume_matches": ("run_started", "steps"),
+    "checkpoints_advancing": ("steps",),
+    "attempt_started": ("run_started",),
+    "compute_thresholds": ("steps",),
 }
 # what each input is, in the words the page uses for an input a run did not log
 INPUT_WORDS = {

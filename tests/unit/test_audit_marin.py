@@ -149,10 +149,12 @@ def marin_root(tmp_path_factory) -> Path:
     led.emit("init-44", "run_started", {"config": {}, "config_hash": "0" * 64}, None, now - timedelta(minutes=44))
     for run_id, beating in (("silent-beating", True), ("silent-down", False)):
         t0 = now - timedelta(minutes=30)
-        # 60 steps: to 20 min ago; a beat a minute (crashed once 2.5 minutes pass without one), to now or to then
-        write(led, run_id, t0=t0, last=60, finish=False, heartbeat_s=60)
-        for i in range(31 if beating else 11):
-            led.emit(run_id, "heartbeat", {"host": "h", "pid": 1, "interval_s": 60}, None, t0 + timedelta(minutes=i))
+        # 60 steps: to 20 min ago. Beating: a beat every 10 min to now (crashed only once 25 min pass without one:
+        # the test may run minutes after this); down: a beat a minute, stopped 20 min ago
+        every = 10 if beating else 1
+        write(led, run_id, t0=t0, last=60, finish=False, heartbeat_s=60 * every)
+        for i in range(0, 31 if beating else 11, every):
+            led.emit(run_id, "heartbeat", {"host": "h", "pid": 1, "interval_s": 60 * every}, None, t0 + timedelta(minutes=i))
     led.write()
     return root
 
