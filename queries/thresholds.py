@@ -144,6 +144,15 @@ RULE_BOOK: tuple[Threshold, ...] = (
               "runledger: parameter norm growing > 25% across the trailing window", ("health/param_norm_growth",)),
     Threshold("mfu_below_plan_tol", 0.05, "fraction of the plan",
               "Marin alert: MFU below plan (5% slack for timing noise)", ("health/mfu_plan",)),
+    Threshold("mfu_below_plan_sigma", 2.0, "robust CVs / sqrt(n)",
+              "runledger: a block is under plan when below it by the tolerance plus 2x the run's step-to-step spread "
+              "over sqrt of the block's steps (a 1-step block on a shared CPU is 40% off its median as often as not)",
+              ("health/mfu_plan",), profiles=(("marin", OFF),)),
+    Threshold("mfu_variation_sigma", 10.0, "robust CVs / sqrt(n)",
+              "runledger: ...and off by more than 10x the run's own step-to-step spread (a robust coefficient of "
+              "variation, over sqrt of the block's steps): on a shared CPU a small run's MFU has a CV of 0.3-0.4 and "
+              "single steps at 4-5x its median (20 seeds, 1-step blocks)",
+              ("health/mfu_constant",), profiles=(("marin", OFF),)),
     Threshold("mfu_variation_max", 0.2, "fraction of the run median",
               'runledger: a window\'s MFU > 20% off the run median ("MFU constant")', ("health/mfu_constant",)),
     Threshold("lr_rel_tol", 0.001, "fraction of peak lr", "runledger: lr off the recomputed schedule by > 0.1% of peak",
