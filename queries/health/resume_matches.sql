@@ -1,4 +1,4 @@
--- Does a resumed attempt match its past: for the steps attempt k redoes with its config unchanged, is its loss within resume_loss_abs_max (0.002) of attempt k-1's, and within resume_loss_rel_max (1%) after warmup (Marin's protocol, by hand there)?
+-- Does a resumed attempt match its past: for the steps attempt k redoes with its config and its decisions unchanged, is its loss within resume_loss_abs_max (0.002) of attempt k-1's, and within resume_loss_rel_max (1%) after warmup (Marin's protocol, by hand there)?
 with th as (
     select
         run_id,
@@ -15,6 +15,16 @@ with th as (
     from starts a
     join starts b on b.run_id = a.run_id and b.producer = a.producer and b.attempt = a.attempt - 1
     where a.config_hash is not distinct from b.config_hash
+), changed as (
+    -- where attempt k first applied a decision attempt k-1 did not at that step (a capacity factor raised on
+    -- resume, say): the run is changed on purpose from the update after it, so only steps up to it are compared
+    select p.run_id, p.producer, p.attempt, min(d.step) as from_step
+    from pairs p
+    join decisions_applied d on d.run_id = p.run_id and d.producer = p.producer and d.attempt = p.attempt
+    where not exists (select 1 from decisions_applied o
+                      where o.run_id = p.run_id and o.producer = p.producer and o.attempt = p.before
+                        and o.step = d.step and o.action = d.action)
+    group by all
 ), compared as (
     select
         p.run_id, p.attempt, n.step, n.loss, o.loss as loss_before, abs(n.loss - o.loss) as diff,
@@ -23,7 +33,8 @@ with th as (
     join steps_all n on n.run_id = p.run_id and n.producer = p.producer and n.attempt = p.attempt
     join steps_all o on o.run_id = p.run_id and o.producer = p.producer and o.attempt = p.before and o.step = n.step
     left join run_plan pl on pl.run_id = p.run_id
-    where n.loss is not null and o.loss is not null
+    left join changed c on c.run_id = p.run_id and c.producer = p.producer and c.attempt = p.attempt
+    where n.loss is not null and o.loss is not null and (c.from_step is null or n.step <= c.from_step)
 ), summary as (
     select
         c.run_id, count(*) as redone, max(c.diff) as worst,
@@ -40,7 +51,7 @@ select
     s.worst as value,
     t.abs_max as threshold,
     s.first_step as at_step,
-    case when s.redone is null then json_object('reason', 'no resumed attempt redoes a step of the one before with the same config')
+    case when s.redone is null then json_object('reason', 'no resumed attempt redoes a step of the one before with the same config and decisions')
          else json_object('steps_redone', s.redone, 'steps_off', s.steps_off,
                           'measure', '|loss - the attempt before''s loss at the same step|') end::varchar as evidence
 from audit_runs r

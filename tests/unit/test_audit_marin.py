@@ -140,6 +140,13 @@ def marin_root(tmp_path_factory) -> Path:
     for run_id, shift in (("resumed-off", 0.01), ("resumed-same", 0.0)):
         write(led, run_id, last=120, finish=False)
         write(led, run_id, attempt=1, first=101, loss_shift=shift)
+    # ...and one that applied a decision on resume (the demo's drop agent raises the capacity factor): changed
+    # on purpose from the update after it, so the steps after it are not held to the past
+    write(led, "resumed-decided", last=120, finish=False)
+    led.emit("resumed-decided", "decision_applied", {"decision_id": "d-1", "action": "set_capacity_factor",
+                                                     "before": {"cf_recv": 1.15}, "after": {"cf_recv": 1.5}},
+             100, T0 + timedelta(seconds=1000), attempt=1)
+    write(led, "resumed-decided", attempt=1, first=101, loss_shift=0.01)
     # the same rewind with the config changed on purpose is not held to its past
     write(led, "rewound", last=120, finish=False)
     write(led, "rewound", attempt=1, first=101, loss_shift=0.01, config={"lr_note": "lowered"})
@@ -211,6 +218,7 @@ def test_a_resumed_attempt_is_held_to_its_past(health):
     assert health[("resumed-same", "resume_matches")]["status"] == "ok"
     assert json.loads(health[("resumed-same", "resume_matches")]["evidence"])["steps_redone"] == 20
     assert health[("rewound", "resume_matches")]["status"] == "skip"
+    assert health[("resumed-decided", "resume_matches")]["status"] == "skip"
     for run in ("resumed-off", "resumed-same"):
         row = health[(run, "attempt_started")]
         assert row["status"] == "warn" and row["value"] == 1 and row["at_step"] == 100, row
