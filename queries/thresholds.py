@@ -126,11 +126,17 @@ RULE_BOOK: tuple[Threshold, ...] = (
               ("health/eval_regression",), profiles=(("marin", OFF),)),
     Threshold("eval_min_count", 5.0, "evals", "runledger: the eval noise is measured on at least 5 evals before it",
               ("health/eval_regression",)),
-    Threshold("router_entropy_min_ratio", 0.85, "fraction of ln E",
-              "runledger: a block's mean router entropy below 85% of ln E once settled (healthy small runs dip to "
-              "0.63 ln E in warmup, are back above 0.82 after it and above 0.90 after twice it; bench/health.py)",
+    Threshold("router_entropy_min_ratio", 0.5, "fraction of ln E",
+              "runledger: a block's mean router entropy below 50% of ln E from twice the warmup on (healthy runs dip: "
+              "the small preset to 0.63 ln E in warmup, the tiny one to 0.59 ln E at 2-4 warmups, both back above "
+              "0.88 by step ~30; 20 + 4 seeds)",
               ("health/router_entropy",),
               profiles=(("marin", 0.995),), rule=MARIN + "router entropy below 0.995 ln E (5.92 for 384 experts)"),
+    Threshold("router_entropy_drop_ratio", 0.9, "fraction of the running median",
+              "runledger: ...or below 90% of the median of the blocks before it (a fall from the run's own level; "
+              "healthy small and tiny runs: at least 0.91 of it from twice the warmup on; 0.8 ln E from a level of 0.9 "
+              "is 0.89 of it)",
+              ("health/router_entropy",), profiles=(("marin", OFF),)),
     Threshold("router_entropy_settle_warmups", 2.0, "warmups",
               "runledger: the router entropy is judged from this many warmup lengths on (the router settles after "
               "the lr peak); Marin's profile judges from the first step", ("health/router_entropy",),
