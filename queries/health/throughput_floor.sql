@@ -1,7 +1,9 @@
 -- Was throughput below its floor for most of a window: more than throughput_below_share of at least throughput_min_samples samples in throughput_window_s (Marin: half of >= 10 in 15 min) under the floor, throughput_floor_ratio x the run's median (default) or throughput_plan_floor x the plan (Marin)?
 --
 -- A sample is a step's MFU (else its tokens/s); each attempt's first step (compilation) is left out of
--- the median but counted as a sample, so one restart step cannot trip the check.
+-- the median but counted as a sample, so one restart step cannot trip the check. The default floor is
+-- throughput_floor_ratio x the median of the samples before the window (at least throughput_min_samples
+-- of them; else of the whole run), so that a long dip does not lower its own floor.
 with th as (
     select
         run_id,
@@ -34,15 +36,24 @@ with th as (
     join measure m using (run_id)
     left join run_plan p using (run_id)
     group by x.run_id, t.plan_floor, t.ratio, m.by_mfu, p.planned_mfu, p.planned_tokens_per_s
-), windows as (
+), referenced as (
+    -- each sample's floor: the plan's (Marin), else the ratio x the median of the samples before its window
     select
-        x.run_id, x.step,
-        count(*) over w as n,
-        count(*) filter (where x.x < f.floor) over w as below
+        x.*, f.floor as run_floor,
+        case when t.plan_floor < 0 and count(*) filter (where not x.first_of_attempt) over before >= t.min_samples
+             then t.ratio * median(x.x) filter (where not x.first_of_attempt) over before end as before_floor
     from samples x
     join floors f using (run_id)
     join th t using (run_id)
     where f.floor is not null
+    window before as (partition by x.run_id order by x.t range between unbounded preceding and t.window_s preceding)
+), windows as (
+    select
+        x.run_id, x.step,
+        count(*) over w as n,
+        count(*) filter (where x.x < coalesce(x.before_floor, x.run_floor)) over w as below
+    from referenced x
+    join th t using (run_id)
     window w as (partition by x.run_id order by x.t range between t.window_s preceding and current row)
 ), summary as (
     select
