@@ -179,6 +179,9 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("throughput_plan_floor", OFF, "fraction of the plan",
               "runledger: off by default (a run logged by hand has no plan)", ("health/throughput_floor",),
               profiles=(("marin", 0.95),), rule=MARIN + "MFU/throughput below the floor in most samples of 15 min"),
+    Threshold("throughput_skip_steps", 10.0, "steps",
+              "runledger: each attempt's first 10 steps are warm-up, not judged (a tiny run's first 10 steps on CPU "
+              "run at a third of its rate while JAX compiles)", ("health/throughput_floor",)),
     Threshold("throughput_window_s", 900.0, "s", "Marin alert: 15 minutes", ("health/throughput_floor",)),
     Threshold("throughput_min_samples", 10.0, "samples", "Marin alert: at least 10 samples in the window",
               ("health/throughput_floor",)),

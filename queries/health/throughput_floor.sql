@@ -1,7 +1,8 @@
 -- Was throughput below its floor for most of a window: more than throughput_below_share of at least throughput_min_samples samples in throughput_window_s (Marin: half of >= 10 in 15 min) under the floor, throughput_floor_ratio x the run's median (default) or throughput_plan_floor x the plan (Marin)?
 --
 -- A sample is a step's MFU (else its tokens/s); each attempt's first step (compilation) is left out of
--- the median but counted as a sample, so one restart step cannot trip the check. The default floor is
+-- the median but counted as a sample, so one restart step cannot trip the check; the first
+-- throughput_skip_steps of each attempt (compilation, caches warming) are not judged. The default floor is
 -- throughput_floor_ratio x the median of the samples before the window (at least throughput_min_samples
 -- of them; else of the whole run), so that a long dip does not lower its own floor.
 with th as (
@@ -11,7 +12,8 @@ with th as (
         max(value) filter (where name = 'throughput_plan_floor') as plan_floor,
         max(value) filter (where name = 'throughput_window_s') as window_s,
         max(value) filter (where name = 'throughput_min_samples') as min_samples,
-        max(value) filter (where name = 'throughput_below_share') as share
+        max(value) filter (where name = 'throughput_below_share') as share,
+        max(value) filter (where name = 'throughput_skip_steps') as skip_steps
     from run_thresholds
     group by run_id
 ), measure as (
@@ -20,7 +22,8 @@ with th as (
     select
         s.run_id, s.attempt, s.step, epoch(s.ts) as t,
         case when m.by_mfu then s.mfu else s.tokens_per_s end as x,
-        s.step = min(s.step) over (partition by s.run_id, s.producer, s.attempt) as first_of_attempt
+        s.step = min(s.step) over (partition by s.run_id, s.producer, s.attempt) as first_of_attempt,
+        row_number() over (partition by s.run_id, s.producer, s.attempt order by s.step) as nth
     from steps_all s
     join measure m using (run_id)
     where case when m.by_mfu then s.mfu else s.tokens_per_s end is not null
@@ -45,7 +48,7 @@ with th as (
     from samples x
     join floors f using (run_id)
     join th t using (run_id)
-    where f.floor is not null
+    where f.floor is not null and x.nth > t.skip_steps
     window before as (partition by x.run_id order by x.t range between unbounded preceding and t.window_s preceding)
 ), windows as (
     select
