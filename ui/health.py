@@ -43,6 +43,7 @@ CHECK_INPUTS = {
     "telemetry_silence": ("telemetry",),
     # issue 43's
     "loss_spike": ("loss",),
+    "router_bias": ("router_bias",),
     "nonfinite_loss": ("steps",),
     "throughput_floor": ("throughput",),
     "still_initializing": ("run_started",),
@@ -59,6 +60,7 @@ INPUT_WORDS = {
     "forecast": "a forecast", "grad_norm": "grad_norm", "loss": "a loss (loss, train/loss)", "lr": "a learning rate",
     "schedule": "an LR schedule (peak_lr)", "plan": "a throughput plan", "throughput": "MFU or tokens/s",
     "param_norm": "param_norm", "router_entropy": "router_entropy", "steps": "steps", "telemetry": "telemetry",
+    "router_bias": "router_bias_min / router_bias_max",
 }
 
 
