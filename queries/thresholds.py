@@ -88,8 +88,8 @@ RULE_BOOK: tuple[Threshold, ...] = (
               "runledger: off by default (0.05 is about one standard deviation of the statistic on a small run: "
               "20 of 20 healthy runs warned)", ("health/loss_trend",), profiles=(("marin", 0.05),),
               rule="runledger's former default: mean loss of a window above the previous window by > 0.05"),
-    Threshold("loss_rise_sigma", 3.5, "standard errors",
-              "runledger: a window's mean loss above the previous window's by > 3.5 standard errors of that "
+    Threshold("loss_rise_sigma", 3.0, "standard errors",
+              "runledger: a window's mean loss above the previous window's by > 3 standard errors of that "
               "difference (sigma x sqrt(2/n), sigma the run's per-step loss noise; healthy small runs: at most 2.3 "
               "over 20 seeds)",
               ("health/loss_trend",), profiles=(("marin", OFF),)),
@@ -174,7 +174,7 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("throughput_floor_ratio", 0.7, "fraction of the run median",
               "runledger: the floor is 70% of the median MFU (else tokens/s) of the samples before the window (else of "
               "the run), each attempt's first step left out (a sample at half the rate with 25% jitter is under it 9 "
-              "times in 10; a healthy one, 1 in 13)", ("health/throughput_floor",),
+              "times in 10; a healthy one, 1 in 13; at 75% two more of 24 real CPU runs on a loaded machine fail)", ("health/throughput_floor",),
               profiles=(("marin", OFF),)),
     Threshold("throughput_plan_floor", OFF, "fraction of the plan",
               "runledger: off by default (a run logged by hand has no plan)", ("health/throughput_floor",),
