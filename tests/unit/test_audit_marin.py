@@ -278,3 +278,13 @@ def test_the_health_agent_raises_the_live_checks_with_their_row(marin_root, run_
 
 def test_the_health_agent_is_quiet_on_the_healthy_run(marin_root):
     assert evaluate(marin_root, "clean", agents=(health_agent,))[1] == []
+
+
+def test_init_records_the_health_profile_in_the_config():
+    import runledger
+
+    run = runledger.init(name="marin-profile", health="marin", mode="disabled")
+    assert run.config["health"] == "marin"
+    run.finish()
+    with pytest.raises(runledger.LogError, match="health='hero'"):
+        runledger.init(name="bad-profile", health="hero", mode="disabled")
