@@ -167,83 +167,83 @@ def marin_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def health(marin_root) -> dict[tuple[str, str], dict]:
+def audited(marin_root) -> dict[tuple[str, str], dict]:
     return {(r["run_id"], r["check"]): r for r in audit.run_suite(marin_root, "health").rows()}
 
 
-def test_every_new_check_reports_for_every_run(health):
-    runs = {r for r, _ in health}
+def test_every_new_check_reports_for_every_run(audited):
+    runs = {r for r, _ in audited}
     for run in runs:
-        assert {c for r, c in health if r == run} >= set(NEW_CHECKS), run
+        assert {c for r, c in audited if r == run} >= set(NEW_CHECKS), run
 
 
-def test_the_healthy_run_fails_and_warns_nothing(health):
-    bad = {c: r for (run, c), r in health.items() if run == "clean" and r["status"] in ("fail", "warn")}
+def test_the_healthy_run_fails_and_warns_nothing(audited):
+    bad = {c: r for (run, c), r in audited.items() if run == "clean" and r["status"] in ("fail", "warn")}
     assert not bad, bad
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_a_planted_fault_fires_its_check_there(health, fault):
+def test_a_planted_fault_fires_its_check_there(audited, fault):
     check, status, step = FAULTS[fault]
-    row = health[(fault.replace("_", "-"), check)]
+    row = audited[(fault.replace("_", "-"), check)]
     assert row["status"] == status, row
     if step is not None:
         assert row["at_step"] == step, row
-    assert health[("clean", check)]["status"] == "ok", health[("clean", check)]
+    assert audited[("clean", check)]["status"] == "ok", audited[("clean", check)]
 
 
-def test_throughput_low_for_one_step_is_no_fault(health):
-    row = health[("throughput-one-step", "throughput_floor")]
+def test_throughput_low_for_one_step_is_no_fault(audited):
+    row = audited[("throughput-one-step", "throughput_floor")]
     assert row["status"] == "ok", row
-    assert health[("throughput", "throughput_floor")]["value"] > 0.5
+    assert audited[("throughput", "throughput_floor")]["value"] > 0.5
 
 
-def test_the_grad_norm_of_warmup_fails_marin_s_absolute_rule_only(health):
-    assert health[("clean", "grad_norm_max")]["status"] == "ok"
-    marin = health[("marin-clean", "grad_norm_max")]
+def test_the_grad_norm_of_warmup_fails_marin_s_absolute_rule_only(audited):
+    assert audited[("clean", "grad_norm_max")]["status"] == "ok"
+    marin = audited[("marin-clean", "grad_norm_max")]
     assert marin["status"] == "fail" and marin["threshold"] == 2.0 and marin["at_step"] == 1, marin
 
 
-def test_marin_s_loss_spike_reads_the_recent_floor(health):
-    assert health[("marin-clean", "loss_spike")]["status"] == "ok", health[("marin-clean", "loss_spike")]
-    row = health[("marin-spike", "loss_spike")]
+def test_marin_s_loss_spike_reads_the_recent_floor(audited):
+    assert audited[("marin-clean", "loss_spike")]["status"] == "ok", audited[("marin-clean", "loss_spike")]
+    row = audited[("marin-spike", "loss_spike")]
     assert row["status"] == "fail" and row["threshold"] == 6.0, row
     assert AT + 4 <= row["at_step"] < AT + 35, row  # once 5 recent samples are all up
-    assert health[("loss-spike", "loss_spike")]["threshold"] == THRESHOLDS["loss_spike_sigma"].default
+    assert audited[("loss-spike", "loss_spike")]["threshold"] == THRESHOLDS["loss_spike_sigma"].default
 
 
-def test_a_resumed_attempt_is_held_to_its_past(health):
-    off = health[("resumed-off", "resume_matches")]
+def test_a_resumed_attempt_is_held_to_its_past(audited):
+    off = audited[("resumed-off", "resume_matches")]
     assert off["status"] == "fail" and off["at_step"] == 101 and off["value"] == pytest.approx(0.01), off
-    assert health[("resumed-same", "resume_matches")]["status"] == "ok"
-    assert json.loads(health[("resumed-same", "resume_matches")]["evidence"])["steps_redone"] == 20
-    assert health[("rewound", "resume_matches")]["status"] == "skip"
-    assert health[("resumed-decided", "resume_matches")]["status"] == "skip"
+    assert audited[("resumed-same", "resume_matches")]["status"] == "ok"
+    assert json.loads(audited[("resumed-same", "resume_matches")]["evidence"])["steps_redone"] == 20
+    assert audited[("rewound", "resume_matches")]["status"] == "skip"
+    assert audited[("resumed-decided", "resume_matches")]["status"] == "skip"
     for run in ("resumed-off", "resumed-same"):
-        row = health[(run, "attempt_started")]
+        row = audited[(run, "attempt_started")]
         assert row["status"] == "warn" and row["value"] == 1 and row["at_step"] == 100, row
-    assert health[("clean", "attempt_started")]["status"] == "ok"
+    assert audited[("clean", "attempt_started")]["status"] == "ok"
 
 
-def test_no_first_step_after_45_minutes(health):
-    row = health[("init-46", "still_initializing")]
+def test_no_first_step_after_45_minutes(audited):
+    row = audited[("init-46", "still_initializing")]
     assert row["status"] == "fail" and row["value"] > 45 * 60, row
-    assert health[("init-44", "still_initializing")]["status"] == "ok"
-    assert health[("clean", "still_initializing")]["status"] == "ok"
+    assert audited[("init-44", "still_initializing")]["status"] == "ok"
+    assert audited[("clean", "still_initializing")]["status"] == "ok"
 
 
-def test_telemetry_gone_is_told_from_a_run_that_is_down(health):
-    beating = {c: health[("silent-beating", c)] for c in ("telemetry_gone", "run_down")}
+def test_telemetry_gone_is_told_from_a_run_that_is_down(audited):
+    beating = {c: audited[("silent-beating", c)] for c in ("telemetry_gone", "run_down")}
     assert beating["telemetry_gone"]["status"] == "fail", beating
     assert beating["run_down"]["status"] == "ok", beating
-    down = {c: health[("silent-down", c)] for c in ("telemetry_gone", "run_down")}
+    down = {c: audited[("silent-down", c)] for c in ("telemetry_gone", "run_down")}
     assert down["run_down"]["status"] == "fail" and down["run_down"]["at_step"] == 60, down
     assert down["telemetry_gone"]["status"] == "skip", down
-    assert health[("clean", "run_down")]["status"] == "skip"  # no heartbeat: nothing to tell
+    assert audited[("clean", "run_down")]["status"] == "skip"  # no heartbeat: nothing to tell
 
 
-def test_compute_is_counted_against_the_thresholds_that_matter(health):
-    row = health[("clean", "compute_thresholds")]
+def test_compute_is_counted_against_the_thresholds_that_matter(audited):
+    row = audited[("clean", "compute_thresholds")]
     ev = json.loads(row["evidence"])
     assert row["status"] == "ok" and row["value"] == pytest.approx(STEPS * 1024 * 6e6), row
     assert ev["crosses_1e23_at_step"] == math.ceil(1e23 / (1024 * 6e6)), ev
