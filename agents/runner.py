@@ -23,7 +23,8 @@ import duckdb
 from pydantic import ValidationError
 
 from runledger import queries
-from runledger.agents import drops, forecast, grad_norm, skipped, stall, telemetry, throughput
+from runledger.queries import audit
+from runledger.agents import drops, forecast, grad_norm, health, skipped, stall, telemetry, throughput
 from runledger.agents.policy import Action
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.storage import paths
@@ -38,7 +39,13 @@ from runledger.ledger.redact import redact
 
 log = logging.getLogger(__name__)
 
-AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped, stall)
+AGENTS = (throughput, drops, grad_norm, forecast, telemetry, skipped, stall, health)
+# the agents on one evidence query each, recorded first; then those on audit checks (agents/health.py: a
+# suite of checks, seconds on a busy machine), at most every AUDIT_EVERY_S per run, so that they never hold
+# up a decision of the others
+QUICK = tuple(a for a in AGENTS if a.EVIDENCE)
+AUDITING = tuple(a for a in AGENTS if not a.EVIDENCE)
+AUDIT_EVERY_S = 30.0
 DURABLE = AGENTS_DURABLE  # (the secure server lets the agent role use only these consumers)
 SWEEP_S = 30.0  # every run watched is evaluated at least this often (telemetry silence, stalls)
 STORED_WAIT_S = 2.0  # how long to wait for the ledger to have stored the events that woke the agents
@@ -77,13 +84,17 @@ def evaluate(root: str | Path, run_id: str, agents=AGENTS) -> tuple[object, list
     if state.events == 0:
         return state, []
     # only the views the agents' queries reach (defining all of them was most of an evaluation's time)
-    uses = "\n;\n".join([*(queries.load_query(a.EVIDENCE) for a in agents), "select * from run_thresholds"])
+    uses = "\n;\n".join([*(queries.load_query(a.EVIDENCE) for a in agents if a.EVIDENCE), "select * from run_thresholds"])
     con = queries.connect(root, uses=uses)
     th = run_thresholds(con, run_id)
     params = {"run_id": run_id, "window": int(th["agent_window_steps"]), "window_s": float(th["skipped_window_s"])}
     out = []
     for agent in agents:
-        evidence = run_query(con, agent.EVIDENCE, params)
+        if agent.EVIDENCE is None:  # an agent on audit checks (agents/health.py): their rows for the run
+            rows = audit.run_suite(root, "health", run_id, only=agent.CHECKS).rows()
+            evidence = [{k: _json_value(v) for k, v in r.items()} for r in rows]
+        else:
+            evidence = run_query(con, agent.EVIDENCE, params)
         for action in agent.decide(state, evidence, th):
             out.append((agent.NAME, action))
     return state, out
@@ -127,6 +138,7 @@ class Runner:
         self.revise = revise
         self.revised: set[str] = set()  # decision ids whose plan this process re-forecast
         self.considered: set[str] = set()  # applied decisions `revise` was asked about
+        self.audited: dict[str, float] = {}  # run -> when the auditing agents last looked at it (monotonic)
 
     def reforecast(self, run_id: str, state) -> int:
         """Record the revised forecast of each plan change not yet re-forecast (asked only when the replayed
@@ -166,12 +178,22 @@ class Runner:
 
     def step(self, run_id: str) -> list[Action]:
         """Evaluate one run and record whatever is new; returns the actions recorded."""
+        done = self.record(run_id, QUICK)
+        now = time.monotonic()
+        if AUDITING and now - self.audited.get(run_id, -math.inf) >= AUDIT_EVERY_S:
+            self.audited[run_id] = now
+            done += self.record(run_id, AUDITING)
+        return done
+
+    def record(self, run_id: str, agents) -> list[Action]:
+        """Evaluate one run with `agents` and record whatever is new; returns the actions recorded."""
         try:
-            state, actions = evaluate(self.root, run_id)
+            state, actions = evaluate(self.root, run_id, agents)
         except (duckdb.IOException, OSError) as err:  # a file compacted away while reading: next time
             log.debug("evaluating %s: %s; trying again next round", run_id, err)
             return []
-        self.reforecast(run_id, state)
+        if agents is QUICK:
+            self.reforecast(run_id, state)
         if not actions:
             return []
         known = recorded_ids(self.root, run_id) | self.sent

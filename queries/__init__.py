@@ -101,6 +101,7 @@ def view_statements(root: Path, files: dict[str, list[Path]] | None = None, at: 
     values = {"all_kinds": " union all ".join(f"select {env_cols} from {rel}" for rel in kinds_sql.values()),
               "audit_runs": f"select unnest([{', '.join(map(sql_str, runs))}]::varchar[]) as run_id",
               "threshold_defaults": thresholds.values_sql(),
+              "threshold_profiles": thresholds.profiles_sql(),
               "person_producers": ", ".join(map(sql_str, PERSON_PRODUCERS)),
               "quarantine": scan_files(quarantine_files(root, at=at), quarantine_columns())}
     return [_PLACEHOLDER.sub(lambda m: kinds_sql[m.group(2)] if m.group(1) else values[m.group(2)], st)

@@ -42,7 +42,8 @@ CHECKS = ("health", "fork")  # the suites whose rows are checks (HEALTH_COLUMNS)
 HEALTH_COLUMNS = ("run_id", "check", "status", "value", "threshold", "at_step", "evidence")
 STATUSES = ("ok", "warn", "fail", "skip")
 # the helper views materialised before a suite, in dependency order
-_HELPERS = ("run_plan", "run_thresholds", "run_blocks", "lr_segments", "step_cells", "step_blocks", "step_progress")
+_HELPERS = ("run_plan", "run_thresholds", "run_blocks", "lr_segments", "step_cells", "step_blocks", "step_progress",
+            "loss_noise")
 
 
 @dataclass
@@ -173,14 +174,16 @@ def prepare(con: duckdb.DuckDBPyConnection, root: Path, run_id: str | None, scop
 
 
 def run_suite(root: str | Path, suite: str, run_id: str | None = None,
-              con: duckdb.DuckDBPyConnection | None = None, threads: int | None = None) -> Audit:
-    """Run every query of `suite` for `run_id` (or all runs); health rows are sorted by run and check.
+              con: duckdb.DuckDBPyConnection | None = None, threads: int | None = None,
+              only: tuple[str, ...] | None = None) -> Audit:
+    """Run every query of `suite` (or those whose file names `only` lists, e.g. ('loss_spike',)) for `run_id`
+    (or all runs); health rows are sorted by run and check.
 
     Without `con`, opens a read-only connection: over the run's files (see scope_files) when there is
     a run, else over the whole ledger. A `con` over the whole ledger is reused (scoped with temp views).
     """
     root = Path(root)
-    names = query_names(suite)
+    names = [n for n in query_names(suite) if only is None or n.split("/", 1)[1] in only]
     t0 = time.perf_counter()
     if con is None:  # a connection of our own: over just the run's files when there is a run, its helpers
         # materialised as views.sql defines them

@@ -9,11 +9,25 @@ overridden by name in the run's latest run_started.thresholds) is what the audit
 read, so a run's overrides win for both. `formerly` is an older name a run may still set: it is
 honoured where the new name is not set (`window_steps` meant both block_steps and
 agent_window_steps).
+
+Two forms of every rule (issue 43). The default is relative to the run's own history and measured
+noise, and is what any run gets; Marin's absolute rules (for an 8B-535B LLM with a per-token loss)
+are a named health profile a run opts into (`runledger.init(health="marin")`, recorded as the config
+key "health"; `marin-2024` is Marin's older eval rule on top of `marin`). A threshold's `profiles`
+give its value in a profile; a negative value turns that form of a check off (OFF), so that each
+profile reads one form: e.g. grad_norm_max is OFF by default and 2.0 under "marin", and
+grad_norm_median_ratio the other way round. A run's own thresholds win over its profile.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+DEFAULT_PROFILE = "default"
+PROFILES = (DEFAULT_PROFILE, "marin", "marin-2024")
+PARENTS = {"marin-2024": ("marin",)}  # a profile's values fall back to these before the default
+OFF = -1.0  # a form of a check whose threshold is negative does not run
+MARIN = "Marin alert (infra/grafana hero_health.py): "
 
 
 @dataclass(frozen=True)
@@ -24,14 +38,37 @@ class Threshold:
     anchor: str
     read_by: tuple[str, ...]
     formerly: str | None = None
+    profiles: tuple[tuple[str, float], ...] = ()  # (profile, value) where the profile differs from the default
+    rule: str = ""  # Marin's rule, for docs/health.md, where the threshold is one form of it
+
+    def value(self, profile: str = DEFAULT_PROFILE) -> float:
+        """The threshold in `profile` (marin-2024 is marin's values with its own on top)."""
+        given = dict(self.profiles)
+        for p in (profile, *PARENTS.get(profile, ())):
+            if p in given:
+                return given[p]
+        return self.default
 
 
 RULE_BOOK: tuple[Threshold, ...] = (
-    Threshold("grad_norm_max", 2.0, "grad norm", "Marin alert: grad norm > 2.0",
+    Threshold("grad_norm_max", OFF, "grad norm",
+              "runledger: off by default (Marin's 2.0 is for an 8B LLM; a small run's pre-clip norm is 10-13 in warmup)",
+              ("health/grad_norm_spike", "agents/grad_norm"), profiles=(("marin", 2.0),),
+              rule=MARIN + "grad norm > 2.0"),
+    Threshold("grad_norm_median_ratio", 7.0, "x the running median",
+              "runledger: a step's grad norm above 7x the median of the attempt's grad norms before it, after "
+              "warmup (healthy small runs: at most 3.2x over 20 seeds, bench/health.py)",
+              ("health/grad_norm_spike", "agents/grad_norm"), profiles=(("marin", OFF),)),
+    Threshold("grad_norm_min_history", 10.0, "steps",
+              "runledger: the running median needs this many steps after warmup before it judges",
               ("health/grad_norm_spike", "agents/grad_norm")),
     Threshold("grad_norm_rise_max", 0.5, "fraction of the window's mean",
               "Marin checklist: grad-norm rate of change; runledger: rising > 50% across the trailing window",
               ("health/grad_norm_trend", "agents/grad_norm")),
+    Threshold("grad_norm_rise_t", 5.0, "t statistic",
+              "runledger: ...and the rise stands out of the grad norm's noise: the slope's t statistic above 5 (healthy "
+              "small runs: at most 3.6 in a window that rose > 50%, 20 seeds; a 5-step window's slope is mostly noise)",
+              ("health/grad_norm_trend",), profiles=(("marin", OFF),)),
     Threshold("drop_fraction_max", 0.07, "fraction of assignments", "Marin alert: drop fraction > 7%",
               ("health/drop_fraction", "agents/drops")),
     Threshold("drops_vs_ladder_ratio", 2.0, "ratio",
@@ -39,33 +76,137 @@ RULE_BOOK: tuple[Threshold, ...] = (
               ("health/drops_vs_ladder",)),
     Threshold("drops_vs_ladder_min_diff", 0.01, "fraction of assignments",
               "runledger: ...and above them by more than 1 percentage point", ("health/drops_vs_ladder",)),
-    Threshold("loss_floor_rise_max", 1.0, "loss", "Marin checklist: loss floor more than 1.0 above the trailing floor",
-              ("health/loss_floor",)),
-    Threshold("loss_rise_max", 0.05, "loss", "runledger: mean loss of a window above the previous window by > 0.05",
-              ("health/loss_trend",)),
-    Threshold("eval_rise_last_max", 0.02, "fraction of the last eval", "Marin alert: eval > 2% worse than the last",
+    Threshold("loss_floor_rise_max", OFF, "loss",
+              "runledger: off by default (1.0 is a per-token anchor; on a per-byte loss it misses a 12% rise)",
+              ("health/loss_floor",), profiles=(("marin", 1.0),),
+              rule="Marin checklist: loss floor more than 1.0 above the trailing floor"),
+    Threshold("loss_floor_sigma", 8.0, "loss noise (sigma)",
+              "runledger: a block's lowest loss above the lowest before it by > 8 sigma of the run's per-step loss "
+              "noise (a block's min sits a few sigma above the trailing min on a flat healthy loss)",
+              ("health/loss_floor",), profiles=(("marin", OFF),)),
+    Threshold("loss_rise_max", OFF, "loss",
+              "runledger: off by default (0.05 is about one standard deviation of the statistic on a small run: "
+              "20 of 20 healthy runs warned)", ("health/loss_trend",), profiles=(("marin", 0.05),),
+              rule="runledger's former default: mean loss of a window above the previous window by > 0.05"),
+    Threshold("loss_rise_sigma", 3.0, "standard errors",
+              "runledger: a window's mean loss above the previous window's by > 3 standard errors of that "
+              "difference (sigma x sqrt(2/n), sigma the run's per-step loss noise; healthy small runs: at most 2.3 "
+              "over 20 seeds)",
+              ("health/loss_trend",), profiles=(("marin", OFF),)),
+    Threshold("loss_spike_sigma", 10.0, "loss noise (sigma)",
+              "runledger: a step's loss above the median of the loss_spike_baseline_steps before it by > 10 sigma "
+              "of the run's per-step noise, a robust sigma (healthy small runs: at most 3.5 over 20 seeds; heavy-tailed "
+              "synthetic noise reaches 8; Levanter skips a step at 6 sigma of a window's own, non-robust, spread)",
+              ("health/loss_spike",), profiles=(("marin", OFF),)),
+    Threshold("loss_spike_baseline_steps", 20.0, "steps",
+              "Marin alert: at least 20 baseline samples", ("health/loss_spike",)),
+    Threshold("loss_spike_marin_sigma", OFF, "sigma of the baseline",
+              "runledger: off by default (a time-windowed rule for a run logging every few seconds)",
+              ("health/loss_spike",), profiles=(("marin", 6.0),),
+              rule=MARIN + "over the last hour but 5 min, the recent 5-min floor of the loss above the baseline "
+                           "mean + max(0.05, 6 sigma), >= 20 baseline and >= 5 recent samples"),
+    Threshold("loss_spike_min_rise", 0.05, "loss", "Marin alert: max(0.05, 6 sigma)", ("health/loss_spike",)),
+    Threshold("loss_spike_recent_s", 300.0, "s", "Marin alert: the recent 5-min floor", ("health/loss_spike",)),
+    Threshold("loss_spike_baseline_s", 3600.0, "s", "Marin alert: the last hour (but the recent 5 min)",
+              ("health/loss_spike",)),
+    Threshold("loss_spike_recent_min", 5.0, "samples", "Marin alert: at least 5 recent samples",
+              ("health/loss_spike",)),
+    Threshold("nonfinite_loss_max", 0.0, "steps", "Marin/Levanter: a NaN or infinite loss is never healthy",
+              ("health/nonfinite_loss",), rule=MARIN + "loss is NaN or infinite"),
+    Threshold("eval_rise_last_max", OFF, "fraction of the last eval",
+              "runledger: off by default (an eval is noisy: see eval_noise_sigma)", ("health/eval_regression",),
+              profiles=(("marin", 0.0), ("marin-2024", 0.02)),
+              rule=MARIN + "the newest eval worse than the previous one (marin-2024: > 2% worse)"),
+    Threshold("eval_rise_two_ago_max", OFF, "fraction of the eval two ago",
+              "runledger: off unless marin-2024", ("health/eval_regression",), profiles=(("marin-2024", 0.0),),
+              rule="Marin's older alert (marin-2024): eval worse than two evals ago"),
+    Threshold("eval_noise_sigma", 2.0, "eval noise (sigma)",
+              "runledger: the newest eval worse than the previous by > 2 sigma of an eval-to-eval change, measured "
+              "on the evals before it (from the MAD of their second differences, robust to the trend)",
+              ("health/eval_regression",), profiles=(("marin", OFF),)),
+    Threshold("eval_min_count", 5.0, "evals", "runledger: the eval noise is measured on at least 5 evals before it",
               ("health/eval_regression",)),
-    Threshold("eval_rise_two_ago_max", 0.0, "fraction of the eval two ago",
-              "Marin alert: eval worse than two evals ago",
-              ("health/eval_regression",)),
-    Threshold("router_entropy_min_ratio", 0.9, "fraction of ln E",
-              'runledger: router entropy below 90% of ln E ("near max")', ("health/router_entropy",)),
+    Threshold("router_entropy_min_ratio", 0.5, "fraction of ln E",
+              "runledger: a block's mean router entropy below 50% of ln E from twice the warmup on (healthy runs dip: "
+              "the small preset to 0.63 ln E in warmup, the tiny one to 0.59 ln E at 2-4 warmups, both back above "
+              "0.88 by step ~30; 20 + 4 seeds)",
+              ("health/router_entropy",),
+              profiles=(("marin", 0.995),), rule=MARIN + "router entropy below 0.995 ln E (5.92 for 384 experts)"),
+    Threshold("router_entropy_drop_ratio", 0.9, "fraction of the running median",
+              "runledger: ...or below 90% of the median of the blocks before it (a fall from the run's own level; "
+              "healthy small and tiny runs: at least 0.91 of it from twice the warmup on; 0.8 ln E from a level of 0.9 "
+              "is 0.89 of it)",
+              ("health/router_entropy",), profiles=(("marin", OFF),)),
+    Threshold("router_entropy_settle_warmups", 2.0, "warmups",
+              "runledger: the router entropy is judged from this many warmup lengths on (the router settles after "
+              "the lr peak); Marin's profile judges from the first step", ("health/router_entropy",),
+              profiles=(("marin", 0.0),), rule=MARIN + "router entropy judged at every sample"),
+    Threshold("router_bias_max", OFF, "|bias|", "runledger: off by default (an absolute size for Marin's router)",
+              ("health/router_bias",), profiles=(("marin", 400.0),), rule=MARIN + "|router bias| > 400"),
+    Threshold("router_bias_median_ratio", 10.0, "x the running median",
+              "runledger: a step's max |router bias| above 10x the median of the attempt's before it",
+              ("health/router_bias",), profiles=(("marin", OFF),)),
     Threshold("param_norm_growth_max", 0.25, "fraction",
               "runledger: parameter norm growing > 25% across the trailing window", ("health/param_norm_growth",)),
     Threshold("mfu_below_plan_tol", 0.05, "fraction of the plan",
               "Marin alert: MFU below plan (5% slack for timing noise)", ("health/mfu_plan",)),
+    Threshold("mfu_below_plan_sigma", 2.0, "robust CVs / sqrt(n)",
+              "runledger: a block is under plan when below it by the tolerance plus 2x the run's step-to-step spread "
+              "over sqrt of the block's steps (a 1-step block on a shared CPU is 40% off its median as often as not)",
+              ("health/mfu_plan",), profiles=(("marin", OFF),)),
+    Threshold("mfu_variation_sigma", 10.0, "robust CVs / sqrt(n)",
+              "runledger: ...and off by more than 10x the run's own step-to-step spread (a robust coefficient of "
+              "variation, over sqrt of the block's steps): on a shared CPU a small run's MFU has a CV of 0.3-0.4 and "
+              "single steps at 4-5x its median (20 seeds, 1-step blocks)",
+              ("health/mfu_constant",), profiles=(("marin", OFF),)),
     Threshold("mfu_variation_max", 0.2, "fraction of the run median",
               'runledger: a window\'s MFU > 20% off the run median ("MFU constant")', ("health/mfu_constant",)),
     Threshold("lr_rel_tol", 0.001, "fraction of peak lr", "runledger: lr off the recomputed schedule by > 0.1% of peak",
               ("views/lr_segments", "health/lr_schedule")),
     Threshold("silence_max_s", 600.0, "s", "Marin alert: telemetry silent > 10 min",
-              ("health/telemetry_silence", "views/silence_bucket", "agents/telemetry")),
+              ("health/telemetry_silence", "views/silence_bucket", "agents/telemetry", "health/telemetry_gone")),
     Threshold("stall_factor", 10.0, "median step gaps",
               "runledger: a running run with no step for 10x its median step gap is stalled (wandb#8592: a "
               "watchdog on stalled runs); an eval or a checkpoint save takes a few gaps, not ten", ("agents/stall",)),
     Threshold("stall_min_s", 120.0, "s",
               "runledger: ...and for at least 2 min, so that a fast run's pause (GC, a checkpoint) is no stall",
-              ("agents/stall",)),
+              ("agents/stall", "health/telemetry_gone")),
+    Threshold("throughput_floor_ratio", 0.7, "fraction of the run median",
+              "runledger: the floor is 70% of the median MFU (else tokens/s) of the samples before the window (else of "
+              "the run), each attempt's first step left out (a sample at half the rate with 25% jitter is under it 9 "
+              "times in 10; a healthy one, 1 in 13; at 75% two more of 24 real CPU runs on a loaded machine fail)", ("health/throughput_floor",),
+              profiles=(("marin", OFF),)),
+    Threshold("throughput_plan_floor", OFF, "fraction of the plan",
+              "runledger: off by default (a run logged by hand has no plan)", ("health/throughput_floor",),
+              profiles=(("marin", 0.95),), rule=MARIN + "MFU/throughput below the floor in most samples of 15 min"),
+    Threshold("throughput_skip_steps", 10.0, "steps",
+              "runledger: each attempt's first 10 steps are warm-up, not judged (a tiny run's first 10 steps on CPU "
+              "run at a third of its rate while JAX compiles)", ("health/throughput_floor",)),
+    Threshold("throughput_window_s", 900.0, "s", "Marin alert: 15 minutes", ("health/throughput_floor",)),
+    Threshold("throughput_min_samples", 10.0, "samples", "Marin alert: at least 10 samples in the window",
+              ("health/throughput_floor",)),
+    Threshold("throughput_below_share", 0.5, "fraction of samples",
+              "Marin alert: more than half of them below the floor (one restart step cannot trip it)",
+              ("health/throughput_floor",)),
+    Threshold("init_max_s", 2700.0, "s", "Marin alert: no first step 45 min after start",
+              ("health/still_initializing",), rule=MARIN + "no first step 45 min after start"),
+    Threshold("silence_gap_factor", 10.0, "median step gaps",
+              "runledger: telemetry gone when silent for 10x the run's median step gap (at least stall_min_s) while "
+              "its heartbeat goes on", ("health/telemetry_gone",), profiles=(("marin", OFF),)),
+    Threshold("resume_loss_abs_max", 0.002, "loss",
+              "Marin protocol (cutover): a replayed step's loss within 0.002 of the attempt before (a free "
+              "determinism check); the same in both forms", ("health/resume_matches",),
+              rule="Marin protocol (by hand): a resumed run's replayed loss within 0.002 / 1%"),
+    Threshold("resume_loss_rel_max", 0.01, "fraction of the loss",
+              "Marin protocol: ...and within 1% after warmup", ("health/resume_matches",)),
+    Threshold("checkpoint_gap_factor", 2.0, "planned intervals",
+              "runledger: no complete checkpoint within 2x the planned interval (config.ckpt_every, else the "
+              "run's median gap)", ("health/checkpoints_advancing",)),
+    Threshold("compute_gpai_flop", 1e23, "FLOP",
+              "EU AI Act: 10^23 training FLOP, the general-purpose model presumption (Commission guidelines)",
+              ("health/compute_thresholds",)),
+    Threshold("compute_systemic_flop", 1e25, "FLOP", "EU AI Act art. 51(2): 10^25 FLOP, systemic risk",
+              ("health/compute_thresholds",)),
     Threshold("skipped_steps_max", 3.0, "steps", "Marin alert: >= 3 skipped steps in 15 min",
               ("health/skipped_steps", "agents/skipped")),
     Threshold("skipped_window_s", 900.0, "s", "Marin alert: the 15 min window for skipped steps",
@@ -105,6 +246,13 @@ DEFAULTS: dict[str, float] = {t.name: t.default for t in RULE_BOOK}
 NAMES = frozenset(THRESHOLDS) | {t.formerly for t in RULE_BOOK if t.formerly}  # what a run may set
 
 
+def check_profile(profile: str) -> str:
+    """`profile` if it is a health profile, else a ValueError naming them."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown health profile {profile!r} (profiles: {', '.join(PROFILES)})")
+    return profile
+
+
 def _sql_str(s: str | None) -> str:
     return "NULL" if s is None else "'" + s.replace("'", "''") + "'"
 
@@ -113,3 +261,10 @@ def values_sql() -> str:
     """The rows of views.sql's threshold_defaults: (name, value, unit, anchor, formerly)."""
     return ",\n    ".join(f"({_sql_str(t.name)}, {t.default!r}, {_sql_str(t.unit)}, {_sql_str(t.anchor)}, "
                           f"{_sql_str(t.formerly)})" for t in RULE_BOOK)
+
+
+def profiles_sql() -> str:
+    """The rows of views.sql's threshold_profiles: (profile, name, value), for every threshold a profile
+    other than the default sets differently."""
+    rows = [(p, t.name, t.value(p)) for p in PROFILES[1:] for t in RULE_BOOK if t.value(p) != t.default]
+    return ",\n    ".join(f"({_sql_str(p)}, {_sql_str(n)}, {v!r})" for p, n, v in rows)

@@ -96,7 +96,8 @@ select null::double as "metrics/loss", null::double as "metrics/train/loss", nul
        null::double as "metrics/tokens", null::double as "metrics/train/tokens", null::double as "metrics/step_time_s",
        null::double as "metrics/train/step_time_s", null::double as "metrics/throughput/duration",
        null::double as "metrics/param_norm", null::double as "metrics/train/param_norm", null::double as "metrics/optim/param_norm",
-       null::double as "metrics/router_entropy", null::double as "metrics/train/router_entropy", null::double as "metrics/mfu",
+       null::double as "metrics/router_entropy", null::double as "metrics/train/router_entropy",
+       null::double as "metrics/router_bias_min", null::double as "metrics/router_bias_max", null::double as "metrics/mfu",
        null::double as "metrics/train/mfu", null::double as "metrics/throughput/mfu", null::double as "metrics/tokens_per_s",
        null::double as "metrics/throughput/tokens_per_second", null::double as "metrics/eval/loss",
        null::double as "metrics/val/loss", null::double as no_metric, null::map(varchar, double) as "metrics/"
@@ -124,6 +125,8 @@ select * replace (
     coalesce("metrics/optim/param_norm", "metrics/"['optim/param_norm']) as "metrics/optim/param_norm",
     coalesce("metrics/router_entropy", "metrics/"['router_entropy']) as "metrics/router_entropy",
     coalesce("metrics/train/router_entropy", "metrics/"['train/router_entropy']) as "metrics/train/router_entropy",
+    coalesce("metrics/router_bias_min", "metrics/"['router_bias_min']) as "metrics/router_bias_min",
+    coalesce("metrics/router_bias_max", "metrics/"['router_bias_max']) as "metrics/router_bias_max",
     coalesce("metrics/mfu", "metrics/"['mfu']) as "metrics/mfu",
     coalesce("metrics/train/mfu", "metrics/"['train/mfu']) as "metrics/train/mfu",
     coalesce("metrics/throughput/mfu", "metrics/"['throughput/mfu']) as "metrics/throughput/mfu",
@@ -155,6 +158,8 @@ select * exclude (has_loss) from (
            max(coalesce("metrics/step_time_s", "metrics/train/step_time_s", "metrics/throughput/duration")) over w as step_time_s,
            max(coalesce("metrics/param_norm", "metrics/train/param_norm", "metrics/optim/param_norm")) over w as param_norm,
            max(coalesce("metrics/router_entropy", "metrics/train/router_entropy")) over w as router_entropy,
+           min("metrics/router_bias_min") over w as router_bias_min,
+           max("metrics/router_bias_max") over w as router_bias_max,
            max(coalesce("metrics/mfu", "metrics/train/mfu", "metrics/throughput/mfu")) over w as mfu,
            max(coalesce("metrics/tokens_per_s", "metrics/throughput/tokens_per_second")) over w as tokens_per_s
     from metrics_checked
@@ -509,6 +514,8 @@ with starts as (
         (f.schedule ->> 'anchor_step')::bigint as anchor_step,
         (f.schedule ->> 'anchor_lr')::double as anchor_lr,
         (f.config -> 'moe' ->> 'n_experts')::bigint as n_experts,
+        coalesce(f.config ->> 'health', 'default') as health,
+        (f.config ->> 'ckpt_every')::bigint as ckpt_every,
         (f.config ->> 'planned_mfu')::double as planned_mfu
     from first_start f join latest_start l using (run_id)
 )
@@ -526,22 +533,32 @@ select * from (values
     {{threshold_defaults}}
 ) as t(name, value, unit, anchor, formerly);
 
--- the thresholds in force for each run: the defaults, overridden by run_started.thresholds (what the
--- audit and the agents read)
+-- the thresholds of each named health profile that differ from the defaults (queries/thresholds.py:
+-- `runledger.init(health="marin")` records the profile as the config key "health")
+create or replace view threshold_profiles as
+select * from (values
+    {{threshold_profiles}}
+) as t(profile, name, value);
+
+-- the thresholds in force for each run: the defaults, else its health profile's (run_plan.health),
+-- overridden by run_started.thresholds (what the audit and the agents read); a negative value turns
+-- that form of a check off
 create or replace view run_thresholds as
 with given as (
     select
-        r.run_id, d.name, d.value, d.anchor,
+        r.run_id, d.name, d.value, d.anchor, coalesce(p.health, 'default') as profile, q.value as in_profile,
         coalesce(json_extract(p.thresholds, '$.' || d.name),
                  json_extract(p.thresholds, '$.' || d.formerly))::double as given
     from audit_runs r
     cross join threshold_defaults d
     left join run_plan p using (run_id)
+    left join threshold_profiles q on q.profile = coalesce(p.health, 'default') and q.name = d.name
 )
 select
     run_id, name,
-    coalesce(given, value) as value,
-    case when given is null then anchor else 'run_started.thresholds' end as source
+    coalesce(given, in_profile, value) as value,
+    case when given is not null then 'run_started.thresholds'
+         when in_profile is not null then 'profile ' || profile else anchor end as source
 from given;
 
 -- the fork audit's window (queries/fork): for each fork (its first fork start), every step after its fork step
@@ -732,7 +749,7 @@ select
     count(grad_norm) as g_n, sum(grad_norm) as g_sy, max(grad_norm) as g_max,
     sum(step::double) filter (grad_norm is not null) as g_sx,
     sum(step::double * step) filter (grad_norm is not null) as g_sxx,
-    sum(step * grad_norm) as g_sxy,
+    sum(step * grad_norm) as g_sxy, sum(grad_norm * grad_norm) as g_syy,
     count(loss) as l_n, sum(loss) as l_sy, min(loss) as l_min,
     count(param_norm) as p_n,
     min(step) filter (param_norm is not null) as p_first_step,
@@ -763,6 +780,7 @@ select
     sum(tokens) as tokens,
     sum(g_n)::bigint as g_n, sum(g_sy order by bucket) as g_sy, max(g_max) as g_max,
     sum(g_sx order by bucket) as g_sx, sum(g_sxx order by bucket) as g_sxx, sum(g_sxy order by bucket) as g_sxy,
+    sum(g_syy order by bucket) as g_syy,
     sum(l_n)::bigint as l_n, sum(l_sy order by bucket) as l_sy, min(l_min) as l_min,
     sum(p_n)::bigint as p_n, arg_min(p_first, p_first_step) as p_first, arg_max(p_last, p_last_step) as p_last,
     sum(re_n)::bigint as re_n, sum(re_sy order by bucket) / nullif(sum(re_n), 0) as re_mean,
@@ -786,6 +804,22 @@ select
     run_id, block, step_lo, step_hi, l_n, l_sy / nullif(l_n, 0) as loss_mean,
     sum(tokens) over (partition by run_id order by block) as tokens_seen
 from latest;
+
+-- per run: the noise of its per-step loss (what the loss checks' default forms count in), sigma =
+-- 1.4826 x the median absolute deviation of the step-to-step changes of the loss / sqrt(2): robust to
+-- the trend (a change's mean) and to the spikes the checks look for (a median); from every attempt,
+-- each step against the one before it in the same attempt
+create or replace view loss_noise as
+with changes as (
+    select run_id, loss - lag(loss) over (partition by run_id, producer, attempt order by step) as change
+    from steps_all
+    where loss is not null
+), centred as (
+    select run_id, change, median(change) over (partition by run_id) as mid from changes where change is not null
+)
+select run_id, count(*) as changes, 1.4826 * median(abs(change - mid)) / sqrt(2) as sigma
+from centred
+group by run_id;
 
 -- per (target run, plan, fraction): the latest forecast point of each plan the run had: the plan as
 -- registered (revision 0, no decision) and each revision an applied decision caused (its decision_id,

@@ -44,7 +44,7 @@ from runledger.ledger.contract.events import MAX_LABEL, MAX_METRIC_NAME, MAX_MET
 from runledger.ledger.emit.sink import NullSink
 from runledger.ledger.emit.spool import chain_dir
 from runledger.queries.names import slug
-from runledger.queries.thresholds import NAMES
+from runledger.queries.thresholds import NAMES, PROFILES
 from runledger import values
 from runledger.console import Console, wanted as console_wanted
 from runledger.system import SystemSampler
@@ -598,7 +598,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
          resume: bool | str | None = None, id: str | None = None, *, root: str | Path | None = None,
          nats: str | None = None, producer: str = PRODUCER, system_metrics: bool | float = True,
          thresholds: dict[str, float] | None = None, mode: str | None = None, resumed_from: dict | None = None,
-         console: bool | None = None, **ignored: Any) -> Run:
+         console: bool | None = None, health: str | None = None, **ignored: Any) -> Run:
     """Start a run (or, with `resume`, the run's next attempt) and make it the current one.
 
     project, config, tags: as W&B's. name: the run's display name, not unique (any number of runs may
@@ -617,6 +617,7 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     system_metrics: sample the machine every 10 s (a number: every that many seconds); False: never.
     console: record what the script writes to stdout and stderr, line by line, as `console` events (the default,
         as W&B does; False, or W&B's settings console="off": not): `runledger.console`.
+    health: the health profile ("marin", "marin-2024"; queries/thresholds.py), recorded as config["health"].
     thresholds: overrides of the health checks' thresholds (`runledger audit health`), by name
         (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
     resumed_from: the checkpoint this attempt goes on from, {"path", "step", "content_hash"} (as
@@ -639,6 +640,10 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     if config is not None and not isinstance(config, dict):
         config = vars(config) if hasattr(config, "__dict__") else dict(config)
     config = dict(config or {})
+    if health is not None:  # the health profile the audits and agents hold the run to (queries/thresholds.py)
+        if health not in PROFILES:
+            raise LogError(f"health={health!r}: one of {', '.join(PROFILES)}")
+        config["health"] = health
     labels = {k: str(v) for k, v in (("name", name), ("group", ignored.get("group")),
                                      ("job_type", ignored.get("job_type"))) if v is not None and str(v) != ""}
     for k, v in labels.items():

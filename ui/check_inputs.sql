@@ -8,7 +8,8 @@ with asked as (
 ), typed as (  -- runledger's trainer's typed steps (one pass over a few columns; no window as steps_all has)
     select run_id, true as steps, count(loss) > 0 as loss, count(grad_norm) > 0 as grad_norm, count(lr) > 0 as lr,
            count(param_norm) > 0 as param_norm, count(router_entropy) > 0 as router_entropy,
-           count(mfu) + count(tokens_per_s) > 0 as throughput
+           count(mfu) + count(tokens_per_s) > 0 as throughput,
+           count(router_bias_min) + count(router_bias_max) > 0 as router_bias
     from step_events where list_contains($runs, run_id) group by run_id
 ), logged as (  -- a `runledger.log` run's steps: its metrics under the names steps_all reads, where it logged a loss
     select run_id,
@@ -19,7 +20,8 @@ with asked as (
            count(coalesce("metrics/param_norm", "metrics/train/param_norm", "metrics/optim/param_norm")) > 0 as param_norm,
            count(coalesce("metrics/router_entropy", "metrics/train/router_entropy")) > 0 as router_entropy,
            count(coalesce("metrics/mfu", "metrics/train/mfu", "metrics/throughput/mfu", "metrics/tokens_per_s",
-                          "metrics/throughput/tokens_per_second")) > 0 as throughput
+                          "metrics/throughput/tokens_per_second")) > 0 as throughput,
+           count(coalesce("metrics/router_bias_min", "metrics/router_bias_max")) > 0 as router_bias
     from metrics_checked
     where list_contains($runs, run_id) and run_id not in (select run_id from step_events)
     group by run_id
@@ -27,7 +29,7 @@ with asked as (
     select * from typed
     union all
     select run_id, steps, loss, steps and grad_norm, steps and lr, steps and param_norm, steps and router_entropy,
-           steps and throughput
+           steps and throughput, steps and router_bias
     from logged where steps
 ), e as (
     select run_id, true as evals from evals where list_contains($runs, run_id) group by run_id
@@ -50,7 +52,8 @@ with asked as (
 select a.run_id, coalesce(s.steps, false) as steps,
        coalesce(s.loss, false) as loss, coalesce(s.grad_norm, false) as grad_norm, coalesce(s.lr, false) as lr,
        coalesce(s.param_norm, false) as param_norm, coalesce(s.router_entropy, false) as router_entropy,
-       coalesce(s.throughput, false) as throughput, coalesce(e.evals, false) as evals,
+       coalesce(s.throughput, false) as throughput, coalesce(s.router_bias, false) as router_bias,
+       coalesce(e.evals, false) as evals,
        coalesce(d.drops, false) as drops, coalesce(f.forecast, false) as forecast,
        coalesce(r.run_started, false) as run_started, coalesce(r.schedule, false) as schedule,
        coalesce(r.plan, false) as plan, coalesce(t.telemetry, false) or s.run_id is not null as telemetry

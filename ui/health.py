@@ -41,6 +41,18 @@ CHECK_INPUTS = {
     "router_entropy": ("router_entropy",),
     "skipped_steps": ("steps",),
     "telemetry_silence": ("telemetry",),
+    # issue 43's
+    "loss_spike": ("loss",),
+    "router_bias": ("router_bias",),
+    "nonfinite_loss": ("steps",),
+    "throughput_floor": ("throughput",),
+    "still_initializing": ("run_started",),
+    "telemetry_gone": ("run_started",),
+    "run_down": ("run_started",),
+    "resume_matches": ("run_started", "steps"),
+    "checkpoints_advancing": ("steps",),
+    "attempt_started": ("run_started",),
+    "compute_thresholds": ("steps",),
 }
 # what each input is, in the words the page uses for an input a run did not log
 INPUT_WORDS = {
@@ -48,6 +60,7 @@ INPUT_WORDS = {
     "forecast": "a forecast", "grad_norm": "grad_norm", "loss": "a loss (loss, train/loss)", "lr": "a learning rate",
     "schedule": "an LR schedule (peak_lr)", "plan": "a throughput plan", "throughput": "MFU or tokens/s",
     "param_norm": "param_norm", "router_entropy": "router_entropy", "steps": "steps", "telemetry": "telemetry",
+    "router_bias": "router_bias_min / router_bias_max",
 }
 
 

@@ -195,6 +195,8 @@ class StepCompleted(Payload):
     tokens_per_s: Finite | None = None
     seq_len: NonNeg | None = None
     flops_per_token: Finite | None = Field(None, description="training FLOPs per token at this step's seq_len (mfu's numerator)")
+    router_bias_min: Finite | None = Field(None, description="the smallest router (load-balancing) bias of any layer")
+    router_bias_max: Finite | None = Field(None, description="the largest router (load-balancing) bias of any layer")
     skipped: bool = False
 
 

@@ -7,6 +7,15 @@
 -- Without those fields (a run logged by hand): tokens/s against planned tokens/s, else mfu against config.planned_mfu.
 with tolerance as (
     select run_id, value from run_thresholds where name = 'mfu_below_plan_tol'
+), k as (
+    select run_id, value from run_thresholds where name = 'mfu_below_plan_sigma'
+), per_step as (
+    select run_id, coalesce(mfu, tokens_per_s) as x,
+           median(coalesce(mfu, tokens_per_s)) over (partition by run_id) as mid
+    from steps_all where coalesce(mfu, tokens_per_s) > 0
+), spread as (
+    -- the run's own step-to-step spread of its rate: a robust coefficient of variation (as health/mfu_constant)
+    select run_id, 1.4826 * median(abs(x / mid - 1)) as cv from per_step group by run_id
 ), attempt_plan as (
     select run_id, attempt, arg_max(peak_flops, seq) as peak_flops, arg_max(flops_per_token, seq) as flops_per_token,
            arg_max(planned_tokens_per_s, seq) as planned_tokens_per_s
@@ -15,7 +24,7 @@ with tolerance as (
 ), measured as (
     -- each attempt's first block is left out: it holds compilation and warm-up
     select
-        b.run_id, b.block, b.step_lo,
+        b.run_id, b.block, b.step_lo, greatest(b.mfu_n, b.tps_n) as n,
         case when a.peak_flops > 0 and a.flops_per_token > 0 and a.planned_tokens_per_s > 0 and b.mfu_n > 0
                   then b.mfu_mean * a.peak_flops / (a.planned_tokens_per_s * a.flops_per_token)
              when p.planned_tokens_per_s > 0 and b.tps_n > 0 then b.tps_mean / p.planned_tokens_per_s
@@ -31,10 +40,12 @@ with tolerance as (
 ), summary as (
     select
         m.run_id, count(*) as blocks, min(m.of_plan) as worst, any_value(m.measure) as measure,
-        count(*) filter (m.of_plan < 1 - t.value) as blocks_under,
-        min(m.step_lo) filter (m.of_plan < 1 - t.value) as first_step
+        count(*) filter (m.of_plan < 1 - t.value - greatest(k.value, 0) * coalesce(s.cv, 0) / sqrt(m.n)) as blocks_under,
+        min(m.step_lo) filter (m.of_plan < 1 - t.value - greatest(k.value, 0) * coalesce(s.cv, 0) / sqrt(m.n)) as first_step
     from measured m
     join tolerance t using (run_id)
+    join k using (run_id)
+    left join spread s using (run_id)
     where m.of_plan is not null
     group by m.run_id
 )

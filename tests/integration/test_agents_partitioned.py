@@ -37,7 +37,7 @@ def test_agents_on_a_partitioned_root_judge_once_the_runs_partition_stored_what_
         em = Emitter("spiky", "worker-0", 0, nats_server.url, tmp_path / "spool")
         em.emit_dict("run_started", START, step=0)
         for k in range(1, 61):
-            em.emit_dict("step", {**STEP, "grad_norm": 3.0 if k == 58 else 1.0}, step=k)
+            em.emit_dict("step", {**STEP, "grad_norm": 10.0 if k == 58 else 1.0}, step=k)
         assert em.close(timeout=60)
         assert wait_for_count(root, "select count(*) from alerts where rule = 'grad_norm_high'", 1, timeout=60) == 1
         assert waits and all(waits), waits  # woken, and every wait ended with the events stored

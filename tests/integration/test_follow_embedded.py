@@ -32,7 +32,7 @@ print(run.id)
 
 HOT_RUN = """
 import runledger, sys
-run = runledger.init(project="follow", name=sys.argv[1], system_metrics=False)
+run = runledger.init(project="follow", name=sys.argv[1], system_metrics=False, health="marin")  # (grad norm > 2.0)
 for step in range(5):
     run.log({"loss": 1.0, "grad_norm": 1e6}, step=step)
 run.finish()

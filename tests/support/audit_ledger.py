@@ -143,7 +143,7 @@ def write_run(led: Ledger, run_id: str, fault: str | None = None, *, ladder: str
             mfu = 0.25
         if fault == "lr_off" and k == 250:
             lr *= 1.1
-        if (fault == "skipped" and k in (300, 305, 310)) or k == 100:
+        if fault == "skipped" and k in (100, 300, 305, 310):
             skipped = True
         step = {"loss": None if skipped else loss, "grad_norm": grad, "lr": lr, "tokens": TOKENS_PER_STEP,
                 "step_time_s": 1.0, "param_norm": param_norm, "router_entropy": entropy, "mfu": mfu,

@@ -115,11 +115,11 @@ def canonical(ev: StoredEvent) -> StoredEvent:
 def make_run(root, run_id="r", *, step_time=lambda k: 1.0, planned=1000.0, deadline=None, steps=60,
              drop=lambda k: 0.01, cf=(1.1, 1.15), dispatch="capacity", probe=None, grad=lambda k: 1.0,
              skipped_steps=(), checkpoints=(10, 30), forecasts=(), loss=lambda k: 3.0, finished=False,
-             last_event_age_s=0.0, fpt=None):
+             last_event_age_s=0.0, fpt=None, health=None):
     led = Ledger(root)
     t = T0
     led.emit(run_id, "run_started", {
-        "config": {}, "config_hash": "0" * 64, "token_budget": STEPS * TPS, "tokens_per_step": TPS,
+        "config": {"health": health} if health else {}, "config_hash": "0" * 64, "token_budget": STEPS * TPS, "tokens_per_step": TPS,
         "schedule": make_schedule(1e-3, 10, STEPS, 0.05, tokens_per_step=TPS),
         "planned_tokens_per_s": planned, "deadline_s": deadline, "flops_per_token": fpt and fpt(0)}, 0, t)
     for k in range(1, steps + 1):

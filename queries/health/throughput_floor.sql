@@ -1,0 +1,85 @@
+-- Was throughput below its floor for most of a window: more than throughput_below_share of at least throughput_min_samples samples in throughput_window_s (Marin: half of >= 10 in 15 min) under the floor, throughput_floor_ratio x the run's median (default) or throughput_plan_floor x the plan (Marin)?
+--
+-- A sample is a step's MFU (else its tokens/s); each attempt's first step (compilation) is left out of
+-- the median but counted as a sample, so one restart step cannot trip the check; the first
+-- throughput_skip_steps of each attempt (compilation, caches warming) are not judged. The default floor is
+-- throughput_floor_ratio x the median of the samples before the window (at least throughput_min_samples
+-- of them; else of the whole run), so that a long dip does not lower its own floor.
+with th as (
+    select
+        run_id,
+        max(value) filter (where name = 'throughput_floor_ratio') as ratio,
+        max(value) filter (where name = 'throughput_plan_floor') as plan_floor,
+        max(value) filter (where name = 'throughput_window_s') as window_s,
+        max(value) filter (where name = 'throughput_min_samples') as min_samples,
+        max(value) filter (where name = 'throughput_below_share') as share,
+        max(value) filter (where name = 'throughput_skip_steps') as skip_steps
+    from run_thresholds
+    group by run_id
+), measure as (
+    select run_id, count(mfu) > 0 as by_mfu from steps_all group by run_id
+), samples as (
+    select
+        s.run_id, s.attempt, s.step, epoch(s.ts) as t,
+        case when m.by_mfu then s.mfu else s.tokens_per_s end as x,
+        s.step = min(s.step) over (partition by s.run_id, s.producer, s.attempt) as first_of_attempt,
+        row_number() over (partition by s.run_id, s.producer, s.attempt order by s.step) as nth
+    from steps_all s
+    join measure m using (run_id)
+    where case when m.by_mfu then s.mfu else s.tokens_per_s end is not null
+), floors as (
+    select
+        x.run_id,
+        case when t.plan_floor >= 0 then t.plan_floor * case when m.by_mfu then p.planned_mfu else p.planned_tokens_per_s end
+             when t.ratio >= 0 then t.ratio * median(x.x) filter (where not x.first_of_attempt) end as floor,
+        any_value(case when m.by_mfu then 'mfu' else 'tokens_per_s' end) as measure,
+        median(x.x) filter (where not x.first_of_attempt) as run_median
+    from samples x
+    join th t using (run_id)
+    join measure m using (run_id)
+    left join run_plan p using (run_id)
+    group by x.run_id, t.plan_floor, t.ratio, m.by_mfu, p.planned_mfu, p.planned_tokens_per_s
+), referenced as (
+    -- each sample's floor: the plan's (Marin), else the ratio x the median of the samples before its window
+    select
+        x.*, f.floor as run_floor,
+        case when t.plan_floor < 0 and count(*) filter (where not x.first_of_attempt) over before >= t.min_samples
+             then t.ratio * median(x.x) filter (where not x.first_of_attempt) over before end as before_floor
+    from samples x
+    join floors f using (run_id)
+    join th t using (run_id)
+    where f.floor is not null and x.nth > t.skip_steps
+    window before as (partition by x.run_id order by x.t range between unbounded preceding and t.window_s preceding)
+), windows as (
+    select
+        x.run_id, x.step,
+        count(*) over w as n,
+        count(*) filter (where x.x < coalesce(x.before_floor, x.run_floor)) over w as below
+    from referenced x
+    join th t using (run_id)
+    window w as (partition by x.run_id order by x.t range between t.window_s preceding and current row)
+), summary as (
+    select
+        w.run_id, count(*) as windows, max(w.below / w.n) filter (where w.n >= t.min_samples) as worst,
+        count(*) filter (where w.n >= t.min_samples and w.below > t.share * w.n) as windows_over,
+        min(w.step) filter (where w.n >= t.min_samples and w.below > t.share * w.n) as first_step
+    from windows w
+    join th t using (run_id)
+    group by w.run_id
+)
+select
+    r.run_id,
+    'throughput_floor' as "check",
+    case when f.floor is null or s.worst is null then 'skip' when s.windows_over > 0 then 'fail' else 'ok' end as status,
+    s.worst as value,
+    t.share as threshold,
+    s.first_step as at_step,
+    case when f.run_id is null then json_object('reason', 'no step reports mfu or tokens_per_s')
+         when f.floor is null then json_object('reason', 'no floor: no plan (run_started.planned_tokens_per_s or config.planned_mfu) for the profile''s plan floor')
+         when s.worst is null then json_object('reason', 'no window holds throughput_min_samples samples')
+         else json_object('floor', f.floor, 'run_median', f.run_median, 'windows_over', s.windows_over,
+                          'measure', 'share of a window''s ' || f.measure || ' samples below the floor') end::varchar as evidence
+from audit_runs r
+join th t using (run_id)
+left join floors f using (run_id)
+left join summary s using (run_id)
