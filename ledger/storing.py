@@ -8,12 +8,13 @@ what is left then is named in one line on stderr (`still_storing_line`), never s
 
 A chain in the spool is one not known stored: segments or intake files still there (the spool lets
 go of them once the ledger said it stored every line), and no producer holds it: killed, or finished
-and handed over (`Emitter.hand_over`; the supervisor may hold it while it sends it). A live run's
-chain streams to the ledger as it goes, and is not waited for.
+and handed over (`Emitter.hand_over`), or held by the root's supervisor sending it (its lock file names
+the holder). A live run's chain streams to the ledger as it goes, and is not waited for.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ def unstored_runs(root: str | Path, recent_s: float | None = None) -> dict[str, 
     spool still holds; with `recent_s`, only those changed that recently."""
     found: dict[str, float] = {}
     now = time.time()
+    supervisor = _supervisor_pid(root)
     for d in Path(settings.spool_dir(root)).glob("*/*/*"):
         if not d.name.isdigit():
             continue
@@ -39,14 +41,39 @@ def unstored_runs(root: str | Path, recent_s: float | None = None) -> dict[str, 
             continue
         try:
             newest = max(f.stat().st_mtime for f in files)
-            if locks.is_held(d / "lock") and not (d / settings.HANDED_OVER).exists():
-                continue  # a live producer's (one handed over is held by the supervisor sending it)
+            if locks.is_held(d / "lock") and not (d / settings.HANDED_OVER).exists() and not _sending(d, supervisor):
+                continue  # a live producer's
         except OSError:  # removed meanwhile: stored
             continue
         if recent_s is None or now - newest < recent_s:
             run = d.parent.parent.name
             found[run] = max(found.get(run, 0.0), newest)
     return found
+
+
+def _supervisor_pid(root: str | Path) -> int | None:
+    try:
+        return json.loads((Path(root).resolve() / "local" / "state.json").read_text())["pid"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _sending(d: Path, supervisor: int | None) -> bool:
+    """Whether a held chain is held by the root's supervisor sending what its producer left (the holder the
+    lock file names: the supervisor, or a process gone, whose successor has not written its name yet)."""
+    try:
+        pid = json.loads((d / "lock").read_text() or "{}").get("pid")
+    except (OSError, ValueError, AttributeError):
+        return False
+    if pid == supervisor or type(pid) is not int:
+        return pid == supervisor
+    try:
+        os.kill(pid, 0)
+        return False  # a live process of this user: its producer
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's live process
+        return False
 
 
 def wait_stored(root: str | Path, timeout: float = STORE_WAIT_S) -> list[str]:
