@@ -136,7 +136,11 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
     if args.catalog_file:
         args.catalog = settings.read_creds(args.catalog_file)
     try:
-        if args.partitions > 1:
+        if args.action == "adopt-stream":
+            from runledger.ledger.ingest.adoption import adopt_command
+
+            print(asyncio.run(adopt_command(args.root, resolve_nats(args))))
+        elif args.partitions > 1:
             from runledger.ledger.ingest import partitions
 
             asyncio.run(partitions.serve(args.root, resolve_nats(args), args.partitions, batch=args.batch,
@@ -493,7 +497,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_nats)
 
     s = sub.add_parser("ledger", help="the ledger service")
-    s.add_argument("action", choices=["serve"])
+    s.add_argument("action", choices=["serve", "adopt-stream"],
+                   help="serve the root; adopt-stream: take the server's stream in place of the one the root's "
+                        "tables were fed by (a stream made anew), once the root's spools are replayed into it")
     add_root(s)
     add_nats(s)
     s.add_argument("--batch", type=checks.int_in(1, MAX_BATCH, "messages"), default=2000, help="messages fetched per batch")
