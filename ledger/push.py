@@ -29,7 +29,7 @@ import orjson
 from runledger.ledger import settings
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.contract.canonical import envelope_text, event_hash
-from runledger.ledger.contract.events import subject_for
+from runledger.ledger.contract.events import RELAY, relay_subject_for
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,19 @@ class Pushed:
     unreadable: list[str] = field(default_factory=list)  # local rows or spool lines that cannot go verbatim
 
 
-def chains_of(root: Path, out: Pushed) -> dict[Chain, dict[int, Outgoing]]:
-    """The root's chains, stored and spooled: per chain, seq -> the event as it goes."""
+def relay_of(nats_url: str) -> str:
+    """The relay's name on the receiving server: the user its URL names (a secure server's `relay`), else `relay`."""
+    from urllib.parse import urlsplit
+
+    first = nats_url.split(",")[0].strip()
+    return urlsplit(first if "://" in first else f"nats://{first}").username or RELAY
+
+
+def chains_of(root: Path, out: Pushed, relay: str = RELAY) -> dict[Chain, dict[int, Outgoing]]:
+    """The root's chains, stored and spooled: per chain, seq -> the event as it goes (on `relay`'s subjects)."""
+    def subject_for(run_id: str, kind: str) -> str:
+        return relay_subject_for(run_id, kind, relay)
+
     from runledger.ledger.storage import paths, reads
     from runledger.ledger.storage.rows import ENVELOPE_SCHEMA
 
@@ -111,10 +122,22 @@ async def _status(nc, chain: Chain) -> tuple[int, int, set[int]] | None:
     return got["ack_floor"], int(mine.get("stored_upto", 0)), set(mine.get("conflicts", []))
 
 
-async def _status_when(nc, chain: Chain, done, wait_s: float = STORED_WAIT_S) -> tuple[int, int, set[int]]:
+class Refused(RuntimeError):
+    """The receiving server refused this credential (a permissions violation): not a relay's."""
+
+
+def _check(refusals: list[str]) -> None:
+    if refusals:
+        raise Refused(f"the receiving server refused to take the events from this credential: {refusals[0]} "
+                      f"(on a secure server, push with the `relay` role's credentials)")
+
+
+async def _status_when(nc, chain: Chain, done, wait_s: float = STORED_WAIT_S,
+                       refusals: list[str] | None = None) -> tuple[int, int, set[int]]:
     """The chain's status once `done(status)`, waiting up to `wait_s` (then the last status)."""
     deadline = time.monotonic() + wait_s
     while True:
+        _check(refusals or [])
         status = await _status(nc, chain)
         if status is not None and (done(status) or time.monotonic() > deadline):
             return status
@@ -123,13 +146,24 @@ async def _status_when(nc, chain: Chain, done, wait_s: float = STORED_WAIT_S) ->
         await asyncio.sleep(0.2)
 
 
-async def _publish(js, items: list[Outgoing]) -> int:
-    """Publish `items` in order with a window of acks in flight; the highest stream seq acked."""
+async def _publish(js, items: list[Outgoing], refusals: list[str] | None = None) -> int:
+    """Publish `items` in order with a window of acks in flight; the highest stream seq acked. Raises
+    Refused as soon as the server says the credential may not publish them."""
     last = 0
     for start in range(0, len(items), WINDOW):
         chunk = items[start:start + WINDOW]
         futs = [await js.publish_async(i.subject, i.data, headers={"Nats-Msg-Id": i.msg_id}) for i in chunk]
-        for ack in await asyncio.wait_for(asyncio.gather(*futs), 60):
+        acks = asyncio.ensure_future(asyncio.gather(*futs))
+        deadline = time.monotonic() + 60
+        while not acks.done():
+            await asyncio.wait({acks}, timeout=0.2)
+            if refusals and not acks.done():
+                acks.cancel()
+                _check(refusals)
+            if time.monotonic() > deadline and not acks.done():
+                acks.cancel()
+                raise TimeoutError(f"the receiving server did not acknowledge {len(chunk)} events in 60s")
+        for ack in acks.result():
             last = max(last, ack.seq)
     return last
 
@@ -137,8 +171,14 @@ async def _publish(js, items: list[Outgoing]) -> int:
 async def push(root: str | Path, nats_url: str, wait_s: float = STORED_WAIT_S) -> Pushed:
     """Push every chain of `root` to the ledger behind `nats_url` (see the module docstring)."""
     out = Pushed()
-    chains = chains_of(Path(root), out)
-    nc = await bus.connect(nats_url, name="runledger-push")
+    chains = chains_of(Path(root), out, relay_of(nats_url))
+    refusals: list[str] = []
+
+    async def said(err: Exception) -> None:
+        if "permissions violation" in str(err).lower():
+            refusals.append(" ".join(str(err).split()))
+
+    nc = await bus.connect(nats_url, name="runledger-push", error_cb=said, max_reconnect_attempts=3)
     try:
         js = nc.jetstream()
         await bus.ensure_stream(js)
@@ -146,25 +186,25 @@ async def push(root: str | Path, nats_url: str, wait_s: float = STORED_WAIT_S) -
             if chain in out.refused:
                 continue
             events = [chains[chain][s] for s in sorted(chains[chain])]
-            _, upto, conflicts = await _status_when(nc, chain, lambda s: True, wait_s)
+            _, upto, conflicts = await _status_when(nc, chain, lambda s: True, wait_s, refusals)
             if conflicts:
                 out.refused[chain] = f"the receiver holds other events at seqs {sorted(conflicts)[:5]}"
                 continue
             if upto > 0:  # the last event both hold, alone: the same (so every one before it), or another's chain
                 probe = [e for e in events if e.seq == min(upto - 1, events[-1].seq)]
                 if probe:
-                    at = await _publish(js, probe)
-                    _, upto, conflicts = await _status_when(nc, chain, lambda s: s[0] >= at or bool(s[2]), wait_s)
+                    at = await _publish(js, probe, refusals)
+                    _, upto, conflicts = await _status_when(nc, chain, lambda s: s[0] >= at or bool(s[2]), wait_s, refusals)
                     if conflicts:
                         out.refused[chain] = f"the receiver holds another event at seq {probe[0].seq}"
                         continue
             todo = [e for e in events if e.seq >= upto]
             if todo:
-                await _publish(js, todo)
+                await _publish(js, todo, refusals)
                 out.sent += len(todo)
         for chain in sorted(set(chains) - set(out.refused)):  # stored there, or refused there
             last = max(chains[chain]) + 1
-            _, upto, conflicts = await _status_when(nc, chain, lambda s: s[1] >= last or bool(s[2]), wait_s)
+            _, upto, conflicts = await _status_when(nc, chain, lambda s: s[1] >= last or bool(s[2]), wait_s, refusals)
             if conflicts:
                 out.refused[chain] = f"the receiver holds other events at seqs {sorted(conflicts)[:5]}"
             elif upto < last:

@@ -47,7 +47,7 @@ from pathlib import Path
 from nats.js.errors import NotFoundError
 
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.storage import heads, index, locks, reads, store, streampos
+from runledger.ledger.storage import heads, index, locks, reads, relays, store, streampos
 from runledger.ledger.storage import removal
 from runledger.ledger.storage.compaction import compact_partition
 from runledger.ledger.storage.positions import root_id, taken_upto
@@ -55,7 +55,8 @@ from runledger.ledger.storage.rows import Rows, StoredEvent, events_table, group
 from runledger.ledger.storage.paths import HALTED_FILE, QUARANTINE
 from runledger.ledger.ingest.batch import check_batch
 from runledger.ledger.contract.canonical import envelope_text, orjson
-from runledger.ledger.contract.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
+from runledger.ledger.contract.events import (MAX_EVENT_BYTES, RELAY, STREAM, SUBJECT_PREFIX, InvalidEvent,
+                                              subject_for)
 from runledger.ledger.bus import consumers, retention
 from runledger.ledger.bus.consumers import consumer_seq, pending_after, serve_chain_status
 from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
@@ -131,6 +132,8 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
         return Quarantined(stream_seq, subject, reason, raw, entry)
 
     parts = subject.split(".")
+    if len(parts) == 5 and parts[3] == RELAY:  # relayed (`runledger push`): runledger.<run_id>.<kind>.relay.<relay>
+        parts = parts[:3]
     if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
         return [], [reject(f"subject {subject!r} is not runledger.<run_id>.<kind>")]
     _, run_id, subject_kind = parts
@@ -248,6 +251,7 @@ class Ledger:
         self.last_commit: tuple[str, int] | None = None  # (when, ledger snapshot number) of the last commit
         self.backlog: int | None = None  # messages still pending on the consumer as of the last fetch
         self._tombstones: list[dict] = []  # tombstones written since the last commit: their runs' rows go after it
+        self._relayed: dict = {}  # chains relayed since the last commit (runledger.ledger.storage.relays)
         if not self.position.partitioned:  # (a partition's writer removes only what it stores: see commit)
             self._remove_deleted(removal.stored_tombstones(self.root))
         log.info("ledger root %s: stream seq %d taken (%s), %d quarantined messages", self.root, self.taken_upto,
@@ -295,6 +299,8 @@ class Ledger:
                 good, bad = [], [Quarantined(sseq, subject, f"the ledger failed on this message: {_error_line(err)}", data)]
             if sseq not in self.quarantined:
                 out.rejected.extend(bad)
+            if good and subject.count(".") == 4:  # relayed: who carried the chain is recorded at the commit
+                relays.note(self._relayed, subject, good)
             for env, payload_text in good:
                 key = (env["run_id"], env["producer"], env["attempt"], env["seq"])
                 eid = env["event_id"]
@@ -437,6 +443,9 @@ class Ledger:
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
             self._heads_moved = set()
+        if self._relayed:
+            relays.record(self.root, self._relayed, self.stream_id)
+            self._relayed = {}
         if self._taken > self.taken_upto:
             self.position.save(self.root, self._taken)
             self.taken_upto = self._taken

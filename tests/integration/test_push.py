@@ -9,28 +9,10 @@ import asyncio
 import pytest
 
 from runledger.ledger import push as pushing
-from runledger.ledger import settings
-from runledger.ledger.ingest import service
-from runledger.ledger.storage import store
-from support.batches import batch_for
+from runledger.ledger.storage import relays
+from support.pushing import offline_root
 from support.processes import cli, verify, wait_serving
 from support.reading import reader
-
-
-def offline_root(path, stored_runs: list[str], spooled_run: str | None, n: int = 40):
-    """A root logged offline: `stored_runs` in its tables, `spooled_run` still in its spool only."""
-    ledger = service.Ledger(path)
-    msgs = batch_for(stored_runs, n)
-    ledger.write(ledger.decode(msgs))
-    ledger.note_taken(len(msgs))
-    ledger.commit()
-    store.forget_tables(path)
-    if spooled_run:
-        chain = settings.spool_dir(path) / spooled_run / "worker-0" / "0"
-        chain.mkdir(parents=True)
-        lines = [data for _, data, _ in batch_for([spooled_run], n)]
-        (chain / "seg-000000000000.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    return path
 
 
 def stored(root) -> tuple[int, int, int]:
@@ -50,12 +32,12 @@ def test_a_root_with_three_runs_one_spooled_goes_to_a_fresh_ledger_once(ledger_p
     # cut off: the second chain's publish dies halfway
     real, calls = pushing._publish, []
 
-    async def cut_off(js, items):
+    async def cut_off(js, items, refusals=None):
         calls.append(len(items))
         if len(calls) == 2:
-            await real(js, items[:len(items) // 2])
+            await real(js, items[:len(items) // 2], refusals)
             raise ConnectionError("cut off")
-        return await real(js, items)
+        return await real(js, items, refusals)
 
     with monkeypatch.context() as m:
         m.setattr(pushing, "_publish", cut_off)
@@ -70,6 +52,7 @@ def test_a_root_with_three_runs_one_spooled_goes_to_a_fresh_ledger_once(ledger_p
     assert stored(root) == (120, 120, 120)
     assert hashes(root) >= hashes(src) and len(hashes(root) - hashes(src)) == 40  # (run-c's from the spool)
     assert verify(root)[0] == 0 and verify(src)[0] == 0
+    assert relays.read_run(root, "run-c")["worker-0:0"][0]["relay"] == "relay"  # (who carried it: an open server's default name)
 
     again = cli("push", str(src), "--to", nats_server.url)  # once more: nothing sent, nothing stored twice
     assert again.returncode == 0 and "pushed 0 events" in again.stdout, again.stdout + again.stderr
