@@ -36,7 +36,7 @@ async def adopt_stream(root: Path, js, reason: str) -> str | None:
         return None
     streampos.adopt(root, found, was, reason)
     halted = root / HALTED_FILE
-    if halted.exists() and "is not the one root" in halted.read_text():  # (the refusal's own HALTED only)
+    if halted.exists() and f"stream {STREAM}" in halted.read_text():  # (a halt for the stream alone: it is adopted)
         halted.unlink()
     return (f"root {root}: adopted stream {found} in place of {was} ({reason}); the ledger takes it from its first "
             f"message, storing nothing twice")
