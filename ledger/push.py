@@ -68,9 +68,14 @@ def relay_of(nats_url: str) -> str:
 
 
 def chains_of(root: Path, out: Pushed, relay: str = RELAY) -> dict[Chain, dict[int, Outgoing]]:
-    """The root's chains, stored and spooled: per chain, seq -> the event as it goes (on `relay`'s subjects)."""
+    """The root's chains, stored and spooled: per chain, seq -> the event as it goes (on `relay`'s
+    subjects, saying it comes from this root: its id, runledger.ledger.storage.positions.root_id)."""
+    from runledger.ledger.storage.positions import root_id
+
+    source = root_id(root)
+
     def subject_for(run_id: str, kind: str) -> str:
-        return relay_subject_for(run_id, kind, relay)
+        return relay_subject_for(run_id, kind, relay, source)
 
     from runledger.ledger.storage import paths, reads
     from runledger.ledger.storage.rows import ENVELOPE_SCHEMA

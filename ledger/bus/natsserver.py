@@ -141,7 +141,7 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
             about chains; no worker or agent kind, no consumer, and no purge (NATS cannot confine a
             purge to one run's subjects: the ledger's retention lets a deleted run's messages go)
     relay   `runledger push` from another root: any run's events of any kind, but only on relayed
-            subjects naming it (`{prefix}.<run>.<kind>.relay.relay`, events.relay_subject_for), never a
+            subjects naming it (`{prefix}.<run>.<kind>.relay.relay.<root>`, events.relay_subject_for), never a
             producer's own subject, so the ledger records who carried each chain; asking about chains
     """
     inbox = {"allow": [f"{inbox_prefix(user_name(role, run_id))}.>"]}
@@ -169,7 +169,7 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
     if role == "reader":
         return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
     if role == "relay":
-        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.*.{RELAY}.{user_name(role)}", stream_info,
+        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.*.{RELAY}.{user_name(role)}.*", stream_info,
                                       f"{LEDGER_API}.chains.*.*"]},
                 "subscribe": inbox}
     if role == "admin":

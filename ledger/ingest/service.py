@@ -132,7 +132,7 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
         return Quarantined(stream_seq, subject, reason, raw, entry)
 
     parts = subject.split(".")
-    if len(parts) == 5 and parts[3] == RELAY:  # relayed (`runledger push`): runledger.<run_id>.<kind>.relay.<relay>
+    if len(parts) == 6 and parts[3] == RELAY:  # relayed (`runledger push`): runledger.<run>.<kind>.relay.<relay>.<from>
         parts = parts[:3]
     if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
         return [], [reject(f"subject {subject!r} is not runledger.<run_id>.<kind>")]
@@ -299,7 +299,7 @@ class Ledger:
                 good, bad = [], [Quarantined(sseq, subject, f"the ledger failed on this message: {_error_line(err)}", data)]
             if sseq not in self.quarantined:
                 out.rejected.extend(bad)
-            if good and subject.count(".") == 4:  # relayed: who carried the chain is recorded at the commit
+            if good and subject.count(".") == 5:  # relayed: who carried the chain is recorded at the commit
                 relays.note(self._relayed, subject, good)
             for env, payload_text in good:
                 key = (env["run_id"], env["producer"], env["attempt"], env["seq"])

@@ -1,8 +1,9 @@
 """Who relayed each chain a root stores (`runledger push` from another root): `{root}/relays/run_id={run_id}.json`,
-per chain (`{producer}:{attempt}`), the relays that carried events of it, each with the stream it came by
-and when it was first seen. On a secure server the relay's name is its subject's last token, which only
-that `relay` user may publish to (runledger.ledger.bus.natsserver.permissions), so the record names who
-carried the events; the events' hashes, checked on the way in as any event's, prove them unchanged.
+per chain (`{producer}:{attempt}`), the relays that carried events of it, each with the root they came
+from (its id, as the relay says), the stream they came by and when first seen. On a secure server the
+relay's name is a token of its subject that only that `relay` user may publish to
+(runledger.ledger.bus.natsserver.permissions), so the record names who carried the events; the events'
+hashes, checked on the way in as any event's, prove them unchanged.
 Written at the ledger's commit, before the ack; `runledger push` never relays into a chain silently."""
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ RELAYS_DIR = "relays"
 
 
 def note(pending: dict, subject: str, good: list[tuple[dict, str]]) -> None:
-    """Note the chains of the events `good` that came on relayed `subject` (`...relay.{relay}`)."""
-    relay = subject.rsplit(".", 1)[-1]
+    """Note the chains of the events `good` that came on relayed `subject` (`...relay.{relay}.{source}`)."""
+    relay, source = subject.split(".")[-2:]
     for env, _ in good:
-        pending.setdefault((env["run_id"], env["producer"], env["attempt"]), set()).add(relay)
+        pending.setdefault((env["run_id"], env["producer"], env["attempt"]), set()).add((relay, source))
 
 
 def run_file(root: Path, run_id: str) -> Path:
@@ -27,7 +28,7 @@ def run_file(root: Path, run_id: str) -> Path:
 
 
 def read_run(root: Path, run_id: str) -> dict[str, list[dict]]:
-    """`{producer}:{attempt}` -> [{"relay", "stream", "first_seen"}] of one run."""
+    """`{producer}:{attempt}` -> [{"relay", "from", "stream", "first_seen"}] of one run."""
     try:
         return json.loads(run_file(root, run_id).read_text())
     except (OSError, ValueError):
@@ -44,9 +45,9 @@ def record(root: Path, pending: dict, stream: str | None) -> None:
         doc = read_run(root, run_id)
         changed = False
         for chain, names in chains.items():
-            known = {r["relay"] for r in doc.get(chain, [])}
-            for name in sorted(names - known):
-                doc.setdefault(chain, []).append({"relay": name, "stream": stream, "first_seen": now})
+            known = {(r["relay"], r["from"]) for r in doc.get(chain, [])}
+            for name, source in sorted(names - known):
+                doc.setdefault(chain, []).append({"relay": name, "from": source, "stream": stream, "first_seen": now})
                 changed = True
         if changed:
             path = run_file(root, run_id)

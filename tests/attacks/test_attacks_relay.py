@@ -34,6 +34,7 @@ def test_a_relay_carries_other_producers_chains_and_a_worker_cannot(secure, tmp_
     done = cli("push", str(src), "--to", url(creds, "relay"))
     assert done.returncode == 0 and "3 chains stored on the receiver, 0 refused" in done.stdout, done.stdout + done.stderr
     assert count(root) == (60, 60)
+    source = (src / "ledger.id").read_text().strip()  # (the laptop root's id: where the chains came from)
     for run in ("r1", "r2", "r3"):
-        assert [r["relay"] for r in relays.read_run(root, run)["worker-0:0"]] == ["relay"]
+        assert [(r["relay"], r["from"]) for r in relays.read_run(root, run)["worker-0:0"]] == [("relay", source)]
     assert verify(root)[0] == 0

@@ -24,22 +24,22 @@ def allowed(role: str, subject: str, run_id: str | None = None) -> bool:
 
 
 def test_only_the_relay_role_publishes_relayed_subjects_and_it_nothing_else():
-    relayed = relay_subject_for("run-a", "step", "relay")
+    relayed = relay_subject_for("run-a", "step", "relay", "ab12")
     assert allowed("relay", relayed)
     assert not allowed("relay", subject_for("run-a", "step"))  # never as a producer itself
-    assert not allowed("relay", relay_subject_for("run-a", "step", "someone-else"))
+    assert not allowed("relay", relay_subject_for("run-a", "step", "someone-else", "ab12"))
     for role, run in (("worker", "run-a"), ("agent", None), ("admin", None), ("notify", None)):
-        assert not allowed(role, relayed, run) and not allowed(role, relay_subject_for("run-a", "step", f"worker-{run}"), run)
+        assert not allowed(role, relayed, run) and not allowed(role, relay_subject_for("run-a", "step", f"worker-{run}", "ab12"), run)
 
 
 def test_the_ledger_stores_a_relayed_event_and_records_who_relayed_its_chain(root):
     msgs = batch_for(["run-a"], 5)
     ledger = service.Ledger(root)
-    relayed = [(relay_subject_for("run-a", "step", "relay"), data, sseq) for _, data, sseq in msgs]
+    relayed = [(relay_subject_for("run-a", "step", "relay", "ab12"), data, sseq) for _, data, sseq in msgs]
     ledger.write(ledger.decode(relayed))
     ledger.note_taken(5)
     ledger.commit()
     assert ledger.counters.stored == 5 and ledger.counters.quarantined == 0
-    assert [r["relay"] for r in relays.read_run(root, "run-a")["worker-0:0"]] == ["relay"]
-    odd = ledger.decode([(f"{subject_for('run-a', 'step')}.other.relay", msgs[0][1], 6)])
+    assert [(r["relay"], r["from"]) for r in relays.read_run(root, "run-a")["worker-0:0"]] == [("relay", "ab12")]
+    odd = ledger.decode([(f"{subject_for('run-a', 'step')}.other.relay.ab12", msgs[0][1], 6)])
     assert not odd.events and "is not runledger.<run_id>.<kind>" in odd.rejected[0].reason
