@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '6e8e550a9fe4265f7cd9ce10c113d246'
+DIGEST = '6297d33f89ab1d814c21587fa86728aa'
 LAYOUT = r"""
 {
  "kinds": {

@@ -15,7 +15,7 @@ from support.processes import cli, verify, wait_serving
 from support.reading import reader
 
 
-def stored(root) -> tuple[int, int, int]:
+def stored_rows(root) -> tuple[int, int, int]:
     return reader(root).execute("select count(*), count(distinct event_id), count(distinct hash) from steps").fetchone()
 
 
@@ -49,17 +49,17 @@ def test_a_root_with_three_runs_one_spooled_goes_to_a_fresh_ledger_once(ledger_p
     assert "3 chains stored on the receiver, 0 refused" in r.stdout
     sent = int(r.stdout.split("pushed ")[1].split()[0])
     assert sent == 120 - 40 - 20  # the first chain and half the second were stored before the cut: not sent again
-    assert stored(root) == (120, 120, 120)
+    assert stored_rows(root) == (120, 120, 120)
     assert hashes(root) >= hashes(src) and len(hashes(root) - hashes(src)) == 40  # (run-c's from the spool)
     assert verify(root)[0] == 0 and verify(src)[0] == 0
     assert relays.read_run(root, "run-c")["worker-0:0"][0]["relay"] == "relay"  # (who carried it: an open server's default name)
 
     again = cli("push", str(src), "--to", nats_server.url)  # once more: nothing sent, nothing stored twice
     assert again.returncode == 0 and "pushed 0 events" in again.stdout, again.stdout + again.stderr
-    assert stored(root) == (120, 120, 120)
+    assert stored_rows(root) == (120, 120, 120)
 
     other = offline_root(tmp_path / "other", ["run-a"], None, n=10)  # the same run and producer, other events
     refused = cli("push", str(other), "--to", nats_server.url)
     assert refused.returncode == 1
     assert "refused chain run-a:worker-0:0" in refused.stderr, refused.stdout + refused.stderr
-    assert stored(root) == (120, 120, 120)
+    assert stored_rows(root) == (120, 120, 120)

@@ -14,7 +14,7 @@ from runledger.ledger.storage.reads import read_events
 from support.reading import wait_for_count
 
 
-def log_run(name: str, steps: int) -> str:
+def log_metrics(name: str, steps: int) -> str:
     run = runledger.init(project="adopt", name=name, system_metrics=False)
     for step in range(steps):
         runledger.log({"loss": 1.0 / (step + 1)})
@@ -24,12 +24,12 @@ def log_run(name: str, steps: int) -> str:
 
 
 def test_a_lost_server_folder_is_adopted_with_one_line(local_root):
-    first = log_run("before", 50)
+    first = log_metrics("before", 50)
     assert local.down(local_root)
     was = streampos.adopted(local_root)
     shutil.rmtree(settings.nats_dir(local_root))  # the server's folder lost: the stream is made anew
 
-    second = log_run("after", 50)
+    second = log_metrics("after", 50)
     said = [line for line in (local_root / "local" / "supervisor.log").read_text().splitlines() if "adopted stream" in line]
     assert len(said) == 1 and "the local server's folder was lost" in said[0], said
     assert was is None and streampos.adopted(local_root) is not None

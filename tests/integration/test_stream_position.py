@@ -18,7 +18,7 @@ from support.processes import cli, verify
 from support.reading import reader
 
 
-async def publish(url: str, msgs) -> None:
+async def publish_into_stream(url: str, msgs) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
     from runledger.ledger.bus.jetstream import ensure_stream
@@ -50,7 +50,7 @@ def counts(root) -> tuple[int, int]:
 def test_a_restart_skips_what_the_commit_holds_and_a_new_stream_is_refused_then_adopted(nats_server, root, monkeypatch):
     url = nats_server.url
     msgs = batch_for(["run-a", "run-b"], 50)
-    asyncio.run(publish(url, msgs))
+    asyncio.run(publish_into_stream(url, msgs))
 
     # stored and committed, never acked (the ledger died after its commit): all redelivered at the restart
     async def no_ack(self, *args, **kwargs):
@@ -80,7 +80,7 @@ def test_a_restart_skips_what_the_commit_holds_and_a_new_stream_is_refused_then_
 
     asyncio.run(recreate())
     more = batch_for(["run-a", "run-b", "run-c"], 50)
-    asyncio.run(publish(url, [*msgs, *more[100:120]]))
+    asyncio.run(publish_into_stream(url, [*msgs, *more[100:120]]))
     store.forget_tables(root)
     with pytest.raises(service.StreamLost) as refused:
         asyncio.run(service.serve(root, url, asyncio.Event()))
