@@ -305,6 +305,9 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if ours:  # its own server's folder lost: the new stream adopted, said in one line (never unable to start)
+        from runledger.ledger.ingest.adoption import adopt_if_lost
+        await adopt_if_lost(root, url)
     ledger = asyncio.create_task(service.serve(root, url, stop))
     tmp = d / f".state.{os.getpid()}"
     tmp.write_text(json.dumps({"pid": os.getpid(), "url": url}))

@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '42e38a13bbbdaf8d20da2e6b17ab4dad'
+DIGEST = 'd6af2d1de77e66530698dbf71d33860e'
 LAYOUT = r"""
 {
  "kinds": {

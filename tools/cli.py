@@ -136,7 +136,11 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
     if args.catalog_file:
         args.catalog = settings.read_creds(args.catalog_file)
     try:
-        if args.partitions > 1:
+        if args.action == "adopt-stream":
+            from runledger.ledger.ingest.adoption import adopt_command
+
+            print(asyncio.run(adopt_command(args.root, resolve_nats(args))))
+        elif args.partitions > 1:
             from runledger.ledger.ingest import partitions
 
             asyncio.run(partitions.serve(args.root, resolve_nats(args), args.partitions, batch=args.batch,
@@ -151,6 +155,25 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
     except (locks.Busy, bus.ConsumerTaken, NotALedger, service.StreamLost) as err:
         raise UsageError(str(err)) from None
     return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from runledger.ledger.push import push, shown
+
+    if not args.source.is_dir():
+        raise UsageError(f"{args.source} is not a folder")
+    try:
+        done = asyncio.run(push(args.source, resolve_nats(args)))
+    except RuntimeError as err:
+        raise UsageError(str(err)) from None
+    for line in done.unreadable:
+        log.warning("%s", line)
+    for chain, why in sorted(done.refused.items()):
+        print(f"refused chain {shown(chain)}: {why}", file=sys.stderr)
+    print(f"pushed {done.sent} events; {done.chains} chains stored on the receiver, {len(done.refused)} refused")
+    return 1 if done.refused else 0
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -493,7 +516,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_nats)
 
     s = sub.add_parser("ledger", help="the ledger service")
-    s.add_argument("action", choices=["serve"])
+    s.add_argument("action", choices=["serve", "adopt-stream"],
+                   help="serve the root; adopt-stream: take the server's stream in place of the one the root's "
+                        "tables were fed by (a stream made anew), once the root's spools are replayed into it")
     add_root(s)
     add_nats(s)
     s.add_argument("--batch", type=checks.int_in(1, MAX_BATCH, "messages"), default=2000, help="messages fetched per batch")
@@ -508,6 +533,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     catalog.add_argument("--catalog-file", type=checks.file_in, default=None,
                          help="a file (mode 0600) holding the catalog's URI, for a URI with a password")
     s.set_defaults(func=cmd_ledger_serve)
+
+    s = sub.add_parser("push", help="move a root's chains (stored and spooled) onto another ledger, verbatim")
+    s.add_argument("source", type=Path, metavar="ROOT", help="the root whose chains go")
+    s.add_argument("--to", dest="nats", type=checks.nats_url, required=True, metavar="NATS_URL",
+                   help="the receiving server (its ledger must be serving)")
+    s.add_argument("--creds", type=checks.file_in, default=None,
+                   help=f"credentials file for the receiving server (env {settings.CREDS_ENV})")
+    s.set_defaults(func=cmd_push)
 
     s = sub.add_parser("publish", help="validate JSON Lines envelopes from stdin and publish them")
     add_root(s)

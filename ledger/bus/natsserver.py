@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX, kinds_of
+from runledger.ledger.contract.events import RELAY, STREAM, SUBJECT_PREFIX, kinds_of
 from runledger.ledger.settings import child_env, creds_dir, creds_file, nats_dir, read_creds
 from runledger.ledger.contract.validation import check_name
 
@@ -140,6 +140,9 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
     admin   a person deleting runs (`runledger delete`): a tombstone for any run and asking the ledger
             about chains; no worker or agent kind, no consumer, and no purge (NATS cannot confine a
             purge to one run's subjects: the ledger's retention lets a deleted run's messages go)
+    relay   `runledger push` from another root: any run's events of any kind, but only on relayed
+            subjects naming it (`{prefix}.<run>.<kind>.relay.relay.<root>`, events.relay_subject_for), never a
+            producer's own subject, so the ledger records who carried each chain; asking about chains
     """
     inbox = {"allow": [f"{inbox_prefix(user_name(role, run_id))}.>"]}
     stream_info = f"$JS.API.STREAM.INFO.{STREAM}"
@@ -165,11 +168,15 @@ def permissions(role: str, run_id: str | None = None, runs: tuple[str, ...] = ()
                 "subscribe": inbox}
     if role == "reader":
         return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
+    if role == "relay":
+        return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.*.{RELAY}.{user_name(role)}.*", stream_info,
+                                      f"{LEDGER_API}.chains.*.*"]},
+                "subscribe": inbox}
     if role == "admin":
         return {"publish": {"allow": [f"{SUBJECT_PREFIX}.*.{k}" for k in ADMIN_KINDS]
                             + [stream_info, f"{LEDGER_API}.chains.*.*"]},
                 "subscribe": inbox}
-    raise ValueError(f"unknown role {role!r} (worker, agent, ledger, notify, reader, admin)")
+    raise ValueError(f"unknown role {role!r} (worker, agent, ledger, notify, reader, admin, relay)")
 
 
 @dataclass
@@ -362,7 +369,7 @@ def up(root: str | Path, port: int = 0, sync_interval: str | None = None, secure
     users = None
     if secure:
         users = Users.load(d / "users.json")
-        for role in ("ledger", "agent", "notify", "reader", "admin"):
+        for role in ("ledger", "agent", "notify", "reader", "admin", "relay"):
             users.add(role)
         for run in runs:
             users.add("worker", run)

@@ -40,6 +40,17 @@ def subject_for(run_id: str, kind: str) -> str:
     return f"{SUBJECT_PREFIX}.{run_id}.{kind}"
 
 
+RELAY = "relay"  # a relayed event's subject ends `.relay.{relay user}.{source}` (`runledger push`: relay_subject_for)
+
+
+def relay_subject_for(run_id: str, kind: str, relay: str, source: str) -> str:
+    """The subject of an event `relay` carries for its producer from root `source` (its id: `runledger
+    push`): the run's subject with `.relay.{relay}.{source}` after it, so that on a secure server the
+    subject names who relayed it (the `relay` role may publish only `*.*.relay.{its name}.*`; no worker
+    may), the relay says where from, and the run stays the subject's second token."""
+    return f"{subject_for(run_id, kind)}.{RELAY}.{relay}.{source}"
+
+
 # --------------------------------------------------------------------------------------------
 # Payloads: one frozen model per kind, and the models nested in them
 # --------------------------------------------------------------------------------------------

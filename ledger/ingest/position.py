@@ -14,7 +14,7 @@ from typing import Protocol
 
 from runledger.ledger.bus.consumers import stream_seq
 from runledger.ledger.contract.events import STREAM, SUBJECT_PREFIX
-from runledger.ledger.storage.positions import taken_upto, write_position
+from runledger.ledger.storage.positions import read_position, write_position
 from runledger.ledger.storage.recovery import recover
 
 DURABLE = "ledger"  # the single ledger's durable consumer
@@ -53,8 +53,8 @@ class LedgerPosition:
     def __init__(self, durable: str = DURABLE) -> None:
         self.durable = durable
 
-    def load(self, root: Path) -> int:
-        return taken_upto(Path(root))
+    def load(self, root: Path) -> int:  # (the tables' commit holds the durable position: Ledger reads both)
+        return read_position(Path(root))
 
     def save(self, root: Path, stream_seq: int) -> None:
         write_position(Path(root), stream_seq)

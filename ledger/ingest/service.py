@@ -47,15 +47,16 @@ from pathlib import Path
 from nats.js.errors import NotFoundError
 
 from runledger.ledger.bus import jetstream as bus
-from runledger.ledger.storage import heads, index, locks, reads, store
+from runledger.ledger.storage import heads, index, locks, reads, relays, store, streampos
 from runledger.ledger.storage import removal
 from runledger.ledger.storage.compaction import compact_partition
-from runledger.ledger.storage.positions import root_id
+from runledger.ledger.storage.positions import root_id, taken_upto
 from runledger.ledger.storage.rows import Rows, StoredEvent, events_table, group_events
 from runledger.ledger.storage.paths import HALTED_FILE, QUARANTINE
 from runledger.ledger.ingest.batch import check_batch
 from runledger.ledger.contract.canonical import envelope_text, orjson
-from runledger.ledger.contract.events import MAX_EVENT_BYTES, STREAM, SUBJECT_PREFIX, InvalidEvent, subject_for
+from runledger.ledger.contract.events import (MAX_EVENT_BYTES, RELAY, STREAM, SUBJECT_PREFIX, InvalidEvent,
+                                              subject_for)
 from runledger.ledger.bus import consumers, retention
 from runledger.ledger.bus.consumers import consumer_seq, pending_after, serve_chain_status
 from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
@@ -82,6 +83,7 @@ class Counters:
     messages: int = 0
     stored: int = 0
     duplicates: int = 0
+    skipped: int = 0  # redelivered at or below the position the tables' commit records: no lookup needed
     quarantined: int = 0
     write_retries: int = 0
     compactions: int = 0
@@ -130,6 +132,8 @@ def decode_message(subject: str, data: bytes, stream_seq: int) -> tuple[list[tup
         return Quarantined(stream_seq, subject, reason, raw, entry)
 
     parts = subject.split(".")
+    if len(parts) == 6 and parts[3] == RELAY:  # relayed (`runledger push`): runledger.<run>.<kind>.relay.<relay>.<from>
+        parts = parts[:3]
     if len(parts) != 3 or parts[0] != SUBJECT_PREFIX:
         return [], [reject(f"subject {subject!r} is not runledger.<run_id>.<kind>")]
     _, run_id, subject_kind = parts
@@ -221,15 +225,24 @@ class Ledger:
         recovered = self.position.recover(self.root)
         if any(recovered.values()):
             log.info("recovered root %s: %s", self.root, recovered)
-        self.index = index.SeqIndex.load(self.root)
+        self.tables = store.tables_of(self.root)
         self.quarantined = reads.stored_quarantine_seqs(self.root)
         self.conflicts = reads.stored_conflicts(self.root)  # (run_id, producer, attempt) -> seqs that clashed
-        # the last stream seq this root (or partition) has taken
-        self.taken_upto = self.position.load(self.root)
+        # the last stream seq this root (or partition) has taken: read from the tables' commit (O(1), see
+        # runledger.ledger.storage.streampos), or for tables that record none yet, from what they hold
+        self.writer = streampos.writer_key(self.position)
+        at = streampos.read(self.tables)
+        self.expected_stream, fits = streampos.expected(self.root, at)
+        self.stream_id: str | None = None  # the stream's identity, once bound (`bind_stream`)
+        stored = at.seq(self.writer) if fits else 0
+        if at.stream is None and not self.position.partitioned and streampos.adopted(self.root) is None:
+            stored = taken_upto(self.root)
+        self.taken_upto = max(self.position.load(self.root), stored)
         self.heads = self._load_heads()
+        # which events are stored, per run, loaded when a message of the run comes above the position
+        self.index = index.LazyIndex(self.root, self._check_heads)
         self.counters = Counters()
         self._unmerged: dict[Path, int] = {}  # partition -> files written to it since it was compacted
-        self.tables = store.tables_of(self.root)
         self._pending: dict[str, list[Path]] = {}  # table -> files written and not yet committed
         self._heads_moved: set[str] = set()  # runs whose chain heads moved since the last commit
         self._taken = self.taken_upto  # the last stream seq written, recorded at the next commit
@@ -238,9 +251,11 @@ class Ledger:
         self.last_commit: tuple[str, int] | None = None  # (when, ledger snapshot number) of the last commit
         self.backlog: int | None = None  # messages still pending on the consumer as of the last fetch
         self._tombstones: list[dict] = []  # tombstones written since the last commit: their runs' rows go after it
+        self._relayed: dict = {}  # chains relayed since the last commit (runledger.ledger.storage.relays)
         if not self.position.partitioned:  # (a partition's writer removes only what it stores: see commit)
             self._remove_deleted(removal.stored_tombstones(self.root))
-        log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
+        log.info("ledger root %s: stream seq %d taken (%s), %d quarantined messages", self.root, self.taken_upto,
+                 self.expected_stream or "no stream recorded yet", len(self.quarantined))
 
     def _load_heads(self) -> dict[str, dict[heads.Chain, heads.Head]]:
         """The recorded chain heads (see runledger.ledger.storage.heads), each checked against what is stored: a head the
@@ -255,13 +270,15 @@ class Ledger:
                 log.error("%s; recording that run's heads anew from what is stored", line)
             for run_id in stored.keys() - recorded.keys():
                 recorded[run_id] = stored[run_id]
-        for run_id, chains in recorded.items():
-            for (producer, attempt), (seq, _) in chains.items():
-                if (run_id, producer, attempt, seq) not in self.index:
-                    log.error("chain %s:%s:%d: the ledger stored it up to seq %d, but the root no longer holds that "
-                              "event (cut short while the ledger was down?); `runledger verify` names it",
-                              run_id, producer, attempt, seq)
         return recorded
+
+    def _check_heads(self, run_id: str, idx: index.SeqIndex) -> None:
+        """A run's recorded heads checked against what is stored, when its stored events are first loaded."""
+        for (producer, attempt), (seq, _) in self.heads.get(run_id, {}).items():
+            if (run_id, producer, attempt, seq) not in idx:
+                log.error("chain %s:%s:%d: the ledger stored it up to seq %d, but the root no longer holds that "
+                          "event (cut short while the ledger was down?); `runledger verify` names it",
+                          run_id, producer, attempt, seq)
 
     def decode(self, messages: list[tuple[str, bytes, int]]) -> Decoded:
         """Validate and deduplicate a batch of (subject, data, stream_seq)."""
@@ -269,6 +286,9 @@ class Ledger:
         batch_hashes: dict[str, str] = {}
         maybe_dup: list[tuple[dict, str, int, str]] = []
         for subject, data, sseq in messages:
+            if sseq <= self.taken_upto:  # stored (or quarantined) and committed: redelivered after a restart
+                self.counters.skipped += 1
+                continue
             plain = plain_batch(subject, data)
             if plain is not None and self._take_plain(out, batch_hashes, *plain, sseq):
                 continue
@@ -279,6 +299,8 @@ class Ledger:
                 good, bad = [], [Quarantined(sseq, subject, f"the ledger failed on this message: {_error_line(err)}", data)]
             if sseq not in self.quarantined:
                 out.rejected.extend(bad)
+            if good and subject.count(".") == 5:  # relayed: who carried the chain is recorded at the commit
+                relays.note(self._relayed, subject, good)
             for env, payload_text in good:
                 key = (env["run_id"], env["producer"], env["attempt"], env["seq"])
                 eid = env["event_id"]
@@ -327,6 +349,7 @@ class Ledger:
         """What a producer asks: per attempt of (run_id, producer), the seqs stored gaplessly from 0
         (`stored_upto`) and the seqs where a conflicting event came."""
         chains = {}
+        self.index.load_run(run_id)
         for (run, prod, attempt), (upto, _) in self.index.chains.items():
             if run == run_id and prod == producer:
                 chains[str(attempt)] = {"stored_upto": upto, "conflicts": []}
@@ -403,14 +426,16 @@ class Ledger:
             if self._uncertain:
                 self._pending = self._not_committed(self._pending)
             self._uncertain = True
+            at = streampos.commit_props(self.writer, self._taken, self.stream_id) if self._taken else None
             if not self.position.partitioned:
-                self.tables.commit(self._pending)
+                self.tables.commit(self._pending, at)
             else:  # several writers conflict: a table whose commit went through is not taken again
                 number = None
-                for name in list(self._pending):
+                names = list(self._pending)
+                for name in names:
                     if number is not None:
                         self.tables.commit_no = number - 1  # (one number for the tables of one commit)
-                    number = self.tables.commit({name: self._pending[name]})
+                    number = self.tables.commit({name: self._pending[name]}, at if name == names[-1] else None)
                     del self._pending[name]
             self._uncertain = False
             self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
@@ -418,6 +443,9 @@ class Ledger:
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
             self._heads_moved = set()
+        if self._relayed:
+            relays.record(self.root, self._relayed, self.stream_id)
+            self._relayed = {}
         if self._taken > self.taken_upto:
             self.position.save(self.root, self._taken)
             self.taken_upto = self._taken
@@ -711,6 +739,16 @@ class Watch:
         return f"consumer {self.durable!r} {why}" if why else None
 
 
+async def bind_stream(js, ledger: Ledger) -> None:
+    """Tie `ledger` to the stream it takes messages from: the one its tables were fed by (or adopted
+    since: runledger.ledger.storage.streampos), else StreamLost with one line naming the command that
+    adopts it (recorded in HALTED)."""
+    found = await streampos.stream_identity(js, STREAM)
+    if ledger.expected_stream is not None and found != ledger.expected_stream:
+        raise halt(ledger.root, streampos.refusal(ledger.root, found, ledger.expected_stream))
+    ledger.stream_id = found
+
+
 async def make_consumer_from_position(js, durable: str, ledger: Ledger, replace: bool = False) -> None:
     """The root's durable consumer made from what the root stored: delivering from the stream seq after
     its position (everything, for a root that took nothing). With `replace`, one there is deleted first."""
@@ -739,6 +777,7 @@ async def subscribe_until_ready(nats_url: str, stop: asyncio.Event, ledger: Ledg
     async def bind(nc):
         js = nc.jetstream()
         await bus.ensure_stream(js)
+        await bind_stream(js, ledger)
         lost = await stream_problem(js, ledger.root, ledger.taken_upto)
         if lost:
             raise halt(ledger.root, lost)

@@ -60,9 +60,10 @@ class SeqIndex:
         return sum(c[0] + len(c[1]) for c in self.chains.values())
 
     @classmethod
-    def load(cls, root: Path) -> "SeqIndex":
-        idx = cls()
-        t = read_events(root, columns=["run_id", "producer", "attempt", "seq"])
+    def load(cls, root: Path, run_id: str | None = None) -> "SeqIndex":
+        """What `root` stores (of run `run_id` only, if given)."""
+        idx = SeqIndex()
+        t = read_events(root, run_id=run_id, columns=["run_id", "producer", "attempt", "seq"])
         if t.num_rows == 0:
             return idx
         # count_distinct, not count: a chain with a gap and a duplicate ([0, 1, 3, 3]) must not pass as gapless
@@ -81,3 +82,40 @@ class SeqIndex:
                 if key in irregular:
                     idx.add((*key, r["seq"]))
         return idx
+
+
+class LazyIndex(SeqIndex):
+    """A SeqIndex loaded a run at a time, when a message of the run first needs it: a restarted ledger
+    reads its place from the tables' commit (runledger.ledger.storage.streampos) and skips what lies at
+    or below it, so only the runs of messages above it are ever looked up, and a restart costs nothing
+    per stored event. `on_load(run_id, index)` is called once per run loaded (the heads' check)."""
+
+    def __init__(self, root: Path, on_load=None) -> None:
+        super().__init__()
+        self.root, self.on_load = Path(root), on_load
+        self.loaded: set[str] = set()
+
+    def load_run(self, run_id: str) -> None:
+        if run_id in self.loaded:
+            return
+        self.loaded.add(run_id)
+        stored = SeqIndex.load(self.root, run_id)
+        for chain, (upto, above) in stored.chains.items():
+            self.add_range(chain, 0, upto)
+            for seq in above:
+                self.add((*chain, seq))
+        if self.on_load is not None:
+            self.on_load(run_id, self)
+
+    def __contains__(self, key) -> bool:
+        self.load_run(key[0])
+        return super().__contains__(key)
+
+    def any_stored(self, chain, first: int, count: int) -> bool:
+        self.load_run(chain[0])
+        return super().any_stored(chain, first, count)
+
+    def add_all(self, keys) -> None:
+        for run_id in {k[0] for k in keys}:
+            self.load_run(run_id)
+        super().add_all(keys)

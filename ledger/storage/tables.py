@@ -220,24 +220,27 @@ class Tables:
                 last = max(last, int(snap.summary.additional_properties.get(COMMIT_KEY, 0)))
         return last
 
-    def commit(self, files: dict[str, list[Path]]) -> int:
+    def commit(self, files: dict[str, list[Path]], position: dict[str, str] | None = None) -> int:
         """Commit written files (table -> files), each table's in one snapshot; returns the commit number.
         Tables are committed one after the other: a crash between two leaves the later ones' files as
-        orphans, and the ledger, which acks only after the whole commit, stores those events again."""
+        orphans, and the ledger, which acks only after the whole commit, stores those events again.
+        `position` (runledger.ledger.storage.streampos.commit_props: how far on the stream the commit
+        goes) goes into the last table's snapshot only, so that it is recorded once all are in."""
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         self.commit_no += 1
-        for name, listed in files.items():
-            if not listed:
-                continue
+        names = [name for name, listed in files.items() if listed]
+        for name in names:
+            listed, props = files[name], position if name == names[-1] else None
             t = self.table(name)
-            self._retrying(t, lambda tx: self._append(tx, t, listed, parquet_file_to_data_file))
+            self._retrying(t, lambda tx: self._append(tx, t, listed, parquet_file_to_data_file, props))
             if len(t.metadata.snapshots) >= 2 * KEEP_SNAPSHOTS:  # (so a commit's cost stays flat)
                 self._expire(t, KEEP_SNAPSHOTS)
         return self.commit_no
 
-    def _append(self, tx, t, paths, to_data_file) -> None:
-        with tx.update_snapshot(snapshot_properties={COMMIT_KEY: str(self.commit_no)}).merge_append() as append:
+    def _append(self, tx, t, paths, to_data_file, position: dict[str, str] | None = None) -> None:
+        props = {**_positions(tx, position), COMMIT_KEY: str(self.commit_no)}
+        with tx.update_snapshot(snapshot_properties=props).merge_append() as append:
             for p in paths:
                 append.append_data_file(to_data_file(t.io, tx.table_metadata, str(p)))
 
@@ -271,6 +274,7 @@ class Tables:
 
         def swap(tx) -> None:
             current = tx.table_metadata.current_snapshot()
+            props.update(_positions(tx))
             found = [e.data_file for m in current.manifests(t.io) for e in m.fetch_manifest_entry(t.io, discard_deleted=True)
                      if e.data_file.file_path in gone]
             if len(found) != len(gone):
@@ -385,6 +389,14 @@ def drop_tables(root: Path) -> None:
     (root / CATALOG_FILE).unlink(missing_ok=True)
     for metadata in [*root.glob("events/kind=*/metadata"), root / QUARANTINE / "metadata"]:
         shutil.rmtree(metadata, ignore_errors=True)
+
+
+def _positions(tx, position: dict[str, str] | None = None) -> dict[str, str]:
+    """The stream positions the current snapshot of `tx` carries, updated by `position` (see streampos)."""
+    from runledger.ledger.storage.streampos import carried
+
+    current = tx.table_metadata.current_snapshot()
+    return carried(current.summary.additional_properties if current is not None else None, position)
 
 
 def _with_id(f: pa.Field, ice) -> pa.Field:

@@ -223,7 +223,7 @@ def test_the_servers_secrets_are_private_from_the_moment_they_exist(secure_root)
         assert int(mode, 8) & 0o077 == 0, f"{path} was {mode} at {event}"
     nats_dir = root / "nats"
     secrets = [nats_dir / "users.json", nats_dir / "nats-server.conf", *(nats_dir / "creds").glob("*.creds")]
-    assert len(secrets) == 2 + 6  # users.json, the config, and ledger, agent, notify, reader, admin, worker-r1
+    assert len(secrets) == 2 + 7  # users.json, the config, and ledger, agent, notify, reader, admin, relay, worker-r1
     for f in secrets:
         assert f.stat().st_mode & 0o777 == 0o600, f
     assert (nats_dir / "creds").stat().st_mode & 0o077 == 0

@@ -108,6 +108,7 @@ def test_two_ledgers_on_one_root_without_the_lock_store_twice_and_verify_repair_
     emit_payload_steps(nats_server.url, tmp_path / "spool", "twice", 1_000)
     # The second instance is up (its index of what is stored loaded) while the first writes and dies.
     survivor = service.Ledger(root)
+    survivor.index.load_run("twice")  # (its stored set of the run is loaded per run, when first needed: now)
     written = asyncio.run(_write_without_ack(root, nats_server.url))
     assert written == 1_000
 

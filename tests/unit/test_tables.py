@@ -52,7 +52,8 @@ def test_files_no_commit_took_are_read_by_no_one_and_removed_at_recovery(root):
     write_batches(root, 2)
     ledger = service.Ledger(root)
 
-    ledger.write(ledger.decode(batch_for(["run-x"], 5)))  # written, never committed: the ledger died here
+    later = [(subject, data, sseq + 100) for subject, data, sseq in batch_for(["run-x"], 5)]  # (past the stored seqs)
+    ledger.write(ledger.decode(later))  # written, never committed: the ledger died here
     orphan = paths.event_files(root, "step", "run-x") or list(partition_dir(root, "step", "run-x").glob("*.parquet"))
     assert len(orphan) == 1 and orphan[0].exists()
     assert steps_all_counts(queries.connect(root)) == (14, 14)

@@ -34,6 +34,7 @@ async def write_partition(root: Path, nats_url: str, part: Part, leases: Leases,
     async def subscribe(url, stop, ledger):
         async def bind(nc):
             js = nc.jetstream()
+            await service.bind_stream(js, ledger)  # (the stream its tables were fed by, or refused)
             await ensure_part_consumer(js, part)
             await consumers.serve_chain_status(nc, lambda: chains_floor(ledger, part, js), ledger.chain_status,
                                                mine=part.has)
