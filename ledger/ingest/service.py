@@ -62,6 +62,7 @@ from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
 from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
 from runledger.ledger.storage.reads import CONFLICT
 from runledger.ledger.storage.store import Quarantined
+from runledger.ledger.tlog import log as tlog
 from runledger.ledger.contract.validation import check_envelope, payloads_valid
 
 log = logging.getLogger(__name__)
@@ -240,6 +241,8 @@ class Ledger:
         self._tombstones: list[dict] = []  # tombstones written since the last commit: their runs' rows go after it
         if not self.position.partitioned:  # (a partition's writer removes only what it stores: see commit)
             self._remove_deleted(removal.stored_tombstones(self.root))
+        self.tlog = tlog.for_ledger(self.root, self.position)  # the transparency log, caught up with the tables
+        self._unlogged: list[dict] = []  # events written whose leaves go in after their commit
         log.info("ledger root %s: %d events stored, %d quarantined messages", self.root, len(self.index), len(self.quarantined))
 
     def _load_heads(self) -> dict[str, dict[heads.Chain, heads.Head]]:
@@ -371,6 +374,7 @@ class Ledger:
             if kind == removal.TOMBSTONE:
                 self._tombstones += rows.envs
             self._heads_moved |= heads.advance(self.heads, rows.envs)
+            self._unlogged += rows.envs
         if decoded.rejected and not decoded.quarantine_written:
             path = store.write_quarantine(self.root, decoded.rejected, now, self.tables)
             self._pending.setdefault(QUARANTINE, []).append(path)
@@ -415,6 +419,10 @@ class Ledger:
             self._uncertain = False
             self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
             self._pending = {}
+        if self.tlog is not None and self._unlogged:  # the tables hold them: their leaves, then maybe a signature
+            self.tlog.append(self._unlogged)
+            self.tlog.maybe_sign(self._unlogged)
+            self._unlogged = []
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
             self._heads_moved = set()
@@ -516,6 +524,8 @@ class Ledger:
             return
         for part in list(self._unmerged):
             self._compact(part)
+        if self.tlog is not None:  # a quiet moment: the last commits' checkpoint, if not signed yet
+            self.tlog.sign()
         if time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
             self._expired_at = time.monotonic()
             try:

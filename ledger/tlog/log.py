@@ -293,3 +293,24 @@ def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str
     lg = Log(root, part, load_or_make_key())
     lg.open(stored)
     return lg
+
+
+def stored_events(root: Path, has=None) -> list[tuple[tuple[str, str, int, int], str]]:
+    """Every event the tables hold (of the runs `has` takes), as ((run_id, producer, attempt, seq), hash),
+    in the order the stream delivered them."""
+    from runledger.ledger.storage.reads import read_events  # (pyarrow: only where the tables are read)
+
+    t = read_events(root, columns=["run_id", "producer", "attempt", "seq", "hash", "stream_seq"])
+    t = t.sort_by([("stream_seq", "ascending"), ("run_id", "ascending"), ("producer", "ascending"),
+                   ("attempt", "ascending"), ("seq", "ascending")])
+    cols = [t.column(n).to_pylist() for n in ("run_id", "producer", "attempt", "seq", "hash")]
+    return [((r, p, a, s), h) for r, p, a, s, h in zip(*cols) if has is None or has(r)]
+
+
+def for_ledger(root: Path, position) -> Log | None:
+    """The log of a ledger's `position` (the root's, or a partition's: `tlog/p{N}/`), opened and caught
+    up with the tables; None when the log is off."""
+    if not enabled():
+        return None
+    part = position.key if getattr(position, "partitioned", False) else None
+    return open_for(Path(root), part, stored_events(Path(root), getattr(position, "has", None) if part else None))

@@ -39,7 +39,7 @@ class Verifier:
 
     @classmethod
     def parse(cls, vkey: str) -> "Verifier":
-        parts = vkey.strip().split("+")
+        parts = vkey.strip().split("+", 2)
         if len(parts) != 3 or not _NAME.match(parts[0]) or not re.fullmatch(r"[0-9a-f]{8}", parts[1]):
             raise NoteError(f"not a verifier key (name+hex id+base64 key): {vkey.strip()[:80]!r}")
         try:
@@ -79,7 +79,7 @@ class Signer:
 
     @classmethod
     def parse(cls, text: str) -> "Signer":
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 4)
         if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"] or not _NAME.match(parts[2]):
             raise NoteError("not a signer key (PRIVATE+KEY+name+hex id+base64 key)")
         material = base64.b64decode(parts[4])
