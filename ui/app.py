@@ -42,6 +42,7 @@ from runledger.ui.compare import compared_metrics, config_diff, default_metrics,
 from runledger.ui.data import Reader
 from runledger.ui.live import Feed
 from runledger.ui.streams import Full, Streams
+from runledger.ui.tlog import tlog_route
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -455,6 +456,7 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         Route("/api/decide", api_decide, methods=["POST"]),
         Route("/api/ack", api_ack, methods=["POST"]),
         Route("/api/live", api_live),
+        Route("/tlog/{path:path}", tlog_route(root), methods=["GET", "HEAD"]),  # public: runledger.ui.tlog
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     async def bad_input(request: Request, err: Exception) -> Response:  # a run id that is not a name, say
