@@ -31,7 +31,7 @@ from typing import Iterable
 
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.storage import locks
-from runledger.ledger.storage.files import _make_dirs, fsync_dir
+from runledger.ledger.storage.files import fsync_dir
 from runledger.ledger.tlog import checkpoint, merkle, note, tiles
 
 log = logging.getLogger(__name__)
@@ -90,15 +90,37 @@ def log_dir(root: Path, part: str | None = None) -> Path:
     return Path(root) / PUBLIC_DIR / (part or "")
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    _make_dirs(path.parent)
+def _write_file(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `path` whole (a temp file renamed over it); `durable`: fsynced with its folder before return
+    (else the caller syncs it later: `_sync`)."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsync_dir(path.parent.parent)
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def _sync(paths: set[Path]) -> None:
+    """fsync files written without it, then their folders."""
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:  # (a superseded partial, deleted since)
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for d in {p.parent for p in paths}:
+        if d.is_dir():
+            fsync_dir(d)
 
 
 class Log:
@@ -108,7 +130,9 @@ class Log:
     def __init__(self, root: str | Path, part: str | None = None, signer: note.Signer | None = None) -> None:
         self.root, self.part = Path(root), part
         self.dir = log_dir(self.root, part)
-        self.state_path = self.root / STATE_DIR / f"{part or 'log'}.json"
+        self.state_path = self.root / STATE_DIR / f"{part or 'log'}.json"  # origin, last signed: fsynced
+        self.size_path = self.root / STATE_DIR / f"{part or 'log'}.size"  # the size: synced when signing
+        self._dirty: set[Path] = set()  # written since the last signature, not yet fsynced
         self.lock_path = self.root / STATE_DIR / f"{part or 'log'}.lock"
         self.signer = signer
         self.origin = self._origin()
@@ -126,13 +150,22 @@ class Log:
 
     def _state(self) -> dict:
         try:
-            return json.loads(self.state_path.read_text())
+            state = json.loads(self.state_path.read_text())
         except FileNotFoundError:
-            return {}
+            state = {}
+        try:
+            state["size"] = int(self.size_path.read_text())
+        except (FileNotFoundError, ValueError):  # (lost with a power cut: the bundles and tables say again)
+            state["size"] = state.get("signed", {}).get("size", 0)
+        return state
 
     def _save_state(self, **fields) -> None:
-        state = {**self._state(), **fields}
+        state = {k: v for k, v in {**self._state(), **fields}.items() if k != "size"}
         _write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
+
+    def _save_size(self) -> None:
+        _write_file(self.size_path, str(self.size).encode(), durable=False)
+        self._dirty.add(self.size_path)
 
     # -- opening: rebuild, check against the last signature, catch up with the tables --
 
@@ -153,10 +186,16 @@ class Log:
         entries: list[bytes] = []
         try:
             entries = list(reader.entries(size))
-        except (tiles.TileMissing, ValueError) as err:
+            for e in entries[signed["size"] if signed else 0:]:  # unsigned leaves: whole after a power cut?
+                key_of(e)
+        except (tiles.TileMissing, ValueError, KeyError, TypeError) as err:
             keep = signed["size"] if signed else 0
             log.error("%s: %s; rebuilding the log from its last signed size %d", self.dir, err, keep)
-            entries = list(reader.entries(keep)) if keep else []
+            try:
+                entries = list(reader.entries(keep)) if keep else []
+            except (tiles.TileMissing, ValueError) as err2:
+                raise TlogRefused(f"{self.dir}: the entries of its last signed checkpoint (size {keep}) cannot be "
+                                  f"read ({err2}): not extending it") from None
         hashes = [merkle.leaf_hash(e) for e in entries]
         if signed:
             if len(hashes) < signed["size"] or merkle.root_of(hashes[:signed["size"]]).hex() != signed["root"]:
@@ -189,7 +228,7 @@ class Log:
                 _write_file(path, data)
         if self.size != int(self._state().get("size", 0)):
             with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
-                self._save_state(size=self.size)
+                self._save_size()
 
     # -- appending --
 
@@ -203,10 +242,11 @@ class Log:
         levels, bundle, size = [list(x) for x in self.levels], list(self.bundle), self.size
         try:
             writes = self._extend(entries, [merkle.leaf_hash(e) for e in entries])
-            for rel, data in writes.items():
-                _write_file(self.dir / rel, data)
+            for rel, data in writes.items():  # (synced before the next signature: a crash before it loses
+                _write_file(self.dir / rel, data, durable=False)  # only unsigned leaves, appended again)
+                self._dirty.add(self.dir / rel)
             with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
-                self._save_state(size=self.size)
+                self._save_size()
         except BaseException:
             self.levels, self.bundle, self.size = levels, bundle, size
             raise
@@ -276,6 +316,8 @@ class Log:
                 if self.tree_root(last["size"]).hex() != last["root"]:
                     raise TlogRefused(f"{self.dir}: the log no longer extends its last signed checkpoint (size "
                                       f"{last['size']}): not signing")
+            _sync(self._dirty)  # the tiles and bundles of the size signed are on disk before the signature
+            self._dirty = set()
             cp = checkpoint.Checkpoint(self.origin, self.size, root)
             signed = checkpoint.sign(cp, self.signer)
             self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
