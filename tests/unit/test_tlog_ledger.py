@@ -1,0 +1,65 @@
+"""The log in the ledger's commit path: after a crash between the tables' commit and the log's append,
+the restarted ledger gives every stored event its leaf and the audit passes; a partition's log is its
+own origin, and a second ledger taking the partition over extends it (consistent checkpoints)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runledger.ledger.ingest import service
+from runledger.ledger.ingest.partitions import Part, partition_of
+from runledger.ledger.tlog import audit, checkpoint, merkle, note, tiles
+from runledger.ledger.tlog import log as tlog
+from support.batches import batch_for
+
+
+def _vkey() -> note.Verifier:
+    return note.read_key(tlog.key_file()).verifier
+
+
+def _commit(ledger: service.Ledger, msgs) -> None:
+    ledger.write(ledger.decode(msgs))
+    ledger.commit()
+
+
+def test_a_crash_between_the_tables_and_the_log_is_recovered(root, tmp_path, monkeypatch):
+    msgs = batch_for(["run-a", "run-b"], 30)
+    first = service.Ledger(root)
+    _commit(first, msgs[:20])
+    first.tlog.sign()
+    monkeypatch.setattr(first.tlog, "append", lambda envs: (_ for _ in ()).throw(SystemExit("killed")))
+    try:  # the process dies after the tables took the next batch, before its leaves were written
+        _commit(first, msgs[20:45])
+    except SystemExit:
+        pass
+    again = service.Ledger(root)  # restarted: the log catches up with the tables
+    assert again.tlog.size == 45
+    _commit(again, msgs[45:])
+    again.tlog.sign()
+    done = audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
+    assert done.events == done.logs[0].size == 60
+    signed = checkpoint.open_signed((root / "tlog/checkpoint").read_text(), [_vkey()])
+    rebuilt = [merkle.leaf_hash(e) for e in tiles.Tiles(root / "tlog").entries(signed.size)]
+    assert merkle.root_of(rebuilt) == signed.root
+
+
+def test_a_partition_taken_over_extends_its_own_log(root, tmp_path):
+    k = 2
+    runs = [r for r in (f"run-{i}" for i in range(20)) if partition_of(r, k) == 0][:2]
+    msgs = batch_for(runs, 20)
+    a = service.Ledger(root, position=Part(k, 0))
+    _commit(a, msgs[:15])
+    a.tlog.sign()
+    before = checkpoint.open_signed((root / "tlog/p0/checkpoint").read_text(), [_vkey()])
+    assert before.origin == _vkey().name + "/p0" and before.size == 15
+    b = service.Ledger(root, position=Part(k, 0))  # another host takes partition 0 over
+    _commit(b, msgs[15:])
+    b.tlog.sign()
+    after = checkpoint.open_signed((root / "tlog/p0/checkpoint").read_text(), [_vkey()])
+    assert (after.origin, after.size) == (before.origin, 40)
+    node = tiles.Tiles(root / "tlog/p0").node(after.size)
+    merkle.verify_consistency(before.size, after.size, before.root, after.root,
+                              merkle.consistency_proof(node, before.size, after.size))
+    assert not Path(root / "tlog/checkpoint").exists()  # one log per partition, under tlog/p{N}/
+    done = audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
+    assert [cp.origin for cp in done.logs] == [before.origin] and done.events == 40
