@@ -63,3 +63,27 @@ def test_a_partition_taken_over_extends_its_own_log(root, tmp_path):
     assert not Path(root / "tlog/checkpoint").exists()  # one log per partition, under tlog/p{N}/
     done = audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
     assert [cp.origin for cp in done.logs] == [before.origin] and done.events == 40
+
+
+def test_the_demos_log_step_prints_the_checkpoint_and_its_audit_names_an_edit(root, tmp_path, monkeypatch, capsys):
+    """tools/demo.py's last step on a small root: the checkpoint and a passing audit; then the same audit
+    on an edited copy of what was published fails naming the edit."""
+    from rich.console import Console
+
+    from runledger.tools.demo import audit_log, demo_key
+
+    monkeypatch.delenv(tlog.KEY_ENV, raising=False)  # (restored after: demo_key sets it)
+    monkeypatch.setattr("runledger.ledger.settings.demo_dir", lambda: tmp_path / "demos")
+    demo_key(root)
+    _commit(service.Ledger(root), batch_for(["main"], 12))
+    assert audit_log(root, Console(width=200))
+    out = capsys.readouterr().out
+    assert f"runledger.local/{root.name}\n12\n" in out and "tlog audit: ok: 12 events" in out
+    bundle = root / "tlog/tile/entries/000.p/12"
+    bundle.write_bytes(bundle.read_bytes().replace(b'"seq":5', b'"seq":6', 1))
+    try:
+        audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
+    except audit.AuditFailed as err:
+        assert "entry bundles do not give the checkpoint's root" in str(err)
+    else:
+        raise AssertionError("the edit passed")
