@@ -14,12 +14,12 @@ from runledger.tools.args import UsageError, add_root
 
 
 def _logs(root: str) -> list[Path]:
-    from runledger.ledger.tlog import audit, log
+    from runledger.ledger.tlog import proofs
 
-    try:
-        return [Path(p) for p in audit.logs_in(str(log.log_dir(Path(root))))]
-    except audit.AuditFailed:
-        raise UsageError(f"{root}: no transparency log (tlog/checkpoint); a ledger writes one as it stores events") from None
+    logs = proofs.logs_of(Path(root))
+    if not logs:
+        raise UsageError(f"{root}: no transparency log (tlog/checkpoint); a ledger writes one as it stores events")
+    return logs
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -59,39 +59,13 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _text_of(signed: str) -> str:
-    """A signed checkpoint's text (our own log's: its signature is the auditor's to check)."""
-    return signed[:signed.rfind("\n\n") + 1]
-
-
-def _find_event(root: str, event_id: str) -> dict:
-    import pyarrow.compute as pc
-
-    from runledger.ledger.storage.reads import read_events
-
-    t = read_events(Path(root), columns=["event_id", "run_id", "producer", "attempt", "seq", "hash"])
-    t = t.filter(pc.equal(t.column("event_id"), event_id))
-    if t.num_rows == 0:
-        raise UsageError(f"no stored event {event_id} in {root}")
-    return t.to_pylist()[0]
-
-
 def prove(root: str, event_id: str) -> str:
-    """The C2SP tlog-proof of a stored event under its log's latest checkpoint."""
-    from runledger.ledger.tlog import checkpoint, log, merkle, tiles
+    from runledger.ledger.tlog import proofs
 
-    env = _find_event(root, event_id)
-    entry = log.entry_of(env)
-    for d in _logs(root):
-        reader = tiles.Tiles(d)
-        signed = reader.checkpoint()
-        cp = checkpoint.Checkpoint.parse(_text_of(signed))
-        for i, e in enumerate(reader.entries(cp.size)):
-            if e == entry:
-                proof = merkle.inclusion_proof(reader.node(cp.size), i, cp.size)
-                merkle.verify_inclusion(i, cp.size, merkle.leaf_hash(entry), proof, cp.root)
-                return checkpoint.proof_text(i, proof, signed)
-    raise UsageError(f"event {event_id} is stored but in no signed checkpoint yet (signed within seconds; try again)")
+    try:
+        return proofs.prove(root, event_id)
+    except proofs.NotProved as err:
+        raise UsageError(str(err)) from None
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
@@ -105,7 +79,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
 
 
 def cmd_consistency(args: argparse.Namespace) -> int:
-    from runledger.ledger.tlog import checkpoint, merkle, tiles
+    from runledger.ledger.tlog import checkpoint, merkle, proofs, tiles
 
     logs = _logs(args.root)
     if len(logs) > 1 and not args.part:
@@ -114,7 +88,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
     if d is None:
         raise UsageError(f"no log {args.part}")
     reader = tiles.Tiles(d)
-    cp = checkpoint.Checkpoint.parse(_text_of(reader.checkpoint()))
+    cp = checkpoint.Checkpoint.parse(proofs.text_of(reader.checkpoint()))
     if not 0 < args.old <= args.new <= cp.size:
         raise UsageError(f"sizes must be 0 < OLD <= NEW <= {cp.size} (the latest checkpoint's)")
     node = reader.node(cp.size)

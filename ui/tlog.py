@@ -12,7 +12,7 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from runledger.ledger.tlog import log, tiles
+from runledger.ledger.tlog import log, proofs, tiles
 
 PATH = re.compile(r"^(p\d{1,4}/)?(checkpoint|tile/(\d{1,2}|entries)/(x\d{3}/)*\d{3}(\.p/\d{1,3})?)$")
 IMMUTABLE = "public, max-age=31536000, immutable"  # tlog-tiles: tiles and bundles never change
@@ -40,3 +40,20 @@ def tlog_route(root: str | Path):
                                  "access-control-allow-origin": "*"})
 
     return serve
+
+
+def proof_route(root: str | Path):
+    """/api/tlog/proof/EVENT_ID: the event's C2SP tlog-proof (text/plain), 404 with the reason if none."""
+    from starlette.concurrency import run_in_threadpool
+
+    async def proof(request: Request) -> Response:
+        event_id = request.path_params["event_id"]
+        if not re.fullmatch(r"[A-Za-z0-9._:-]{1,200}", event_id):
+            return PlainTextResponse("not an event id", status_code=400)
+        try:
+            text = await run_in_threadpool(proofs.prove, root, event_id)
+        except proofs.NotProved as err:
+            return PlainTextResponse(str(err), status_code=404)
+        return PlainTextResponse(text)
+
+    return proof

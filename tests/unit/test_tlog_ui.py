@@ -69,3 +69,18 @@ def test_the_audit_reads_the_log_over_http(root, tmp_path):
         with mock.patch.object(urllib.request, "urlopen", fetch):
             done = audit.audit("http://127.0.0.1:8765/tlog", [vkey], root, seen=tmp_path / "seen")
     assert done.logs[0].size == done.events == 3 * 7
+
+
+def test_an_events_proof_is_served_to_the_dashboard(root):
+    from runledger.ledger.storage.reads import read_events
+    from runledger.ledger.tlog import checkpoint
+
+    _stored(root)
+    env = read_events(root, columns=["event_id", "run_id", "producer", "attempt", "seq", "hash"]).to_pylist()[5]
+    app = create_app(root, None, configure("127.0.0.1"))
+    with TestClient(app, base_url="http://127.0.0.1:8765", headers={"x-requested-with": "runledger"}) as c:
+        r = c.get(f"/api/tlog/proof/{env['event_id']}")
+        assert r.status_code == 200, r.text
+        cp = checkpoint.TlogProof.parse(r.text).verify(tlog.entry_of(env), [note.read_key(tlog.key_file()).verifier])
+        assert cp.size == 21
+        assert c.get("/api/tlog/proof/no-such-event").status_code == 404
