@@ -139,7 +139,7 @@ class Log:
         self.size = 0
         self.levels: list[list[bytes]] = []  # level t: the hashes of its partial tile
         self.bundle: list[bytes] = []  # the partial entry bundle
-        self._unsigned_partials: set[str] = set()  # written since the last signature: deleted when superseded
+        self._partials_at = -1  # the size whose partial tiles are written
         self._last_sign = 0.0
         self._signed_size = -1
 
@@ -226,9 +226,7 @@ class Log:
                 same = False
             if not same:
                 _write_file(path, data)
-        if self.size != int(self._state().get("size", 0)):
-            with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
-                self._save_size()
+        self._partials_at = self.size
 
     # -- appending --
 
@@ -237,23 +235,28 @@ class Log:
             self.append_entries([entry_of(e) for e in envs])
 
     def append_entries(self, entries: list[bytes]) -> None:
-        """Write the tiles and bundles of `entries` appended, then move the size. On failure (OSError)
-        nothing moved: calling it again writes the same files."""
+        """Write the full tiles and bundles of `entries` appended (the partial ones are written when a
+        size is signed: only a checkpoint's size needs them). Not fsynced until the next signature: a
+        crash before it loses only unsigned leaves, which the next start appends again from the tables.
+        On failure (OSError) nothing moved: calling it again writes the same files."""
         levels, bundle, size = [list(x) for x in self.levels], list(self.bundle), self.size
         try:
             writes = self._extend(entries, [merkle.leaf_hash(e) for e in entries])
-            for rel, data in writes.items():  # (synced before the next signature: a crash before it loses
-                _write_file(self.dir / rel, data, durable=False)  # only unsigned leaves, appended again)
+            for rel, data in writes.items():
+                _write_file(self.dir / rel, data, durable=False)
                 self._dirty.add(self.dir / rel)
-            with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
-                self._save_size()
         except BaseException:
             self.levels, self.bundle, self.size = levels, bundle, size
             raise
-        partials = {rel for rel in writes if ".p/" in rel}
-        for rel in self._unsigned_partials - partials:  # superseded, never under a checkpoint
-            (self.dir / rel).unlink(missing_ok=True)
-        self._unsigned_partials = partials
+
+    def _write_partials(self) -> None:
+        """The partial tiles and bundle of the current size (what a checkpoint of it needs)."""
+        if self._partials_at == self.size:
+            return
+        for rel, data in self._partials().items():
+            _write_file(self.dir / rel, data, durable=False)
+            self._dirty.add(self.dir / rel)
+        self._partials_at = self.size
 
     def _extend(self, entries: list[bytes], hashes: list[bytes], every: bool = False) -> dict[str, bytes]:
         """Advance the right edge by `entries`; the files that changed (`every`: every file)."""
@@ -280,20 +283,26 @@ class Log:
                 self.levels[t] = []
                 t += 1
         self.size = size
-        if entries or every:
-            for t, hs in enumerate(self.levels):
-                if hs:
-                    n = (size >> (tiles.TILE_HEIGHT * t)) // tiles.TILE_WIDTH
-                    writes[tiles.tile_path(t, n, len(hs))] = b"".join(hs)
-            if self.bundle:
-                writes[tiles.tile_path("entries", size // tiles.TILE_WIDTH, len(self.bundle))] = \
-                    tiles.pack_entries(self.bundle)
+        if every:
+            writes.update(self._partials())
+        return writes
+
+    def _partials(self) -> dict[str, bytes]:
+        writes = {}
+        for t, hs in enumerate(self.levels):
+            if hs:
+                n = (self.size >> (tiles.TILE_HEIGHT * t)) // tiles.TILE_WIDTH
+                writes[tiles.tile_path(t, n, len(hs))] = b"".join(hs)
+        if self.bundle:
+            writes[tiles.tile_path("entries", self.size // tiles.TILE_WIDTH, len(self.bundle))] = \
+                tiles.pack_entries(self.bundle)
         return writes
 
     # -- signing --
 
     def tree_root(self, size: int | None = None) -> bytes:
         size = self.size if size is None else size
+        self._write_partials()
         return merkle.tree_hash(tiles.Tiles(self.dir).node(self.size), size)
 
     def maybe_sign(self, envs: list[dict]) -> None:
@@ -316,6 +325,7 @@ class Log:
                 if self.tree_root(last["size"]).hex() != last["root"]:
                     raise TlogRefused(f"{self.dir}: the log no longer extends its last signed checkpoint (size "
                                       f"{last['size']}): not signing")
+            self._save_size()
             _sync(self._dirty)  # the tiles and bundles of the size signed are on disk before the signature
             self._dirty = set()
             cp = checkpoint.Checkpoint(self.origin, self.size, root)
@@ -323,7 +333,6 @@ class Log:
             self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
             _write_file(self.dir / tiles.CHECKPOINT, signed.encode())
         self._signed_size, self._last_sign = self.size, time.monotonic()
-        self._unsigned_partials = set()  # the partials of a signed size are served for good
         return signed
 
 

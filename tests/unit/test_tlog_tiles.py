@@ -59,7 +59,7 @@ def test_appending_in_many_commits_gives_the_same_tiles(tmp_path):
     assert one.tree_root() == many.tree_root() == merkle.root_of([merkle.leaf_hash(e) for e in _entries(600)])
     for rel in tiles.tiles_for(600):
         assert (tmp_path / "a/tlog" / rel).read_bytes() == (tmp_path / "b/tlog" / rel).read_bytes()
-    assert not (tmp_path / "b/tlog/tile/0/002.p/7").exists()  # superseded partials of unsigned sizes go
+    assert not (tmp_path / "b/tlog/tile/0/002.p/7").exists()  # partial tiles: only for sizes a checkpoint has
 
 
 def test_a_crash_before_the_size_moved_and_stored_events_without_leaves(tmp_path):
