@@ -525,7 +525,10 @@ class Ledger:
         for part in list(self._unmerged):
             self._compact(part)
         if self.tlog is not None:  # a quiet moment: the last commits' checkpoint, if not signed yet
-            self.tlog.sign()
+            try:
+                self.tlog.sign()
+            except OSError as err:  # (a full disk: signed at a later quiet moment or commit)
+                log.error("cannot sign the transparency log's checkpoint: %s", _error_line(err))
         if time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
             self._expired_at = time.monotonic()
             try:
