@@ -142,3 +142,16 @@ def test_an_edited_public_file_is_caught(root, capsys, edit):
         want = "tiles do not give"
     rc, out = _audit(root, capsys)
     assert rc == 1 and want in out, out
+
+
+def test_the_audit_reads_an_export_and_names_an_event_the_export_left_out(root, tmp_path, capsys):
+    _store(root, _messages(["run-1", "run-2"], 15))
+    vkey = note.read_key(tlog.key_file()).verifier.text()
+    assert main(["export", "--all", "--root", str(root), "--out", str(tmp_path / "all")]) == 0
+    assert main(["export", "run-1", "--root", str(root), "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    args = ["tlog", "audit", "--log", str(root / "tlog"), "--vkey", vkey, "--state", str(tmp_path / "seen")]
+    assert main(args + ["--events", str(tmp_path / "all")]) == 0, capsys.readouterr().out
+    assert "ok: 30 events" in capsys.readouterr().out
+    assert main(args + ["--events", str(tmp_path / "one")]) == 1  # a leaf whose event the export lacks
+    assert "run-2/worker-0/0/0" in capsys.readouterr().out
