@@ -16,7 +16,7 @@ from support.batches import batch_for
 
 
 @pytest.fixture
-def stored(root):
+def logged_root(root):
     ledger = service.Ledger(root)
     msgs = batch_for(["run-a", "run-b"], 40)
     for i in range(0, 80, 25):
@@ -35,11 +35,11 @@ def test_keygen_refuses_a_second_key_and_key_prints_the_vkey(tmp_path, capsys):
     assert main(["tlog", "keygen", "--out", str(key)]) == 2
 
 
-def test_prove_prints_a_tlog_proof_the_vkey_alone_checks(stored, capsys, tmp_path):
+def test_prove_prints_a_tlog_proof_the_vkey_alone_checks(logged_root, capsys, tmp_path):
     vkey = note.read_key(log.key_file()).verifier
-    env = read_events(stored, columns=["event_id", "run_id", "producer", "attempt", "seq", "hash"]).to_pylist()[33]
+    env = read_events(logged_root, columns=["event_id", "run_id", "producer", "attempt", "seq", "hash"]).to_pylist()[33]
     out = tmp_path / "e.tlog-proof"
-    assert main(["tlog", "prove", env["event_id"], "--root", str(stored), "--out", str(out)]) == 0
+    assert main(["tlog", "prove", env["event_id"], "--root", str(logged_root), "--out", str(out)]) == 0
     text = out.read_text()
     assert text.startswith("c2sp.org/tlog-proof@v1\nindex ")
     cp = checkpoint.TlogProof.parse(text).verify(log.entry_of(env), [vkey])
@@ -49,11 +49,11 @@ def test_prove_prints_a_tlog_proof_the_vkey_alone_checks(stored, capsys, tmp_pat
         checkpoint.TlogProof.parse(text).verify(log.entry_of(forged), [vkey])
 
 
-def test_consistency_between_two_sizes_checks(stored, capsys):
-    assert main(["tlog", "checkpoint", "--root", str(stored)]) == 0
+def test_consistency_between_two_sizes_checks(logged_root, capsys):
+    assert main(["tlog", "checkpoint", "--root", str(logged_root)]) == 0
     assert capsys.readouterr().out.split("\n")[1] == "80"
-    assert main(["tlog", "consistency", "25", "80", "--root", str(stored)]) == 0
+    assert main(["tlog", "consistency", "25", "80", "--root", str(logged_root)]) == 0
     got = json.loads(capsys.readouterr().out)
     b = base64.b64decode
     merkle.verify_consistency(25, 80, b(got["old_root"]), b(got["new_root"]), [b(p) for p in got["proof"]])
-    assert main(["tlog", "consistency", "25", "81", "--root", str(stored)]) == 2
+    assert main(["tlog", "consistency", "25", "81", "--root", str(logged_root)]) == 2
