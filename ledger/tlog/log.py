@@ -342,8 +342,33 @@ def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str
     if not enabled():
         return None
     lg = Log(root, part, load_or_make_key())
+    _check_one_log_per_key(Path(root))
     lg.open(stored)
     return lg
+
+
+def _check_one_log_per_key(root: Path) -> None:
+    """A key signs one log (its name is the origin): say so loudly when a second root uses it, whose log
+    an auditor of the first would take for a fork. The first root to use the key is recorded beside it."""
+    from runledger.ledger.storage.positions import root_id
+
+    bound = key_file().with_name(key_file().name + ".root")
+    mine = f"{root_id(root)} {root.resolve()}"
+    try:
+        first = bound.read_text().strip()
+    except FileNotFoundError:
+        try:
+            fd = os.open(bound, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w") as f:
+            f.write(mine + "\n")
+        return
+    if first.split(" ", 1)[0] != mine.split(" ", 1)[0]:
+        log.warning("the transparency log's key %s already signs the log of root %s; the log of %s signed with it "
+                    "has the same origin, which an auditor of the other takes for a fork: give this root a key of "
+                    "its own (runledger tlog keygen --out F, then $%s=F)", key_file(), first.split(" ", 1)[-1],
+                    root, KEY_ENV)
 
 
 def stored_events(root: Path, has=None) -> list[tuple[tuple[str, str, int, int], str]]:

@@ -72,7 +72,7 @@ def test_the_demos_log_step_prints_the_checkpoint_and_its_audit_names_an_edit(ro
 
     from runledger.tools.demo import audit_log, demo_key
 
-    monkeypatch.delenv(tlog.KEY_ENV, raising=False)  # (restored after: demo_key sets it)
+    monkeypatch.setenv(tlog.KEY_ENV, "")  # (none given; restored after the test: demo_key sets it)
     monkeypatch.setattr("runledger.ledger.settings.demo_dir", lambda: tmp_path / "demos")
     demo_key(root)
     _commit(service.Ledger(root), batch_for(["main"], 12))
@@ -87,3 +87,13 @@ def test_the_demos_log_step_prints_the_checkpoint_and_its_audit_names_an_edit(ro
         assert "entry bundles do not give the checkpoint's root" in str(err)
     else:
         raise AssertionError("the edit passed")
+
+
+def test_a_second_root_signing_with_the_same_key_is_warned_about(tmp_path, caplog):
+    service.Ledger(tmp_path / "one")
+    with caplog.at_level("WARNING"):
+        service.Ledger(tmp_path / "one")  # the same root again: its own log
+    assert "already signs the log of root" not in caplog.text
+    with caplog.at_level("WARNING"):
+        service.Ledger(tmp_path / "two")
+    assert "already signs the log of root" in caplog.text and str(tmp_path / "one") in caplog.text
