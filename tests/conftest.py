@@ -31,6 +31,8 @@ def user_data(tmp_path_factory, monkeypatch) -> Path:
     home = tmp_path_factory.mktemp("user-data")
     monkeypatch.setenv("XDG_DATA_HOME", str(home))
     monkeypatch.setenv("RUNLEDGER_ROOT", str(home / "runledger"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))  # (the transparency log's key: runledger.ledger.tlog)
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))  # (the tlog audit's checkpoints seen)
     return home
 
 

@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="runledger-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
+    os.environ.setdefault("RUNLEDGER_TLOG_KEY", str(base / "keys" / "tlog.key"))  # the log's key, outside the root
     kinds = args.only or ["ledger-sigkill", "nats-restart", "worker-sigkill", "disk-full", "poison"]
     rig = Rig(base, tmpfs_mb=1024)
     results = []
@@ -263,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             r = results[-1]
             log.info("phase %s: emitted %d stored %d lost %d duplicated %d", fault, r.emitted, r.stored, r.lost, r.duplicated)
         report = verify(rig.root)
+        logged = audit_log(rig.root)
     finally:
         rig.close()
         if not args.keep:
@@ -276,8 +278,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"verify: {'ok' if report.ok else 'FAILED'} ({report.events} events, {len(report.problems)} problems)")
     for problem in report.problems[:10]:
         print(f"  - {problem}")
-    failed = any("FAILED" in r.note for r in results)
+    print(f"tlog: {logged}")
+    failed = any("FAILED" in r.note for r in results) or not logged.startswith("ok")
     return 0 if report.ok and total.lost == 0 and total.duplicated == 0 and not failed else 1
+
+
+def audit_log(root: Path, wait_s: float = 30.0) -> str:
+    """The transparency log after every fault: `runledger tlog audit` of the root (the tree rebuilt from its
+    entries must give the last signed checkpoint's root, and every stored event must be a leaf of it and
+    every leaf an event). The ledger signs within seconds of going idle: tried until then."""
+    from runledger.ledger.tlog import audit, note
+    from runledger.ledger.tlog import log as tlog
+
+    if not tlog.enabled():
+        return "ok: off ($RUNLEDGER_TLOG)"
+    verifier = note.read_key(tlog.key_file()).verifier
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            done = audit.audit(str(root / "tlog"), [verifier], root, seen=root.parent / "tlog-seen", check_chains=False)
+            return done.text().splitlines()[-1]
+        except audit.AuditFailed as err:
+            if time.monotonic() > deadline:
+                return f"FAILED: {err}"
+            time.sleep(1.0)
 
 
 if __name__ == "__main__":

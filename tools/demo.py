@@ -263,6 +263,41 @@ def start_ui(demo: Demo) -> str:
     return f"http://127.0.0.1:{port}/?token={token}"
 
 
+def demo_key(root: Path) -> None:
+    """The demo's own transparency-log key (a log per key: each demo root is a new log), outside the root,
+    unless $RUNLEDGER_TLOG_KEY names one; the ledger it starts inherits it."""
+    import os
+
+    from runledger.ledger.tlog import log as tlog
+
+    if not os.environ.get(tlog.KEY_ENV):
+        path = settings.demo_dir() / "keys" / f"{root.name}.key"
+        tlog.load_or_make_key(path, f"runledger.local/{root.name}")
+        os.environ[tlog.KEY_ENV] = str(path)
+
+
+def audit_log(root: Path, console: Console) -> bool:
+    """The root's transparency log caught up and signed (what the ledger's own start does), its checkpoint
+    printed, and `runledger tlog audit` run on it from the public files alone."""
+    from runledger.ledger.ingest.position import LedgerPosition
+    from runledger.ledger.tlog import audit
+    from runledger.ledger.tlog import log as tlog
+
+    lg = tlog.for_ledger(root, LedgerPosition())
+    if lg is None:
+        console.print("tlog: off ($RUNLEDGER_TLOG)")
+        return True
+    console.print(f"tlog checkpoint (verifier key {lg.signer.verifier.text()}):")
+    console.print((root / "tlog" / "checkpoint").read_text().rstrip(), markup=False, highlight=False)
+    try:
+        done = audit.audit(str(root / "tlog"), [lg.signer.verifier], root)
+    except audit.AuditFailed as err:
+        console.print(f"tlog audit FAILED: {err}", markup=False)
+        return False
+    console.print(f"tlog audit: {done.text().splitlines()[-1]}", markup=False)
+    return True
+
+
 def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
     if root is None:  # a fresh root each time, so a second demo never mixes with the first
         settings.demo_dir().mkdir(parents=True, exist_ok=True)
@@ -273,6 +308,7 @@ def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
         console = Console(width=150)
     plan = QUICK if quick else FULL
     demo = Demo(root, plan, console)
+    demo_key(root)
     t0 = time.monotonic()
     console.rule(f"runledger demo ({'quick' if quick else 'full'}) → {root}")
     try:
@@ -292,7 +328,8 @@ def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
     from runledger.tools.report import write_report
 
     html = write_report(root, RUN, root / "report.html")
-    ok = report.ok and all(happened.values())
+    logged = audit_log(root, console)
+    ok = report.ok and all(happened.values()) and logged
     console.print(json.dumps(happened))
     say_what_happened(happened, console)
     console.rule(f"{'done' if ok else 'INCOMPLETE'} in {time.monotonic() - t0:.0f}s · report: {html}")

@@ -13,7 +13,8 @@ a logged table's rows at a step, searched; `/api/run/R/media/SHA256`: a blob the
 `/api/history?run=R&keys=K,L[&attempt=&from=&to=&limit=&cursor=]` every point of the run, a bounded page
 at a time with the cursor of the next (`runledger.queries.history`, what `runledger.Api(url=)` reads), and
 `/api/history/runs?filters={...}` the runs with config, tags and summary; `/api/live?run=R&since=SEQ` the event
-stream (runledger.ui.streams: capped, one read per wake per run); `POST /api/decide` approve or reject a proposed
+stream (runledger.ui.streams: capped, one read per wake per run); `/api/tlog/proof/EVENT_ID` an event's C2SP tlog-proof; `/tlog/checkpoint` and `/tlog/tile/...` the
+transparency log, public (runledger.ui.tlog); `POST /api/decide` approve or reject a proposed
 decision; `POST /api/ack` acknowledge an alert (an `alert_ack` event from producer `ui`: notify stops repeating its page).
 
 Every route checks its input before anything is read: a bad run id, number, source, key or body is a
@@ -46,6 +47,7 @@ from runledger.ui.compare import compared_metrics, config_diff, default_metrics,
 from runledger.ui.data import Reader
 from runledger.ui.live import Feed
 from runledger.ui.streams import Full, Streams
+from runledger.ui.tlog import proof_route, tlog_route
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -490,6 +492,8 @@ def create_app(root: str | Path, nats_url: str | Callable[[], str | None] | None
         Route("/api/decide", api_decide, methods=["POST"]),
         Route("/api/ack", api_ack, methods=["POST"]),
         Route("/api/live", api_live),
+        Route("/api/tlog/proof/{event_id}", proof_route(root)),
+        Route("/tlog/{path:path}", tlog_route(root), methods=["GET", "HEAD"]),  # public: runledger.ui.tlog
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     async def bad_input(request: Request, err: Exception) -> Response:  # a run id that is not a name, say

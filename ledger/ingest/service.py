@@ -63,6 +63,7 @@ from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
 from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
 from runledger.ledger.storage.reads import CONFLICT
 from runledger.ledger.storage.store import Quarantined
+from runledger.ledger.tlog import log as tlog
 from runledger.ledger.contract.validation import check_envelope, payloads_valid
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,8 @@ class Ledger:
         self._relayed: dict = {}  # chains relayed since the last commit (runledger.ledger.storage.relays)
         if not self.position.partitioned:  # (a partition's writer removes only what it stores: see commit)
             self._remove_deleted(removal.stored_tombstones(self.root))
+        self.tlog = tlog.for_ledger(self.root, self.position)  # the transparency log, caught up with the tables
+        self._unlogged: list[dict] = []  # events written whose leaves go in after their commit
         log.info("ledger root %s: stream seq %d taken (%s), %d quarantined messages", self.root, self.taken_upto,
                  self.expected_stream or "no stream recorded yet", len(self.quarantined))
 
@@ -394,6 +397,7 @@ class Ledger:
             if kind == removal.TOMBSTONE:
                 self._tombstones += rows.envs
             self._heads_moved |= heads.advance(self.heads, rows.envs)
+            self._unlogged += rows.envs
         if decoded.rejected and not decoded.quarantine_written:
             path = store.write_quarantine(self.root, decoded.rejected, now, self.tables)
             self._pending.setdefault(QUARANTINE, []).append(path)
@@ -440,6 +444,10 @@ class Ledger:
             self._uncertain = False
             self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
             self._pending = {}
+        if self.tlog is not None and self._unlogged:  # the tables hold them: their leaves, then maybe a signature
+            self.tlog.append(self._unlogged)
+            self.tlog.maybe_sign(self._unlogged)
+            self._unlogged = []
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
             self._heads_moved = set()
@@ -544,6 +552,11 @@ class Ledger:
             return
         for part in list(self._unmerged):
             self._compact(part)
+        if self.tlog is not None:  # a quiet moment: the last commits' checkpoint, if not signed yet
+            try:
+                self.tlog.sign()
+            except OSError as err:  # (a full disk: signed at a later quiet moment or commit)
+                log.error("cannot sign the transparency log's checkpoint: %s", _error_line(err))
         if time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
             self._expired_at = time.monotonic()
             try:

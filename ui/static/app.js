@@ -659,7 +659,18 @@ async function viewRun(run) {
     <h2>Open alerts</h2><div id="alerts"></div>
     <h2>Health checklist</h2><div id="health" class="muted">running the checks…</div>
     <h2>Provenance</h2><div id="provenance" class="muted">…</div>
-    <h2>Attempts</h2><div id="attempts"></div>`;
+    <h2>Attempts</h2><div id="attempts"></div>
+    <h2>Transparency log</h2><div id="tlog"><p class="muted">Every stored event is a leaf of the ledger's signed log
+    (<a href="/tlog/checkpoint">checkpoint</a>). An event's inclusion proof (C2SP tlog-proof):</p>
+    <input id="tlog-event" placeholder="event id" size="40"> <button id="tlog-prove">Prove</button><pre id="tlog-proof"></pre></div>`;
+  document.getElementById("tlog-prove").onclick = async () => {
+    const out = document.getElementById("tlog-proof"), id = document.getElementById("tlog-event").value.trim();
+    if (!id) { out.textContent = "an event id, please"; return; }
+    try {
+      const r = await fetch(`/api/tlog/proof/${encodeURIComponent(id)}`, {headers: headers(), credentials: "omit", cache: "no-store"});
+      out.textContent = await r.text();
+    } catch (e) { out.textContent = e.message; }
+  };
   const t0 = performance.now();
   const info = await api(`/api/run/${encodeURIComponent(run)}`);
   const tInfo = performance.now();

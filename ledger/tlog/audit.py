@@ -1,0 +1,198 @@
+"""The audit from public files alone (`runledger tlog audit`): given a log's tiles and checkpoint (a
+folder or a URL), its verifier key, and the published tables (a root, or `runledger export`'s output),
+check the checkpoint's signature; its consistency with the checkpoint this user audited before for that
+log (kept in the user's state folder, $XDG_STATE_HOME/runledger/tlog/, as the go command keeps the
+checksum database's tree heads); rebuild the tree from the entry bundles and the tiles; match leaves
+and events both ways (the leaves of a deleted run excepted, by name); and recompute every event hash
+and chain link (runledger.ledger.check). The first difference is named."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runledger.ledger.tlog import checkpoint, merkle, note, tiles
+from runledger.ledger.tlog.log import key_of
+
+Key = tuple[str, str, int, int]  # (run_id, producer, attempt, seq)
+
+
+class AuditFailed(Exception):
+    """The first difference the audit found; one line."""
+
+
+@dataclass
+class Audited:
+    logs: list[checkpoint.Checkpoint] = field(default_factory=list)
+    events: int = 0
+    deleted_runs: list[str] = field(default_factory=list)  # runs whose leaves have no events: tombstoned
+
+    def text(self) -> str:
+        lines = [f"log {cp.origin}: size {cp.size}, root {cp.text().split(chr(10))[2]}" for cp in self.logs]
+        lines.append(f"ok: {self.events} events, each a leaf of a signed checkpoint and each leaf an event"
+                     + (f"; leaves of deleted runs: {', '.join(self.deleted_runs)}" if self.deleted_runs else ""))
+        return "\n".join(lines)
+
+
+def state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "runledger" / "tlog"
+
+
+def _seen_file(origin: str, folder: Path) -> Path:
+    return folder / (hashlib.sha256(origin.encode()).hexdigest()[:32] + ".checkpoint")
+
+
+def logs_in(where: str) -> list[str]:
+    """A log's folder or URL; a local `tlog/` of a partitioned ledger: each partition's."""
+    if where.startswith(("http://", "https://")) or (Path(where) / tiles.CHECKPOINT).exists():
+        return [where]
+    parts = sorted((p for p in Path(where).glob("p*") if (p / tiles.CHECKPOINT).exists()),
+                   key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else -1)
+    if not parts:
+        raise AuditFailed(f"{where}: no checkpoint (not a log's folder)")
+    return [str(p) for p in parts]
+
+
+def audit_log(where: str, verifiers: list[note.Verifier], seen: Path) -> tuple[checkpoint.Checkpoint, list[bytes]]:
+    """Check one log: the signed checkpoint, consistency with the one audited before, the tree rebuilt
+    from the entries and read from the tiles. Returns the checkpoint and its entries; records it as seen."""
+    reader = tiles.Tiles(where)
+    try:
+        signed = reader.checkpoint()
+        cp = checkpoint.open_signed(signed, verifiers)
+    except (note.NoteError, tiles.TileMissing) as err:
+        raise AuditFailed(f"{where}: the checkpoint does not check: {err}") from None
+    try:
+        entries = list(reader.entries(cp.size))
+    except (tiles.TileMissing, ValueError) as err:
+        raise AuditFailed(f"{where}: the entries of the checkpoint's {cp.size} leaves cannot be read: {err}") from None
+    hashes = [merkle.leaf_hash(e) for e in entries]
+    if merkle.root_of(hashes) != cp.root:
+        raise AuditFailed(f"{cp.origin}: the entry bundles do not give the checkpoint's root (size {cp.size})")
+    try:
+        if merkle.tree_hash(reader.node(cp.size), cp.size) != cp.root:
+            raise AuditFailed(f"{cp.origin}: the tiles do not give the checkpoint's root (size {cp.size})")
+    except tiles.TileMissing as err:
+        raise AuditFailed(f"{cp.origin}: a tile of size {cp.size} is missing: {err}") from None
+    path = _seen_file(cp.origin, seen)
+    if path.exists():
+        try:
+            before = checkpoint.open_signed(path.read_text(), verifiers, cp.origin)
+        except note.NoteError as err:
+            raise AuditFailed(f"{path}: the checkpoint audited before does not check ({err})") from None
+        if before.size > cp.size:
+            raise AuditFailed(f"{cp.origin}: the log was truncated: its checkpoint has size {cp.size}, but this "
+                              f"user audited size {before.size} before (root {_b64(before.root)})")
+        try:
+            if before.size:
+                proof = merkle.consistency_proof(reader.node(cp.size), before.size, cp.size) if before.size < cp.size else []
+                merkle.verify_consistency(before.size, cp.size, before.root, cp.root, proof)
+            if merkle.root_of(hashes[:before.size]) != before.root:
+                raise merkle.ProofError("the first leaves differ")
+        except merkle.ProofError as err:
+            raise AuditFailed(f"{cp.origin}: the log was rewritten: checkpoint size {cp.size} is not consistent with "
+                              f"size {before.size} (root {_b64(before.root)}) this user audited before ({err})") from None
+    if not path.exists() or checkpoint.open_signed(path.read_text(), verifiers, cp.origin).size <= cp.size:
+        seen.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(signed)
+        os.replace(tmp, path)
+    return cp, entries
+
+
+def _b64(h: bytes) -> str:
+    import base64
+
+    return base64.b64encode(h).decode()
+
+
+def read_published(events: Path) -> tuple[dict[Key, str], set[str]]:
+    """The events of a root or an export: {key: hash}, and the runs a stored tombstone deleted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runledger.ledger.storage import export, paths, removal
+
+    cols = ["run_id", "producer", "attempt", "seq", "hash", "kind"]
+    if export.is_export(events):
+        files = sorted(events.glob("events/kind=*/run_id=*/*.parquet"))
+        table = pa.concat_tables([pq.read_table(f, columns=cols) for f in files]) if files else None
+    else:
+        paths.check_root(events)
+        from runledger.ledger.storage.reads import read_events
+
+        table = read_events(events, columns=cols)
+    out: dict[Key, str] = {}
+    deleted: set[str] = set()
+    if table is None:
+        return out, deleted
+    c = {n: table.column(n).to_pylist() for n in cols}
+    for r, p, a, s, h, k in zip(*(c[n] for n in cols)):
+        out[(r, p, a, s)] = h
+        if k == removal.TOMBSTONE:
+            deleted.add(r)
+    return out, deleted
+
+
+def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Path | None = None,
+          check_chains: bool = True) -> Audited:
+    """The whole audit; AuditFailed with the first difference."""
+    seen = seen or state_dir()
+    events = Path(events)
+    result = Audited()
+    leaves: dict[Key, tuple[str, int, str]] = {}  # key -> (hash, index, origin)
+    for where in logs_in(log):
+        cp, entries = audit_log(where, verifiers, seen)
+        result.logs.append(cp)
+        for i, e in enumerate(entries):
+            try:
+                key, h = key_of(e)
+            except (ValueError, KeyError, TypeError):
+                raise AuditFailed(f"{cp.origin}: leaf {i} is not an entry of runledger's ({e[:60]!r})") from None
+            if key in leaves:
+                raise AuditFailed(f"{cp.origin}: leaf {i} logs event {_name(key)} a second time")
+            leaves[key] = (h, i, cp.origin)
+    published, deleted = read_published(events)
+    excused: set[str] = set()
+    for key, (h, i, origin) in leaves.items():
+        stored = published.get(key)
+        if stored is None:
+            if key[0] in deleted:
+                excused.add(key[0])
+                continue
+            raise AuditFailed(f"{origin}: leaf {i} logs event {_name(key)} (hash {h[:16]}…), which {events} does not "
+                              f"hold (deleted from the tables?)")
+        if stored != h:
+            raise AuditFailed(f"{origin}: event {_name(key)} in {events} has hash {stored[:16]}…, but leaf {i} logged "
+                              f"{h[:16]}… (the event was rewritten)")
+    for key in published:
+        if key not in leaves:
+            raise AuditFailed(f"event {_name(key)} in {events} is a leaf of no signed checkpoint (added to the tables "
+                              f"behind the log, or stored after the last checkpoint)")
+    result.events, result.deleted_runs = len(published), sorted(excused)
+    if check_chains:
+        _check_chains(events)
+    return result
+
+
+def _check_chains(events: Path) -> None:
+    """Every event's hash recomputed and every chain link followed (what `runledger verify` checks)."""
+    from runledger.ledger.storage import export
+
+    if export.is_export(events):
+        from runledger.ledger.check.exported import verify_export
+
+        report = verify_export(events)
+    else:
+        from runledger.ledger.check.verify import verify
+
+        report = verify(events)
+    if not report.ok:
+        raise AuditFailed(f"{events}: {report.problems[0]}")
+
+
+def _name(key: Key) -> str:
+    return f"{key[0]}/{key[1]}/{key[2]}/{key[3]}"

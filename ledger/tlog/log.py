@@ -1,0 +1,392 @@
+"""The ledger's side of the transparency log: after each commit of the tables, one leaf per event it
+committed, in commit order, written as C2SP tlog-tiles under `{root}/tlog/` (a partition's under
+`tlog/p{N}/`, its own origin `{key name}/p{N}`), and a signed checkpoint at most every SIGN_EVERY_S
+and at every `run_finished`.
+
+Crash consistency. Tiles and bundles are written (fsynced) before the log's size moves; the size and
+the last signed (size, root) are kept apart from the public tiles, in `{root}/tlog-state/`, read and
+written under a lock. When the ledger starts (`Log.open`), the log is rebuilt from its entry bundles:
+a recomputed root that differs from the last signed checkpoint's is refused with one line (TlogRefused);
+every stored event without a leaf (a commit that died before its leaves were written) is appended.
+Leaves are only appended after the tables took their events, so no leaf lacks its event, except the
+leaves of a deleted run (the tombstone says so; the log keeps what existed).
+
+Signing. Before each signature the tree is checked to extend the last signed one (the stored root of
+the last signed size is recomputed from the tiles): the log never signs two inconsistent checkpoints.
+Another ledger host taking a partition over reads the same state and extends the same log. The key
+is a file outside the data root, 0600 ($RUNLEDGER_TLOG_KEY, else $XDG_CONFIG_HOME/runledger/tlog.key,
+made on first use and said where).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Iterable
+
+from runledger.ledger.contract.canonical import canonical_json
+from runledger.ledger.storage import locks
+from runledger.ledger.storage.files import fsync_dir
+from runledger.ledger.tlog import checkpoint, merkle, note, tiles
+
+log = logging.getLogger(__name__)
+
+ENTRY_FIELDS = ("attempt", "hash", "producer", "run_id", "seq")  # the envelope fields a leaf commits to
+PUBLIC_DIR = "tlog"  # served to anyone (the dashboard's /tlog/...)
+STATE_DIR = "tlog-state"  # the log's size and last signed checkpoint: never served, never a tile
+SIGN_EVERY_S = 2.0  # the most often a checkpoint is signed while commits keep coming (run_finished: at once)
+KEY_ENV = "RUNLEDGER_TLOG_KEY"
+OFF_ENV = "RUNLEDGER_TLOG"  # "off": no log (the bench's baseline)
+RUN_FINISHED = "run_finished"
+
+
+class TlogRefused(RuntimeError):
+    """A log that does not match its last signed checkpoint, or a signature that would fork it; one line."""
+
+
+def enabled() -> bool:
+    return os.environ.get(OFF_ENV, "on").lower() not in ("off", "0", "no", "false")
+
+
+def entry_of(env: dict) -> bytes:
+    """The leaf's entry: RFC 8785 canonical JSON of the envelope's attempt, hash, producer, run_id, seq."""
+    return canonical_json({k: env[k] for k in ENTRY_FIELDS}).encode()
+
+
+def key_of(entry: bytes) -> tuple[tuple[str, str, int, int], str]:
+    """((run_id, producer, attempt, seq), hash) of an entry."""
+    d = json.loads(entry)
+    return (d["run_id"], d["producer"], d["attempt"], d["seq"]), d["hash"]
+
+
+def key_file() -> Path:
+    if os.environ.get(KEY_ENV):
+        return Path(os.environ[KEY_ENV])
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "runledger" / "tlog.key"
+
+
+def load_or_make_key(path: Path | None = None, name: str | None = None) -> note.Signer:
+    """The signer key at `path` (key_file()), made there (0600) on first use, saying where."""
+    path = path or key_file()
+    if path.exists():
+        return note.read_key(path)
+    user = "".join(c for c in getpass.getuser() if c.isalnum() or c in "-_.") or "user"
+    signer = note.Signer.generate(name or f"runledger.local/{user}-{secrets.token_hex(4)}")
+    try:
+        note.write_key(path, signer)
+    except FileExistsError:  # made meanwhile by another process
+        return note.read_key(path)
+    log.warning("made the transparency log's signing key %s (0600); its verifier key: %s", path, signer.verifier.text())
+    return signer
+
+
+def log_dir(root: Path, part: str | None = None) -> Path:
+    return Path(root) / PUBLIC_DIR / (part or "")
+
+
+def _write_file(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `path` whole (a temp file renamed over it); `durable`: fsynced with its folder before return
+    (else the caller syncs it later: `_sync`)."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsync_dir(path.parent.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def _sync(paths: set[Path]) -> None:
+    """fsync files written without it, then their folders."""
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:  # (a superseded partial, deleted since)
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for d in {p.parent for p in paths}:
+        if d.is_dir():
+            fsync_dir(d)
+
+
+class Log:
+    """One log (the root's, or a partition's `part` = "p{N}") as its writer holds it: the size and the
+    right edge of the tree (each tile level's partial hashes, the partial entry bundle)."""
+
+    def __init__(self, root: str | Path, part: str | None = None, signer: note.Signer | None = None) -> None:
+        self.root, self.part = Path(root), part
+        self.dir = log_dir(self.root, part)
+        self.state_path = self.root / STATE_DIR / f"{part or 'log'}.json"  # origin, last signed: fsynced
+        self.size_path = self.root / STATE_DIR / f"{part or 'log'}.size"  # the size: synced when signing
+        self._dirty: set[Path] = set()  # written since the last signature, not yet fsynced
+        self.lock_path = self.root / STATE_DIR / f"{part or 'log'}.lock"
+        self.signer = signer
+        self.origin = self._origin()
+        self.size = 0
+        self.levels: list[list[bytes]] = []  # level t: the hashes of its partial tile
+        self.bundle: list[bytes] = []  # the partial entry bundle
+        self._partials_at = -1  # the size whose partial tiles are written
+        self._last_sign = 0.0
+        self._signed_size = -1
+
+    def _origin(self) -> str | None:
+        if self.signer is None:
+            return None
+        return self.signer.name + (f"/{self.part}" if self.part else "")
+
+    def _state(self) -> dict:
+        try:
+            state = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            state = {}
+        try:
+            state["size"] = int(self.size_path.read_text())
+        except (FileNotFoundError, ValueError):  # (lost with a power cut: the bundles and tables say again)
+            state["size"] = state.get("signed", {}).get("size", 0)
+        return state
+
+    def _save_state(self, **fields) -> None:
+        state = {k: v for k, v in {**self._state(), **fields}.items() if k != "size"}
+        _write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
+
+    def _save_size(self) -> None:
+        _write_file(self.size_path, str(self.size).encode(), durable=False)
+        self._dirty.add(self.size_path)
+
+    # -- opening: rebuild, check against the last signature, catch up with the tables --
+
+    def open(self, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> int:
+        """Rebuild the log from its entry bundles, refuse it if it differs from its last signed
+        checkpoint, append a leaf for every `stored` (key, hash) that has none (in the order given),
+        and sign. Returns how many leaves were appended."""
+        with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
+            state = self._state()
+        signed = state.get("signed")
+        if state.get("origin") and self.origin and state["origin"] != self.origin:
+            raise TlogRefused(f"{self.dir}: the log's origin is {state['origin']!r}, but the key given signs as "
+                              f"{self.origin!r}: give this ledger the log's key")
+        if self.origin and not state.get("origin"):
+            self._save_state(origin=self.origin)
+        size = int(state.get("size", 0))
+        reader = tiles.Tiles(self.dir)
+        entries: list[bytes] = []
+        try:
+            entries = list(reader.entries(size))
+            for e in entries[signed["size"] if signed else 0:]:  # unsigned leaves: whole after a power cut?
+                key_of(e)
+        except (tiles.TileMissing, ValueError, KeyError, TypeError) as err:
+            keep = signed["size"] if signed else 0
+            log.error("%s: %s; rebuilding the log from its last signed size %d", self.dir, err, keep)
+            try:
+                entries = list(reader.entries(keep)) if keep else []
+            except (tiles.TileMissing, ValueError) as err2:
+                raise TlogRefused(f"{self.dir}: the entries of its last signed checkpoint (size {keep}) cannot be "
+                                  f"read ({err2}): not extending it") from None
+        hashes = [merkle.leaf_hash(e) for e in entries]
+        if signed:
+            if len(hashes) < signed["size"] or merkle.root_of(hashes[:signed["size"]]).hex() != signed["root"]:
+                raise TlogRefused(f"{self.dir}: the log's entries do not give the root of its last signed checkpoint "
+                                  f"(size {signed['size']}): the log was changed; not extending it")
+            self._signed_size = signed["size"]
+        self._rebuild(entries, hashes)
+        stored = list(stored)
+        seen = {key_of(e)[0] for e in entries} if stored else set()
+        missing = [(k, h) for k, h in stored if k not in seen]
+        if missing:
+            log.warning("%s: %d stored events had no leaf (a commit cut short?); appending them", self.dir, len(missing))
+            self.append_entries([canonical_json({"attempt": k[2], "hash": h, "producer": k[1], "run_id": k[0],
+                                                 "seq": k[3]}).encode() for k, h in missing])
+        self.sign()
+        return len(missing)
+
+    def _rebuild(self, entries: list[bytes], hashes: list[bytes]) -> None:
+        """Set the right edge from all leaves, rewriting every tile and bundle that does not match
+        (a torn write before a crash); the tiles are a function of the entries."""
+        self.size, self.levels, self.bundle = 0, [], []
+        writes = self._extend(entries, hashes, every=True)
+        for rel, data in writes.items():
+            path = self.dir / rel
+            try:
+                same = path.read_bytes() == data
+            except FileNotFoundError:
+                same = False
+            if not same:
+                _write_file(path, data)
+        self._partials_at = self.size
+
+    # -- appending --
+
+    def append(self, envs: list[dict]) -> None:
+        if envs:
+            self.append_entries([entry_of(e) for e in envs])
+
+    def append_entries(self, entries: list[bytes]) -> None:
+        """Write the full tiles and bundles of `entries` appended (the partial ones are written when a
+        size is signed: only a checkpoint's size needs them). Not fsynced until the next signature: a
+        crash before it loses only unsigned leaves, which the next start appends again from the tables.
+        On failure (OSError) nothing moved: calling it again writes the same files."""
+        levels, bundle, size = [list(x) for x in self.levels], list(self.bundle), self.size
+        try:
+            writes = self._extend(entries, [merkle.leaf_hash(e) for e in entries])
+            for rel, data in writes.items():
+                _write_file(self.dir / rel, data, durable=False)
+                self._dirty.add(self.dir / rel)
+        except BaseException:
+            self.levels, self.bundle, self.size = levels, bundle, size
+            raise
+
+    def _write_partials(self) -> None:
+        """The partial tiles and bundle of the current size (what a checkpoint of it needs)."""
+        if self._partials_at == self.size:
+            return
+        for rel, data in self._partials().items():
+            _write_file(self.dir / rel, data, durable=False)
+            self._dirty.add(self.dir / rel)
+        self._partials_at = self.size
+
+    def _extend(self, entries: list[bytes], hashes: list[bytes], every: bool = False) -> dict[str, bytes]:
+        """Advance the right edge by `entries`; the files that changed (`every`: every file)."""
+        writes: dict[str, bytes] = {}
+        size = self.size
+        for e, h in zip(entries, hashes):
+            if len(e) > tiles.MAX_ENTRY:
+                raise ValueError(f"a leaf's entry of {len(e)} bytes")
+            self.bundle.append(e)
+            size += 1
+            if len(self.bundle) == tiles.TILE_WIDTH:
+                writes[tiles.tile_path("entries", size // tiles.TILE_WIDTH - 1)] = tiles.pack_entries(self.bundle)
+                self.bundle = []
+            t = 0
+            while True:
+                if len(self.levels) <= t:
+                    self.levels.append([])
+                self.levels[t].append(h)
+                if len(self.levels[t]) < tiles.TILE_WIDTH:
+                    break
+                n = (size >> (tiles.TILE_HEIGHT * (t + 1))) - 1
+                writes[tiles.tile_path(t, n)] = b"".join(self.levels[t])
+                h = merkle.root_of(self.levels[t])
+                self.levels[t] = []
+                t += 1
+        self.size = size
+        if every:
+            writes.update(self._partials())
+        return writes
+
+    def _partials(self) -> dict[str, bytes]:
+        writes = {}
+        for t, hs in enumerate(self.levels):
+            if hs:
+                n = (self.size >> (tiles.TILE_HEIGHT * t)) // tiles.TILE_WIDTH
+                writes[tiles.tile_path(t, n, len(hs))] = b"".join(hs)
+        if self.bundle:
+            writes[tiles.tile_path("entries", self.size // tiles.TILE_WIDTH, len(self.bundle))] = \
+                tiles.pack_entries(self.bundle)
+        return writes
+
+    # -- signing --
+
+    def tree_root(self, size: int | None = None) -> bytes:
+        size = self.size if size is None else size
+        self._write_partials()
+        return merkle.tree_hash(tiles.Tiles(self.dir).node(self.size), size)
+
+    def maybe_sign(self, envs: list[dict]) -> None:
+        """Sign after a commit: at once if it held a run_finished, else at most every SIGN_EVERY_S."""
+        if any(e.get("kind") == RUN_FINISHED for e in envs) or time.monotonic() - self._last_sign >= SIGN_EVERY_S:
+            self.sign()
+
+    def sign(self) -> str | None:
+        """Sign a checkpoint of the current size, if it is not signed yet; never one inconsistent with the
+        last signed (TlogRefused). Without a key, nothing is signed."""
+        if self.signer is None or self._signed_size == self.size:
+            return None
+        with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
+            last = self._state().get("signed")
+            root = self.tree_root()
+            if last:
+                if last["size"] > self.size:
+                    raise TlogRefused(f"{self.dir}: the last signed checkpoint has size {last['size']}, this log "
+                                      f"only {self.size}: another writer extended it (not signing a fork)")
+                if self.tree_root(last["size"]).hex() != last["root"]:
+                    raise TlogRefused(f"{self.dir}: the log no longer extends its last signed checkpoint (size "
+                                      f"{last['size']}): not signing")
+            self._save_size()
+            _sync(self._dirty)  # the tiles and bundles of the size signed are on disk before the signature
+            self._dirty = set()
+            cp = checkpoint.Checkpoint(self.origin, self.size, root)
+            signed = checkpoint.sign(cp, self.signer)
+            self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
+            _write_file(self.dir / tiles.CHECKPOINT, signed.encode())
+        self._signed_size, self._last_sign = self.size, time.monotonic()
+        return signed
+
+
+def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> Log | None:
+    """The ledger's log of `root` (or partition `part`), opened and caught up with `stored`; None when
+    the log is off ($RUNLEDGER_TLOG=off)."""
+    if not enabled():
+        return None
+    lg = Log(root, part, load_or_make_key())
+    _check_one_log_per_key(Path(root))
+    lg.open(stored)
+    return lg
+
+
+def _check_one_log_per_key(root: Path) -> None:
+    """A key signs one log (its name is the origin): say so loudly when a second root uses it, whose log
+    an auditor of the first would take for a fork. The first root to use the key is recorded beside it."""
+    from runledger.ledger.storage.positions import root_id
+
+    bound = key_file().with_name(key_file().name + ".root")
+    mine = f"{root_id(root)} {root.resolve()}"
+    try:
+        first = bound.read_text().strip()
+    except FileNotFoundError:
+        try:
+            fd = os.open(bound, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w") as f:
+            f.write(mine + "\n")
+        return
+    if first.split(" ", 1)[0] != mine.split(" ", 1)[0]:
+        log.warning("the transparency log's key %s already signs the log of root %s; the log of %s signed with it "
+                    "has the same origin, which an auditor of the other takes for a fork: give this root a key of "
+                    "its own (runledger tlog keygen --out F, then $%s=F)", key_file(), first.split(" ", 1)[-1],
+                    root, KEY_ENV)
+
+
+def stored_events(root: Path, has=None) -> list[tuple[tuple[str, str, int, int], str]]:
+    """Every event the tables hold (of the runs `has` takes), as ((run_id, producer, attempt, seq), hash),
+    in the order the stream delivered them."""
+    from runledger.ledger.storage.reads import read_events  # (pyarrow: only where the tables are read)
+
+    t = read_events(root, columns=["run_id", "producer", "attempt", "seq", "hash", "stream_seq"])
+    t = t.sort_by([("stream_seq", "ascending"), ("run_id", "ascending"), ("producer", "ascending"),
+                   ("attempt", "ascending"), ("seq", "ascending")])
+    cols = [t.column(n).to_pylist() for n in ("run_id", "producer", "attempt", "seq", "hash")]
+    return [((r, p, a, s), h) for r, p, a, s, h in zip(*cols) if has is None or has(r)]
+
+
+def for_ledger(root: Path, position) -> Log | None:
+    """The log of a ledger's `position` (the root's, or a partition's: `tlog/p{N}/`), opened and caught
+    up with the tables; None when the log is off."""
+    if not enabled():
+        return None
+    part = position.key if getattr(position, "partitioned", False) else None
+    return open_for(Path(root), part, stored_events(Path(root), getattr(position, "has", None) if part else None))

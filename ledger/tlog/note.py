@@ -1,0 +1,171 @@
+"""C2SP signed notes (c2sp.org/signed-note) with Ed25519 keys: signing a text, verifying a note
+against verifier keys (`vkey`s, `name+hex(id)+base64(0x01||public key)`), and the key file, which
+holds the private key as Go's golang.org/x/mod/sumdb/note writes it
+(`PRIVATE+KEY+name+hex(id)+base64(0x01||seed)`), so either tool reads the other's."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+ED25519 = 0x01  # the signature type of signed-note's Ed25519 keys
+DASH = "\u2014"  # the em dash that opens a signature line
+_NAME = re.compile(r"^[^\s+]+$")  # a key name: non-empty, no space, no plus
+
+
+class NoteError(ValueError):
+    """A note, key or signature that does not check; one line."""
+
+
+def key_id(name: str, public: bytes) -> int:
+    """SHA-256(name || 0x0A || 0x01 || public key)[:4], big-endian (signed-note "Ed25519")."""
+    return struct.unpack(">I", hashlib.sha256(name.encode() + b"\n" + bytes([ED25519]) + public).digest()[:4])[0]
+
+
+@dataclass(frozen=True)
+class Verifier:
+    name: str
+    id: int
+    public: bytes
+
+    @classmethod
+    def parse(cls, vkey: str) -> "Verifier":
+        parts = vkey.strip().split("+", 2)
+        if len(parts) != 3 or not _NAME.match(parts[0]) or not re.fullmatch(r"[0-9a-f]{8}", parts[1]):
+            raise NoteError(f"not a verifier key (name+hex id+base64 key): {vkey.strip()[:80]!r}")
+        try:
+            material = base64.b64decode(parts[2], validate=True)
+        except ValueError:
+            raise NoteError("the verifier key's key is not base64") from None
+        if len(material) != 33 or material[0] != ED25519:
+            raise NoteError("the verifier key is not an Ed25519 key (type 0x01, 32 bytes)")
+        v = cls(parts[0], int(parts[1], 16), material[1:])
+        if key_id(v.name, v.public) != v.id:
+            raise NoteError(f"the verifier key's id {parts[1]} is not the id of its name and key")
+        return v
+
+    def text(self) -> str:
+        return f"{self.name}+{self.id:08x}+{base64.b64encode(bytes([ED25519]) + self.public).decode()}"
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public).verify(signature, message)
+            return True
+        except InvalidSignature:
+            return False
+
+
+@dataclass(frozen=True)
+class Signer:
+    name: str
+    seed: bytes
+
+    @classmethod
+    def generate(cls, name: str) -> "Signer":
+        if not _NAME.match(name):
+            raise NoteError(f"a key name has no spaces or plus signs: {name!r}")
+        seed = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                                          serialization.NoEncryption())
+        return cls(name, seed)
+
+    @classmethod
+    def parse(cls, text: str) -> "Signer":
+        parts = text.strip().split("+", 4)
+        if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"] or not _NAME.match(parts[2]):
+            raise NoteError("not a signer key (PRIVATE+KEY+name+hex id+base64 key)")
+        material = base64.b64decode(parts[4])
+        if len(material) != 33 or material[0] != ED25519:
+            raise NoteError("the signer key is not an Ed25519 key")
+        s = cls(parts[2], material[1:])
+        if f"{s.verifier.id:08x}" != parts[3]:
+            raise NoteError("the signer key's id is not the id of its name and key")
+        return s
+
+    @property
+    def public(self) -> bytes:
+        return Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    @property
+    def verifier(self) -> Verifier:
+        return Verifier(self.name, key_id(self.name, self.public), self.public)
+
+    def text(self) -> str:
+        v = self.verifier
+        return f"PRIVATE+KEY+{self.name}+{v.id:08x}+{base64.b64encode(bytes([ED25519]) + self.seed).decode()}"
+
+    def sign(self, message: bytes) -> bytes:
+        return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+
+
+def sign(text: str, signer: Signer) -> str:
+    """The signed note of `text` (which ends in a newline): text, a blank line, one signature line."""
+    if not text.endswith("\n"):
+        raise NoteError("a note's text ends in a newline")
+    sig = struct.pack(">I", signer.verifier.id) + signer.sign(text.encode())
+    return f"{text}\n{DASH} {signer.name} {base64.b64encode(sig).decode()}\n"
+
+
+def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]]:
+    """The text of `note` and the known verifiers whose signature on it checks. Unknown signatures
+    are ignored (the spec's rule); a note no known key signed, or whose known key's signature fails,
+    raises NoteError."""
+    if not note.endswith("\n"):
+        raise NoteError("a signed note ends in a newline")
+    if any(c < " " and c != "\n" for c in note):
+        raise NoteError("a signed note holds a control character")
+    cut = note.rfind("\n\n")
+    if cut < 0:
+        raise NoteError("no signature block (a blank line, then signature lines)")
+    text, block = note[:cut + 1], note[cut + 2:]
+    if not block:
+        raise NoteError("a signed note without a signature")
+    known = {(v.name, v.id): v for v in verifiers}
+    good: list[Verifier] = []
+    for line in block.removesuffix("\n").split("\n"):
+        m = re.fullmatch(DASH + r" (\S+) (\S+)", line)
+        if not m:
+            raise NoteError(f"not a signature line: {line[:80]!r}")
+        try:
+            sig = base64.b64decode(m.group(2), validate=True)
+        except ValueError:
+            raise NoteError(f"a signature by {m.group(1)} that is not base64") from None
+        if len(sig) < 5:
+            raise NoteError(f"a signature by {m.group(1)} too short to hold a key id")
+        v = known.get((m.group(1), struct.unpack(">I", sig[:4])[0]))
+        if v is None:
+            continue
+        if not v.verify(text.encode(), sig[4:]):
+            raise NoteError(f"the signature by {v.name} does not verify")
+        good.append(v)
+    if not good:
+        raise NoteError("no signature by a known key (" + ", ".join(v.text() for v in verifiers) + ")")
+    return text, good
+
+
+def write_key(path: str | Path, signer: Signer) -> Path:
+    """Write the signer key to a new file only its owner reads (0600); refuses to overwrite one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(signer.text() + "\n")
+    return path
+
+
+def read_key(path: str | Path) -> Signer:
+    """The signer key in `path`, refused if others may read it (the 0600 rule of every secret)."""
+    path = Path(path)
+    mode = path.stat().st_mode & 0o077
+    if mode and os.name == "posix":
+        raise NoteError(f"{path} is readable by others (mode {path.stat().st_mode & 0o777:o}); chmod 600 it")
+    return Signer.parse(path.read_text())
