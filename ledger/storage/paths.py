@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from runledger.ledger.storage import objects
 
 MARKER = "tables.json"  # {"format": "iceberg", "root": the root's path when the tables were made}
 CATALOG_FILE = "catalog.db"
@@ -186,7 +187,13 @@ _ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
 def _avro(path: Path, projection: dict | None = None) -> list[dict]:
     import fastavro  # (only where there are tables)
 
-    with open(path, "rb") as f:
+    if isinstance(path, objects.ObjectPath):  # (read whole: fastavro seeks back on a schema it cannot resolve)
+        import io
+
+        opened = io.BytesIO(path.read_bytes())
+    else:
+        opened = open(path, "rb")
+    with opened as f:
         if projection is not None:
             try:
                 return list(fastavro.reader(f, reader_schema=projection))
@@ -206,6 +213,8 @@ class _Rebase:
             self.recorded = self.root
 
     def __call__(self, location: str) -> Path:
+        if location.startswith(objects.SCHEME):  # (a warehouse on object storage: objects)
+            return objects.ObjectPath(location)
         location = location.removeprefix("file://")
         if self.recorded != self.root and (location == self.recorded or location.startswith(self.recorded + "/")):
             location = self.root + location[len(self.recorded):]
@@ -281,8 +290,11 @@ def roots_catalog_rows(root: Path, uri: str) -> dict[str, str]:
         _ENGINES.pop(uri, None)
         raise NotALedger(f"{root}: catalog {shown_uri(uri)} cannot be opened: {str(err).splitlines()[0][:200]}") from None
     rebase = _Rebase(root)
+    warehouse = (objects.warehouse_of(root) or {}).get("warehouse")
     for location in rows.values():
         path = str(rebase(location))
+        if warehouse and path.startswith(warehouse + "/"):
+            continue
         if not path.startswith(rebase.root + "/"):
             theirs = re.split(r"/(?:events|quarantine)/", path)[0]
             raise NotALedger(f"{root}: catalog {shown_uri(uri)} holds another root's tables ({theirs}), not this root's")
@@ -349,6 +361,7 @@ def cut(root: Path, commit: int | None = None) -> Cut:
     """The files of every table in ledger snapshot `commit` (None: the current snapshots). Raises
     SnapshotGone if a table has no snapshot that old left while it had one then."""
     root = Path(root)
+    objects.configure(root)
     rebase = _Rebase(root)
     if commit is not None and commit < 1:
         raise SnapshotGone(f"ledger snapshot {commit}: snapshots are numbered from 1")
@@ -389,7 +402,7 @@ def event_files(root: Path, kind: str | None = None, run_id: str | None = None, 
         refuse_old(root)
         return []
     at = at or cut(root)
-    return [f for f in at.event_files(kind, run_id) if os.path.exists(f)]
+    return [f for f in at.event_files(kind, run_id) if objects.exists(f)]
 
 
 def quarantine_files(root: Path, at: Cut | None = None) -> list[Path]:
@@ -397,13 +410,14 @@ def quarantine_files(root: Path, at: Cut | None = None) -> list[Path]:
         refuse_old(root)
         return []
     at = at or cut(root)
-    return sorted(f.path for f in at.files.get(QUARANTINE, ()) if os.path.exists(f.path))
+    return sorted(f.path for f in at.files.get(QUARANTINE, ()) if objects.exists(f.path))
 
 
 def held_files(root: Path) -> set[Path]:
     """Every file some snapshot of some table holds, or that waits in a table's graveyard for the
     readers of an expired snapshot (see runledger.ledger.storage.tables)."""
     root = Path(root)
+    objects.configure(root)
     rebase = _Rebase(root)
     out: set[Path] = set()
     for location in _catalog_rows(root).values():
@@ -426,6 +440,12 @@ def uncommitted_files(root: Path) -> list[Path]:
     if not is_tables(root):
         return []
     held = held_files(root)
+    warehouse = (objects.warehouse_of(root) or {}).get("warehouse")
+    if warehouse:  # (the layout under the bucket's prefix)
+        base = objects.ObjectPath(warehouse)
+        listed = [f for f in (base / "events").files() if "/metadata/" not in f.uri] + (base / "quarantine").files()
+        listed = [f for f in listed if "/metadata/" not in f.uri]
+        return [f for f in listed if f not in held]
     return [f for f in matching(event_glob(root)) + matching(quarantine_glob(root)) if f not in held]
 
 
@@ -434,4 +454,4 @@ def missing_files(root: Path, at: Cut | None = None) -> list[Path]:
     if not is_tables(root):
         return []
     at = at or cut(root)
-    return sorted(f.path for files in at.files.values() for f in files if not os.path.exists(f.path))
+    return sorted(f.path for files in at.files.values() for f in files if not f.path.exists())
