@@ -184,13 +184,29 @@ _ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
             {"name": "run_id", "type": ["null", "string"], "default": None}]}}]}}]}
 
 
+_OBJECTS: dict[str, bytes] = {}  # an object's URI -> its bytes: metadata files, manifest lists and manifests never change
+
+
+def _immutable(path) -> bytes:
+    """The bytes of a table's metadata file, manifest list or manifest (each written once, never changed):
+    an object's kept (the last 256), so a reader that lists the snapshot again GETs only what is new."""
+    if not isinstance(path, objects.ObjectPath):
+        return path.read_bytes()
+    got = _OBJECTS.get(path.uri)
+    if got is None:
+        got = _OBJECTS[path.uri] = path.read_bytes()
+        while len(_OBJECTS) > 256:
+            _OBJECTS.pop(next(iter(_OBJECTS)))
+    return got
+
+
 def _avro(path: Path, projection: dict | None = None) -> list[dict]:
     import fastavro  # (only where there are tables)
 
     if isinstance(path, objects.ObjectPath):  # (read whole: fastavro seeks back on a schema it cannot resolve)
         import io
 
-        opened = io.BytesIO(path.read_bytes())
+        opened = io.BytesIO(_immutable(path))
     else:
         opened = open(path, "rb")
     with opened as f:
@@ -367,7 +383,7 @@ def cut(root: Path, commit: int | None = None) -> Cut:
         raise SnapshotGone(f"ledger snapshot {commit}: snapshots are numbered from 1")
     out = Cut(commit or 0)
     for table, location in sorted(_catalog_rows(root).items()):
-        metadata = json.loads(rebase(location).read_bytes())
+        metadata = json.loads(_immutable(rebase(location)))
         if commit is not None and commit < int(metadata.get("properties", {}).get(EXPIRED_KEY, 0)):
             raise SnapshotGone(f"ledger snapshot {commit} has expired: the oldest kept is "
                                f"{metadata['properties'][EXPIRED_KEY]}")
@@ -421,7 +437,7 @@ def held_files(root: Path) -> set[Path]:
     rebase = _Rebase(root)
     out: set[Path] = set()
     for location in _catalog_rows(root).values():
-        metadata = json.loads(rebase(location).read_bytes())
+        metadata = json.loads(_immutable(rebase(location)))
         for snapshot in metadata.get("snapshots") or []:
             deletes: list[DeleteFile] = []
             out.update(f.path for f in _files_of(snapshot, rebase, deletes))

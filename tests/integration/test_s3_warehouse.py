@@ -107,6 +107,7 @@ def test_readers_in_a_loop_never_fail_while_the_ledger_writes_compacts_and_expir
     stop = threading.Event()
     seen: dict[str, list] = {"views": [], "sql": []}
     errors: list[str] = []
+    done = {"compacted": 0, "expired": 0, "swept": 0}
 
     def writer() -> None:
         b = 2
@@ -116,9 +117,9 @@ def test_readers_in_a_loop_never_fail_while_the_ledger_writes_compacts_and_expir
                 write_batches(root, 1, p, first=b)
                 b += 1
                 if b % 5 == 0:
-                    compact_partition(partition_dir(root, "step", "run-1"), min_files=4)
-                    tables.expire(keep=2)
-                    tables.sweep()
+                    done["compacted"] += compact_partition(partition_dir(root, "step", "run-1"), min_files=4) is not None
+                    done["expired"] += tables.expire(keep=2)
+                    done["swept"] += tables.sweep()
         except Exception as err:  # noqa: BLE001 (reported below)
             errors.append(f"writer: {err!r}")
 
@@ -159,8 +160,7 @@ def test_readers_in_a_loop_never_fail_while_the_ledger_writes_compacts_and_expir
         for total, distinct in got:
             assert total == distinct and total % BATCH == 0, (name, total, distinct)
         assert [t for t, _ in got] == sorted(t for t, _ in got), name  # snapshots only move forward
-    assert any(t.summary.additional_properties.get(tables_module.COMPACTION_KEY)
-               for t in Tables(root).table("step").metadata.snapshots) or len(paths.event_files(root)) < 10
+    assert done["compacted"] and done["expired"], done  # (the writer did what the readers had to survive)
     assert verify(root).ok
 
 
