@@ -231,12 +231,15 @@ class ObjectPath:
         return Path(self.uri[len(str(other)):].lstrip("/"))
 
     def stat(self) -> SimpleNamespace:
+        """Its size (and a fixed time: an object is never rewritten), from its manifest where known."""
         from pyarrow import fs
 
+        if self.key in _SIZES:
+            return SimpleNamespace(st_size=_SIZES[self.key], st_mtime_ns=0)
         info = filesystem().get_file_info(self.key)
         if info.type == fs.FileType.NotFound:
             raise FileNotFoundError(self.uri)
-        return SimpleNamespace(st_size=info.size, st_mtime_ns=info.mtime_ns or 0)
+        return SimpleNamespace(st_size=info.size, st_mtime_ns=0)
 
     def open(self, mode: str = "rb"):
         if mode == "rb":
@@ -307,14 +310,39 @@ def exists(p) -> bool:
     return True if is_object(p) else os.path.exists(p)
 
 
+_SIZES: dict[str, int] = {}  # bucket/key -> its size, from the manifests (an object is never rewritten)
+
+
+def remember_size(uri: str, size: int) -> None:
+    _SIZES[uri.removeprefix(SCHEME)] = size
+    while len(_SIZES) > 1_000_000:
+        _SIZES.pop(next(iter(_SIZES)))
+
+
 def register_duckdb(con) -> None:
     """Let DuckDB connection `con` read `s3://` through pyarrow's S3 file system (DuckDB's own, the
-    `httpfs` extension, is downloaded on first use: not here, offline)."""
+    `httpfs` extension, is downloaded on first use: not here, offline). A snapshot's file has the size
+    its manifest gives and a fixed time (it never changes): DuckDB's look at it costs no request (its
+    opening, pyarrow's, still HEADs it once)."""
     if "s3" in con.list_filesystems():
         return
+    from datetime import datetime, timezone
+
     from fsspec.implementations.arrow import ArrowFSWrapper
+
+    written = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
     class S3(ArrowFSWrapper):
         protocol = "s3"
+
+        def info(self, path, **kwargs):
+            key = self._strip_protocol(path)
+            size = _SIZES.get(key)
+            if size is None:
+                return super().info(path, **kwargs)
+            return {"name": key, "size": size, "type": "file", "mtime": written}
+
+        def modified(self, path):
+            return written if self._strip_protocol(path) in _SIZES else super().modified(path)
 
     con.register_filesystem(S3(filesystem()))

@@ -170,7 +170,7 @@ class Cut:
 
 
 # manifest path -> its live entries (content, path, run_id, record_count) (manifest files never change)
-_MANIFESTS: dict[str, list[tuple[int, str, str | None, int | None]]] = {}
+_MANIFESTS: dict[str, list[tuple[int, str, str | None, int | None, int | None]]] = {}
 
 
 # what a reader needs of a manifest entry: decoding only these is faster than the whole entry
@@ -180,6 +180,7 @@ _ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
         {"name": "content", "type": "int", "default": 0},  # (v1 manifests have none: all data)
         {"name": "file_path", "type": "string"},
         {"name": "record_count", "type": ["null", "long"], "default": None},
+        {"name": "file_size_in_bytes", "type": ["null", "long"], "default": None},
         {"name": "partition", "type": {"type": "record", "name": "r102", "fields": [
             {"name": "run_id", "type": ["null", "string"], "default": None}]}}]}}]}
 
@@ -349,11 +350,13 @@ def _files_of(snapshot: dict | None, rebase: _Rebase, deletes: list[DeleteFile] 
                     if manifest.get("content", 0) != 0 and content == 0:
                         content = 1  # (an entry of a delete manifest is a delete file, whatever it says)
                     entries.append((content, d["file_path"], (d.get("partition") or {}).get("run_id"),
-                                    d.get("record_count")))
+                                    d.get("record_count"), d.get("file_size_in_bytes")))
             _MANIFESTS[path] = entries
-        for content, p, run, rows in entries:
+        for content, p, run, rows, size in entries:
             if content == 0:
                 out.append(DataFile(rebase(p), run, rows))
+                if size is not None and p.startswith(objects.SCHEME):  # (so DuckDB opens it with no HEAD first)
+                    objects.remember_size(p, size)
             elif deletes is not None:
                 deletes.append(DeleteFile(rebase(p), DELETE_CONTENT.get(content, f"content {content}"), rebase(path)))
     return out
