@@ -62,7 +62,8 @@ POSITION_FILE = "ledger.position"  # the single ledger's: the last stream seq it
 # local server): a folder holding any of these, or nothing, is a ledger root with nothing stored yet
 ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", "ledger.lock", POSITION_FILE,
                 "ledger.id", HALTED_FILE, "partitions", "heads", "tlog", "spool", "nats", "local",
-                "files", "dashboard.json")  # (the last two: runs' folders, run.dir; the dashboard's address: settings)
+                "files", "dashboard.json",  # (these two: runs' folders, run.dir; the dashboard's address: settings)
+                "warehouse.json", "s3.credentials")  # (a warehouse on object storage: objects)
 
 
 def check_root(root: Path) -> None:
