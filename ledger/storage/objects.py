@@ -105,13 +105,21 @@ def configure(root: Path) -> dict | None:
     return named
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically, readable by this user only (0600) from the moment it exists."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)  # (a leftover may have another mode: O_EXCL makes a new file)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def use_warehouse(root: Path, warehouse: str, credentials: Path | None = None) -> None:
     """Name `warehouse` (s3://bucket/prefix) in the root for its writer and readers, with the endpoint and
     region of the environment, and keep the credentials (of `credentials`, else the AWS variables) in the
     root's s3.credentials (0600) for the processes the root starts. A root keeps the warehouse its
     tables were made in: another one is refused (ValueError, one line)."""
-    from runledger.ledger.bus.natsserver import write_private
-
     parse(warehouse)
     root = Path(root)
     current = warehouse_of(root)
@@ -122,7 +130,7 @@ def use_warehouse(root: Path, warehouse: str, credentials: Path | None = None) -
                                                                                    "session_token") if k in env}
     root.mkdir(parents=True, exist_ok=True)
     if creds:
-        write_private(root / CREDENTIALS_FILE, json.dumps(creds))
+        _write_private(root / CREDENTIALS_FILE, json.dumps(creds))
     record = {"warehouse": warehouse.rstrip("/"), "endpoint": env.get("endpoint"), "region": env.get("region")}
     if current != record:
         tmp = root / f".{WAREHOUSE_FILE}.tmp"
