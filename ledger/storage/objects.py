@@ -125,6 +125,8 @@ def use_warehouse(root: Path, warehouse: str, credentials: Path | None = None) -
     current = warehouse_of(root)
     if current is not None and current.get("warehouse") != warehouse.rstrip("/"):
         raise ValueError(f"{root} keeps its tables in {current.get('warehouse')}, not {warehouse}")
+    if current is None and (root / "tables.json").exists():  # (paths.MARKER: its tables are made, under the root)
+        raise ValueError(f"{root} keeps its tables under the root, not in {warehouse} (moving them is not done)")
     env = _from_env()
     creds = read_credentials(credentials) if credentials else {k: env[k] for k in ("access_key", "secret_key",
                                                                                    "session_token") if k in env}

@@ -65,6 +65,12 @@ def test_a_root_keeps_its_warehouse_and_its_credentials_in_a_0600_file(tmp_path,
     with pytest.raises(ValueError, match="keeps its tables in s3://bucket/tables"):
         objects.use_warehouse(root, "s3://other/tables")
     assert objects.warehouse_of(tmp_path / "local") is None  # (the default: the tables under the root)
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / paths.MARKER).write_text(json.dumps({"format": "iceberg", "root": str(local)}))
+    with pytest.raises(ValueError, match="keeps its tables under the root"):
+        objects.use_warehouse(local, "s3://bucket/tables")
+    assert not (local / objects.WAREHOUSE_FILE).exists()
 
 
 def test_an_object_path_joins_names_and_parents_like_a_path():
