@@ -10,7 +10,7 @@ TORCH := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_WHEELS := $(firstword $(PIP_FIND_LINKS) $(wildcard /opt/wheels))
 
-.PHONY: setup browser postgres demo lint test test-fast bench clean
+.PHONY: setup browser postgres s3 demo lint test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -37,12 +37,19 @@ postgres:
 		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; } || \
 		echo "postgresql could not be installed: the shared-catalog tests will be skipped"
 
+# OpenStack Swift with its S3 API, for the tests of a warehouse on object storage (tests/support/s3.py starts it on
+# loopback in a temp dir); in a virtual environment of its own, as eventlet monkey-patches what imports it. Its
+# erasure-code library comes as a wheel (pyeclib); else those tests are skipped
+s3:
+	@test -x .venv-s3/bin/swift-proxy-server || { $(PY) -m venv .venv-s3 && .venv-s3/bin/python -m pip install --quiet swift; } >/dev/null 2>&1 || \
+		echo "swift could not be installed: the S3 warehouse tests will be skipped"
+
 # the linter (ruff; its rules in pyproject.toml): `make test` and `make test-fast` run it first
 lint: setup
 	$(BIN)/ruff check .
 
 # every tier in 2 pytest-xdist workers, a test file to a worker (its module fixtures start once)
-test: lint browser postgres
+test: lint browser postgres s3
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the fast tier, for your own loop: the linter, then tests/unit (no server, process, browser or JAX
@@ -55,4 +62,4 @@ bench: setup
 	$(BIN)/python -m bench.ingest
 
 clean:
-	rm -rf $(VENV) runledger-data
+	rm -rf $(VENV) .venv-s3 runledger-data

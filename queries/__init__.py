@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runledger.ledger.storage import paths
+from runledger.ledger.storage import objects, paths
 from runledger.ledger.storage.paths import event_files, quarantine_files
 from runledger.ledger.contract.roles import PERSON_PRODUCERS
 from runledger.queries import thresholds
@@ -73,7 +73,7 @@ def scan_files(files: list[Path], columns: Columns) -> str:
     cols = ", ".join(f"NULL::{duck_type} AS {sql_ident(name)}" for name, duck_type in columns)
     if not files:
         return f"(select {cols} where false)"
-    listing = ", ".join(sql_str(str(Path(f).resolve())) for f in files)
+    listing = ", ".join(sql_str(str(f) if objects.is_object(f) else str(Path(f).resolve())) for f in files)
     return (f"(select * from read_parquet([{listing}], union_by_name=true, hive_partitioning=false) "
             f"union all by name select {cols} where false)")
 
@@ -154,6 +154,7 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
 
     root = Path(root).resolve()
     paths.check_root(root)  # (a folder that is not a ledger is refused, not answered with nothing)
+    warehouse = (objects.configure(root) or {}).get("warehouse")  # (tables on object storage: read through pyarrow's S3)
     given = con
     for attempt in range(COMPACTION_RACE_TRIES):
         if snapshot is not None and not paths.is_tables(root):
@@ -162,6 +163,8 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
         if at is not None and (why := at.refusal()):
             raise paths.NotALedger(f"{root}: {why}")
         con = given if given is not None else open_connection(threads, read_only)
+        if warehouse:
+            objects.register_duckdb(con)
         sql = render_views(root, files, at) if uses is None else "".join(reachable(view_statements(root, files, at), uses))
         try:
             if on_view is None:
@@ -185,7 +188,8 @@ def connect(root: str | Path, read_only: bool = True, threads: int | None = None
         except duckdb.Error as err:
             raise ValueError(f"memory limit {memory_limit!r} is not a size like 2GB or 500MB") from err
     if read_only:
-        folders = ", ".join(sql_str(f"{root / name}/") for name in DATA_FOLDERS)
+        folders = ", ".join([sql_str(f"{root / name}/") for name in DATA_FOLDERS]
+                            + [sql_str(f"{warehouse}/{name}/") for name in DATA_FOLDERS if warehouse])
         con.execute(f"SET allowed_directories = [{folders}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")

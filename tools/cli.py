@@ -136,6 +136,17 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
     if args.catalog_file:
         args.catalog = settings.read_creds(args.catalog_file)
     try:
+        if args.action != "adopt-stream" and (getattr(args, "warehouse", None) or getattr(args, "s3_credentials", None)):
+            from runledger.ledger.storage import objects
+
+            named = objects.warehouse_of(args.root)
+            warehouse = args.warehouse or (named or {}).get("warehouse")
+            if not warehouse:
+                raise UsageError("--s3-credentials is for a warehouse on object storage: give --warehouse s3://bucket/prefix")
+            try:
+                objects.use_warehouse(args.root, warehouse, args.s3_credentials)
+            except (ValueError, OSError) as err:
+                raise UsageError(str(err)) from None
         if args.action == "adopt-stream":
             from runledger.ledger.ingest.adoption import adopt_command
 
@@ -532,6 +543,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                               "root (a password here is visible to every local user: use --catalog-file)")
     catalog.add_argument("--catalog-file", type=checks.file_in, default=None,
                          help="a file (mode 0600) holding the catalog's URI, for a URI with a password")
+    s.add_argument("--warehouse", type=checks.line, default=None,
+                   help="keep the tables' files on S3-compatible object storage, s3://bucket/prefix (the endpoint: "
+                        "AWS_ENDPOINT_URL; credentials: the AWS_* variables or --s3-credentials); default: under the root")
+    s.add_argument("--s3-credentials", type=checks.file_in, default=None,
+                   help="a file (mode 0600) holding the warehouse's access key and secret key (JSON, or an AWS "
+                        "credentials file's lines)")
     s.set_defaults(func=cmd_ledger_serve)
 
     s = sub.add_parser("push", help="move a root's chains (stored and spooled) onto another ledger, verbatim")

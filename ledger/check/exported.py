@@ -21,6 +21,7 @@ from runledger.ledger.check import chainwalk, rowcheck
 from runledger.ledger.check.verify import Report
 from runledger.ledger.contract.events import KINDS
 from runledger.ledger.storage import export
+from runledger.ledger.storage.objects import source
 
 
 def verify_export(folder: str | Path) -> Report:
@@ -72,13 +73,13 @@ def verify_export(folder: str | Path) -> Report:
 
 def _row_groups(path: Path) -> int:
     try:
-        return pq.ParquetFile(path).metadata.num_row_groups
+        return pq.ParquetFile(source(path)).metadata.num_row_groups
     except (OSError, ValueError, pa.ArrowException):
         return 1  # (check_part then says it cannot be read)
 
 
 def _links(path: Path) -> pa.Table | None:
     try:
-        return pq.read_table(path, columns=list(chainwalk.LINK))
+        return pq.read_table(source(path), columns=list(chainwalk.LINK))
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None  # (check_part says why)

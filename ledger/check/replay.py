@@ -27,6 +27,7 @@ from runledger.ledger.contract import decision_state
 from runledger.ledger.storage import paths, streams
 from runledger.ledger.storage.reads import read_events
 from runledger.ledger.contract.roles import is_person
+from runledger.ledger.storage.objects import source
 
 
 @dataclass
@@ -269,7 +270,7 @@ def _file_batches(path: Path, columns: list[str], as_of_seq: int | None) -> Iter
     if _in_stream_order(path):
         batches = _open(path).iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False)
     else:
-        batches = pq.read_table(path, columns=columns).sort_by("stream_seq").to_batches(BATCH_ROWS)
+        batches = pq.read_table(source(path), columns=columns).sort_by("stream_seq").to_batches(BATCH_ROWS)
     for batch in batches:
         seqs = batch.column("stream_seq")
         if as_of_seq is not None and batch.num_rows and seqs[-1].as_py() > as_of_seq:
@@ -281,7 +282,7 @@ def _file_batches(path: Path, columns: list[str], as_of_seq: int | None) -> Iter
 def _open(path: Path) -> pq.ParquetFile:
     """A file to read, or the reason it cannot be read, naming it."""
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(source(path))
     except (pa.ArrowException, OSError) as err:
         raise type(err)(f"{path.name}: {err}") from None
 

@@ -41,6 +41,8 @@ from runledger.ledger.storage.rows import TIMESTAMP, typed_arrays, typed_columns
 from runledger.ledger.contract.canonical import (canonical_json, event_hash, fast_canonical_texts, orjson_text_is_canonical)
 from runledger.ledger.contract.events import InvalidEvent, make_event_id
 from runledger.ledger.contract.validation import check_payload, payloads_valid
+from runledger.ledger.storage import objects
+from runledger.ledger.storage.objects import source
 
 # Rows read and checked at once. Small batches on purpose: the memory of one is reused by the next (a
 # batch of 65,536 rows, ~40 MB of Python objects, went back to the OS and was faulted in again each
@@ -76,7 +78,7 @@ def check_part(path: str, kind: str, run_id: str, row_groups: list[int], whole_f
     out.links = links.summary
     where = f"{Path(path).relative_to(Path(path).parents[2])}"
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(source(path))
         if whole_file:
             if hash_bytes:
                 out.file_sha256 = file_sha256(path)
@@ -98,7 +100,7 @@ def check_part(path: str, kind: str, run_id: str, row_groups: list[int], whole_f
 
 def file_sha256(path: str | Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with (source(path) if objects.is_object(path) else open(path, "rb")) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()

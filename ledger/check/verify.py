@@ -65,6 +65,8 @@ from runledger.ledger.storage import heads, locks, media, paths, recovery, strea
 from runledger.ledger.storage.compaction import drop_identical_duplicates
 from runledger.ledger.storage.reads import CONFLICT, read_events, stored_conflicts, stray_files
 from runledger.ledger.contract.events import KINDS, make_event_id
+from runledger.ledger.storage import objects
+from runledger.ledger.storage.objects import source
 
 MAX_LISTED = 50
 PART_ROWS = 1 << 20  # rows of one unit of work (whole row groups): enough to pay for handing it to a process
@@ -220,7 +222,7 @@ def _parts(path: Path) -> list[list[int]]:
     """The row groups of a file in units of about PART_ROWS rows ([[]] if it cannot be read: the
     check of its first part then says so)."""
     try:
-        meta = pq.ParquetFile(path).metadata
+        meta = pq.ParquetFile(source(path)).metadata
     except (OSError, ValueError):
         return [[]]
     parts, rows = [[]], 0
@@ -243,14 +245,14 @@ def _size_and_mtime(path: Path) -> tuple[int, int] | None:
 
 def _file_size(path: str) -> int:
     try:
-        return os.path.getsize(path)
+        return objects.as_path(path).stat().st_size if objects.is_object(path) else os.path.getsize(path)
     except OSError:
         return 0
 
 
 def _file_rows(path: Path) -> int:
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        return pq.ParquetFile(source(path)).metadata.num_rows
     except (OSError, ValueError):
         return 0
 
@@ -284,7 +286,8 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
     watched = _watched(walk)
     linking = _Linking(plan, walk, [u[2] for u in units], advance)
     parts: list[rowcheck.PartChecked | None] = [None] * len(units)
-    if jobs > 1 and total // 2 >= PARALLEL_MIN_ROWS:
+    # (files on object storage are checked in this process: the worker processes have not the warehouse's credentials)
+    if jobs > 1 and total // 2 >= PARALLEL_MIN_ROWS and not any(objects.is_object(u[0]) for u in units):
         # the largest files first, so that no process is left with a large one at the end; the parts
         # are submitted from a thread, as starting the processes waits for them, and taking the
         # results need not
@@ -361,7 +364,7 @@ def _read_otherwise(at: paths.Cut) -> list[str]:
         ids = at.field_ids.get(table, {})
         for f in listed:
             try:
-                with pq.ParquetFile(f.path) as parquet:
+                with pq.ParquetFile(source(f.path)) as parquet:
                     rows, columns = parquet.metadata.num_rows, parquet.schema_arrow
             except (OSError, ValueError):
                 continue  # (named as missing, or as unreadable by the row check)
@@ -386,7 +389,7 @@ def _started_twice(files: list[Path]) -> list[str]:
     seqs: dict[tuple[str, str, int], list[int]] = {}
     for f in files:
         try:
-            t = pq.read_table(f, columns=["run_id", "producer", "attempt", "seq"])
+            t = pq.read_table(source(f), columns=["run_id", "producer", "attempt", "seq"])
         except (OSError, ValueError):
             continue  # (the row check names a file that cannot be read)
         for run_id, producer, attempt, seq in zip(*(t.column(c).to_pylist() for c in t.column_names)):
@@ -567,7 +570,7 @@ def _covers(covered: tuple[int, str] | None, seq: int, h: str) -> bool:
 def _summarise_quarantine(root: Path, report: Report, at: paths.Cut | None) -> None:
     for f in paths.quarantine_files(root, at=at):
         try:
-            t = pq.read_table(f, columns=["reason"])
+            t = pq.read_table(source(f), columns=["reason"])
         except (OSError, ValueError) as err:
             report.problems.append(f"{f}: cannot be read ({str(err).splitlines()[0][:200]})")
             continue

@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 
 from runledger.ledger.contract.metricnames import metric_column, metric_name, narrow_column
 from runledger.ledger.storage.digest import digest_ok, with_digest
-from runledger.ledger.storage.files import file_name, write_atomic
+from runledger.ledger.storage import objects, paths
+from runledger.ledger.storage.files import file_name, partition_dir, write_atomic
+from runledger.ledger.storage.objects import source
 from runledger.ledger.storage.paths import event_files
 from runledger.ledger.storage.rows import ENVELOPE_SCHEMA, wide_fields
 from runledger.ledger.storage.store import tables_of
@@ -38,10 +40,10 @@ def _swap(part: Path, old: list[Path], table: pa.Table, name: str) -> Path:
     """Write `table` (the rows of the files `old`) as one file and put it in their place: a snapshot
     that swaps them (the old files stay for readers until they expire)."""
     bounds = pc.min_max(table.column("stream_seq")).as_py()
-    out = part / file_name(name, (bounds["min"], bounds["max"]))
     table = with_digest(table)
     tables = tables_of(part.parent.parent.parent)
     kind = part.parent.name.removeprefix("kind=")
+    out = partition_dir(tables.base, kind, part.name.removeprefix("run_id=")) / file_name(name, (bounds["min"], bounds["max"]))
     write_atomic(tables.with_field_ids(kind, table), out)
     tables.replace(kind, old, [out])
     return out
@@ -90,7 +92,7 @@ def compact_partition(part: Path, min_files: int = COMPACT_MIN_FILES) -> Path | 
     else:
         return None
     small.sort(key=_first_seq)  # then the rows are mostly in stream order already
-    read = [pq.read_table(f) for f in small]
+    read = [pq.read_table(source(f)) for f in small]
     changed = [f.name for f, t in zip(small, read) if not digest_ok(f, t)]
     if changed:  # compaction must not give changed rows a fresh digest: leave them for `verify` to report
         raise ValueError(f"not compacting {part}: {', '.join(changed[:3])} changed since the ledger wrote them")
@@ -113,7 +115,7 @@ def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
     files = sorted(_partition_files(part), key=_first_seq)
     if not files:
         return [], []
-    read = [pq.read_table(f) for f in files]
+    read = [pq.read_table(source(f)) for f in files]
     changed = [f.name for f, t in zip(files, read) if not digest_ok(f, t)]
     if changed:  # a rewrite must not give changed rows a fresh digest
         raise ValueError(f"{part}: {', '.join(changed[:3])} changed since the ledger wrote them; not repairing it")
@@ -139,7 +141,11 @@ def drop_identical_duplicates(part: Path) -> tuple[list[str], list[str]]:
 def compact(root: Path, min_files: int = COMPACT_MIN_FILES) -> int:
     """Compact every partition that needs it; return how many partitions were compacted."""
     done = 0
-    for part in sorted((Path(root) / "events").glob("kind=*/run_id=*")):
+    parts = sorted((Path(root) / "events").glob("kind=*/run_id=*"))
+    if objects.warehouse_of(root):  # (the partitions are in the bucket: those of the snapshot, named as on disk)
+        parts = sorted({Path(root) / "events" / f"kind={k}" / f"run_id={f.run_id}"
+                        for k, listed in paths.cut(root).files.items() if k != paths.QUARANTINE for f in listed})
+    for part in parts:
         if compact_partition(part, min_files) is not None:
             done += 1
     return done

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from runledger.ledger.storage.objects import source
 
 
 DIGEST_KEY = b"runledger.ledger_sha256"  # a file's digest of what the ledger put in its rows (see ledger_digest)
@@ -32,6 +33,6 @@ def with_digest(table: pa.Table) -> pa.Table:
 
 def digest_ok(path: Path, table: pa.Table | None = None) -> bool:
     """Whether a stored events file's ledger columns are as the ledger wrote them."""
-    table = pq.read_table(path) if table is None else table
+    table = pq.read_table(source(path)) if table is None else table
     recorded = (table.schema.metadata or {}).get(DIGEST_KEY)
     return recorded is not None and recorded.decode() == ledger_digest(table)

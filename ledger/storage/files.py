@@ -42,6 +42,14 @@ def write_atomic(table: pa.Table, final: Path, metadata: dict[bytes, bytes] | No
     files, which compaction rewrites with zstd)."""
     import pyarrow.parquet as pq  # (here: the spool's fsync_dir, which `init` reads, needs no pyarrow)
 
+    if not isinstance(final, Path):  # an object (runledger.ledger.storage.objects): one PUT, whole or not there
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        with final.open("wb") as f:
+            pq.write_table(table, f, **({"compression": "snappy"} if fast else {"compression": "zstd", "compression_level": 1}),
+                           use_dictionary=[n for n in table.column_names if n not in UNIQUE_COLUMNS])
+            size = f.tell()
+        return size
     _make_dirs(final.parent)
     tmp = final.parent / f".{final.name}.tmp"
     if metadata:
@@ -66,4 +74,4 @@ def file_name(prefix: str, seqs: Iterable[int]) -> str:
 
 
 def partition_dir(root: Path, kind: str, run_id: str) -> Path:
-    return Path(root) / "events" / f"kind={kind}" / f"run_id={run_id}"
+    return (root if not isinstance(root, (str, Path)) else Path(root)) / "events" / f"kind={kind}" / f"run_id={run_id}"

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from runledger.ledger.storage import objects
 
 MARKER = "tables.json"  # {"format": "iceberg", "root": the root's path when the tables were made}
 CATALOG_FILE = "catalog.db"
@@ -61,7 +62,8 @@ POSITION_FILE = "ledger.position"  # the single ledger's: the last stream seq it
 # local server): a folder holding any of these, or nothing, is a ledger root with nothing stored yet
 ROOT_ENTRIES = (MARKER, CATALOG_FILE, CATALOG_URI_FILE, "events", "quarantine", "ledger.lock", POSITION_FILE,
                 "ledger.id", HALTED_FILE, "partitions", "heads", "tlog", "spool", "nats", "local",
-                "files", "dashboard.json", "relays", "stream.adopted")  # (the last two: runs' folders, run.dir; the dashboard's address: settings)
+                "files", "dashboard.json", "relays", "stream.adopted", "media", "tlog-state",  # (runs' folders, run.dir; the dashboard's address; push, adoption; blobs; the log's state)
+                "warehouse.json", "s3.credentials")  # (a warehouse on object storage: objects)
 
 
 def check_root(root: Path) -> None:
@@ -169,7 +171,7 @@ class Cut:
 
 
 # manifest path -> its live entries (content, path, run_id, record_count) (manifest files never change)
-_MANIFESTS: dict[str, list[tuple[int, str, str | None, int | None]]] = {}
+_MANIFESTS: dict[str, list[tuple[int, str, str | None, int | None, int | None]]] = {}
 
 
 # what a reader needs of a manifest entry: decoding only these is faster than the whole entry
@@ -179,14 +181,37 @@ _ENTRY = {"type": "record", "name": "manifest_entry", "fields": [
         {"name": "content", "type": "int", "default": 0},  # (v1 manifests have none: all data)
         {"name": "file_path", "type": "string"},
         {"name": "record_count", "type": ["null", "long"], "default": None},
+        {"name": "file_size_in_bytes", "type": ["null", "long"], "default": None},
         {"name": "partition", "type": {"type": "record", "name": "r102", "fields": [
             {"name": "run_id", "type": ["null", "string"], "default": None}]}}]}}]}
+
+
+_OBJECTS: dict[str, bytes] = {}  # an object's URI -> its bytes: metadata files, manifest lists and manifests never change
+
+
+def _immutable(path) -> bytes:
+    """The bytes of a table's metadata file, manifest list or manifest (each written once, never changed):
+    an object's kept (the last 256), so a reader that lists the snapshot again GETs only what is new."""
+    if not isinstance(path, objects.ObjectPath):
+        return path.read_bytes()
+    got = _OBJECTS.get(path.uri)
+    if got is None:
+        got = _OBJECTS[path.uri] = path.read_bytes()
+        while len(_OBJECTS) > 256:
+            _OBJECTS.pop(next(iter(_OBJECTS)))
+    return got
 
 
 def _avro(path: Path, projection: dict | None = None) -> list[dict]:
     import fastavro  # (only where there are tables)
 
-    with open(path, "rb") as f:
+    if isinstance(path, objects.ObjectPath):  # (read whole: fastavro seeks back on a schema it cannot resolve)
+        import io
+
+        opened = io.BytesIO(_immutable(path))
+    else:
+        opened = open(path, "rb")
+    with opened as f:
         if projection is not None:
             try:
                 return list(fastavro.reader(f, reader_schema=projection))
@@ -206,6 +231,8 @@ class _Rebase:
             self.recorded = self.root
 
     def __call__(self, location: str) -> Path:
+        if location.startswith(objects.SCHEME):  # (a warehouse on object storage: objects)
+            return objects.ObjectPath(location)
         location = location.removeprefix("file://")
         if self.recorded != self.root and (location == self.recorded or location.startswith(self.recorded + "/")):
             location = self.root + location[len(self.recorded):]
@@ -281,8 +308,11 @@ def roots_catalog_rows(root: Path, uri: str) -> dict[str, str]:
         _ENGINES.pop(uri, None)
         raise NotALedger(f"{root}: catalog {shown_uri(uri)} cannot be opened: {str(err).splitlines()[0][:200]}") from None
     rebase = _Rebase(root)
+    warehouse = (objects.warehouse_of(root) or {}).get("warehouse")
     for location in rows.values():
         path = str(rebase(location))
+        if warehouse and path.startswith(warehouse + "/"):
+            continue
         if not path.startswith(rebase.root + "/"):
             theirs = re.split(r"/(?:events|quarantine)/", path)[0]
             raise NotALedger(f"{root}: catalog {shown_uri(uri)} holds another root's tables ({theirs}), not this root's")
@@ -321,11 +351,13 @@ def _files_of(snapshot: dict | None, rebase: _Rebase, deletes: list[DeleteFile] 
                     if manifest.get("content", 0) != 0 and content == 0:
                         content = 1  # (an entry of a delete manifest is a delete file, whatever it says)
                     entries.append((content, d["file_path"], (d.get("partition") or {}).get("run_id"),
-                                    d.get("record_count")))
+                                    d.get("record_count"), d.get("file_size_in_bytes")))
             _MANIFESTS[path] = entries
-        for content, p, run, rows in entries:
+        for content, p, run, rows, size in entries:
             if content == 0:
                 out.append(DataFile(rebase(p), run, rows))
+                if size is not None and p.startswith(objects.SCHEME):  # (so DuckDB opens it with no HEAD first)
+                    objects.remember_size(p, size)
             elif deletes is not None:
                 deletes.append(DeleteFile(rebase(p), DELETE_CONTENT.get(content, f"content {content}"), rebase(path)))
     return out
@@ -349,12 +381,13 @@ def cut(root: Path, commit: int | None = None) -> Cut:
     """The files of every table in ledger snapshot `commit` (None: the current snapshots). Raises
     SnapshotGone if a table has no snapshot that old left while it had one then."""
     root = Path(root)
+    objects.configure(root)
     rebase = _Rebase(root)
     if commit is not None and commit < 1:
         raise SnapshotGone(f"ledger snapshot {commit}: snapshots are numbered from 1")
     out = Cut(commit or 0)
     for table, location in sorted(_catalog_rows(root).items()):
-        metadata = json.loads(rebase(location).read_bytes())
+        metadata = json.loads(_immutable(rebase(location)))
         if commit is not None and commit < int(metadata.get("properties", {}).get(EXPIRED_KEY, 0)):
             raise SnapshotGone(f"ledger snapshot {commit} has expired: the oldest kept is "
                                f"{metadata['properties'][EXPIRED_KEY]}")
@@ -389,7 +422,7 @@ def event_files(root: Path, kind: str | None = None, run_id: str | None = None, 
         refuse_old(root)
         return []
     at = at or cut(root)
-    return [f for f in at.event_files(kind, run_id) if os.path.exists(f)]
+    return [f for f in at.event_files(kind, run_id) if objects.exists(f)]
 
 
 def quarantine_files(root: Path, at: Cut | None = None) -> list[Path]:
@@ -397,17 +430,18 @@ def quarantine_files(root: Path, at: Cut | None = None) -> list[Path]:
         refuse_old(root)
         return []
     at = at or cut(root)
-    return sorted(f.path for f in at.files.get(QUARANTINE, ()) if os.path.exists(f.path))
+    return sorted(f.path for f in at.files.get(QUARANTINE, ()) if objects.exists(f.path))
 
 
 def held_files(root: Path) -> set[Path]:
     """Every file some snapshot of some table holds, or that waits in a table's graveyard for the
     readers of an expired snapshot (see runledger.ledger.storage.tables)."""
     root = Path(root)
+    objects.configure(root)
     rebase = _Rebase(root)
     out: set[Path] = set()
     for location in _catalog_rows(root).values():
-        metadata = json.loads(rebase(location).read_bytes())
+        metadata = json.loads(_immutable(rebase(location)))
         for snapshot in metadata.get("snapshots") or []:
             deletes: list[DeleteFile] = []
             out.update(f.path for f in _files_of(snapshot, rebase, deletes))
@@ -426,6 +460,12 @@ def uncommitted_files(root: Path) -> list[Path]:
     if not is_tables(root):
         return []
     held = held_files(root)
+    warehouse = (objects.warehouse_of(root) or {}).get("warehouse")
+    if warehouse:  # (the layout under the bucket's prefix)
+        base = objects.ObjectPath(warehouse)
+        listed = [f for f in (base / "events").files() if "/metadata/" not in f.uri] + (base / "quarantine").files()
+        listed = [f for f in listed if "/metadata/" not in f.uri]
+        return [f for f in listed if f not in held]
     return [f for f in matching(event_glob(root)) + matching(quarantine_glob(root)) if f not in held]
 
 
@@ -434,4 +474,4 @@ def missing_files(root: Path, at: Cut | None = None) -> list[Path]:
     if not is_tables(root):
         return []
     at = at or cut(root)
-    return sorted(f.path for files in at.files.values() for f in files if not os.path.exists(f.path))
+    return sorted(f.path for files in at.files.values() for f in files if not f.path.exists())

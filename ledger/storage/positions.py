@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from runledger.ledger.storage.files import fsync_dir
 from runledger.ledger.storage.paths import POSITION_FILE, event_files, quarantine_files
+from runledger.ledger.storage.objects import source
 
 
 def taken_upto(root: Path) -> int:
@@ -19,7 +20,7 @@ def taken_upto(root: Path) -> int:
     last = [read_position(root)]
     for files, column in ((event_files(root), "stream_seq"), (quarantine_files(root), "stream_seq")):
         for f in files:
-            t = pq.read_table(f, columns=[column])
+            t = pq.read_table(source(f), columns=[column])
             if t.num_rows:
                 last.append(pc.max(t.column(0)).as_py())
     return max(last)

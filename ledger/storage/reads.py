@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from runledger.ledger.storage import heads, paths
 from runledger.ledger.storage.paths import event_files, quarantine_files
 from runledger.ledger.storage.rows import ENVELOPE_SCHEMA
+from runledger.ledger.storage.objects import source
 
 
 CONFLICT = "a conflicting event"  # the quarantine reason's mark for a second, different event under one event_id
@@ -22,7 +23,7 @@ def read_events(root: Path, kind: str | None = None, run_id: str | None = None,
     columns = columns or [n for n, _ in ENVELOPE_SCHEMA]
     for attempt in range(5):
         try:
-            tables = [pq.read_table(f, columns=columns) for f in event_files(root, kind, run_id)]
+            tables = [pq.read_table(source(f), columns=columns) for f in event_files(root, kind, run_id)]
             break
         except FileNotFoundError:  # compaction replaced a file between listing and reading: list again
             if attempt == 4:
@@ -45,7 +46,7 @@ def stored_hashes(root: Path, kind: str, run_id: str, event_ids: set[str]) -> di
     """event_id -> stored hash for the given ids in one partition (used only when duplicates arrive)."""
     out = {}
     for f in event_files(root, kind, run_id):
-        t = pq.read_table(f, columns=["event_id", "hash"])
+        t = pq.read_table(source(f), columns=["event_id", "hash"])
         for eid, h in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
             if eid in event_ids:
                 out[eid] = h
@@ -56,7 +57,7 @@ def stored_quarantine_seqs(root: Path) -> set[int]:
     files = quarantine_files(root)
     if not files:
         return set()
-    return set(pa.concat_tables([pq.read_table(f, columns=["stream_seq"]) for f in files]).column(0).to_pylist())
+    return set(pa.concat_tables([pq.read_table(source(f), columns=["stream_seq"]) for f in files]).column(0).to_pylist())
 
 
 def stored_conflicts(root: Path, at: paths.Cut | None = None) -> dict[tuple[str, str, int], set[int]]:
@@ -64,7 +65,7 @@ def stored_conflicts(root: Path, at: paths.Cut | None = None) -> dict[tuple[str,
     (in the cut `at`, else now)."""
     out: dict[tuple[str, str, int], set[int]] = {}
     for f in quarantine_files(root, at=at):
-        t = pq.read_table(f, columns=["reason", "event_id"])
+        t = pq.read_table(source(f), columns=["reason", "event_id"])
         for reason, eid in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
             parts = (eid or "").split(":")
             if CONFLICT in (reason or "") and len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit():

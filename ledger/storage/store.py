@@ -61,7 +61,7 @@ def write_group(root: Path, kind: str, run_id: str, group: list[StoredEvent] | R
     root's: `tables_of`), for a commit to follow; return it."""
     tables = tables or tables_of(root)
     rows = group if isinstance(group, Rows) else Rows.of(group)
-    path = partition_dir(root, kind, run_id) / file_name("part", rows.stream_seqs)
+    path = partition_dir(tables.base, kind, run_id) / file_name("part", rows.stream_seqs)
     stored = None
     if wide_fields(kind):  # which names get a column of their own: the table's bound
         wanted = {}
@@ -133,6 +133,6 @@ def write_quarantine(root: Path, items: list[Quarantined], received_at: datetime
         "received_at": pa.array([received_at] * len(items), TIMESTAMP),
         "event_id": [_utf8(q.event_id) for q in items],
     }, schema=QUARANTINE_SCHEMA)
-    path = Path(root) / "quarantine" / file_name("part", (q.stream_seq for q in items))
+    path = tables.base / "quarantine" / file_name("part", (q.stream_seq for q in items))
     write_atomic(tables.with_field_ids(QUARANTINE, table), path)
     return path

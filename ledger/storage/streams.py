@@ -15,6 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from runledger.ledger.storage.objects import source
 
 BATCH_ROWS = 4_096  # rows of a batch: small, so that its memory is reused by the next (see runledger.ledger.check.rowcheck)
 
@@ -22,7 +23,7 @@ BATCH_ROWS = 4_096  # rows of a batch: small, so that its memory is reused by th
 def first_stream_seq(path: Path) -> int:
     """The smallest stream seq in a file by its statistics (0 if it has none, or cannot be read)."""
     try:
-        meta = pq.ParquetFile(path).metadata
+        meta = pq.ParquetFile(source(path)).metadata
         i = [meta.schema.column(j).path for j in range(meta.num_columns)].index("stream_seq")
         mins = [meta.row_group(g).column(i).statistics for g in range(meta.num_row_groups)]
         return min((s.min for s in mins if s is not None and s.has_min_max), default=0)
@@ -40,7 +41,7 @@ def in_stream_order(paths: list[Path], columns: list[str], batch_rows: int = BAT
         _, i, batches = heapq.heappop(heap)
         try:
             if batches is None:
-                batches = pq.ParquetFile(paths[i]).iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+                batches = pq.ParquetFile(source(paths[i])).iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
             batch = next(batches, None)
         except (OSError, ValueError):
             continue

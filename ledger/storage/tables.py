@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from runledger.ledger.storage import paths
+from runledger.ledger.storage import objects, paths
 from runledger.ledger.storage.paths import (CATALOG_FILE, CATALOG_NAME, COMMIT_KEY, EXPIRED_KEY, MARKER, NAMESPACE, QUARANTINE)
 
 log = logging.getLogger(__name__)
@@ -79,11 +79,13 @@ class Tables:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError
 
         self.root = Path(root).resolve()
+        named = objects.configure(self.root)  # (a warehouse on object storage: runledger.ledger.storage.objects)
+        self.base = objects.ObjectPath(named["warehouse"]) if named else self.root
         marker = self.root / MARKER
         moved = None
         if marker.exists():
             recorded = json.loads(marker.read_text()).get("root")
-            if recorded and recorded != str(self.root):
+            if recorded and recorded != str(self.root) and named is None:
                 moved = paths.cut(self.root)  # what its readers read, from its new place
                 log.warning("root %s was moved from %s: registering its tables anew here (the snapshots kept for "
                             "readers are not carried over)", self.root, recorded)
@@ -93,7 +95,9 @@ class Tables:
         else:
             paths.refuse_old(self.root)  # (the layout of before the tables: never taken over)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.catalog = SqlCatalog(CATALOG_NAME, uri=uri or default_uri(self.root), warehouse=f"file://{self.root}")
+        self.catalog = SqlCatalog(CATALOG_NAME, uri=uri or default_uri(self.root),
+                                  **({"warehouse": str(self.base), **objects.iceberg_properties()} if named
+                                     else {"warehouse": f"file://{self.root}"}))
         try:
             self.catalog.create_namespace(NAMESPACE)
         except NamespaceAlreadyExistsError:
@@ -129,7 +133,7 @@ class Tables:
     # ---- tables and their schemas
 
     def location(self, name: str) -> Path:
-        return self.root / QUARANTINE if name == QUARANTINE else self.root / "events" / f"kind={name}"
+        return self.base / QUARANTINE if name == QUARANTINE else self.base / "events" / f"kind={name}"
 
     def names(self) -> list[str]:
         return sorted(ident[-1] for ident in self.catalog.list_tables(NAMESPACE))
@@ -329,7 +333,7 @@ class Tables:
         self._retrying(t, forget)
         due = time.time() + RETENTION_S
         _Graveyard(self.location(t.name()[-1])).add(
-            [(p.removeprefix("file://"), due) for p in [*drop_files, *drop_manifests, *(s.manifest_list for s in old)]])
+            [(p if objects.is_object(p) else p.removeprefix("file://"), due) for p in [*drop_files, *drop_manifests, *(s.manifest_list for s in old)]])
         for path in drop_manifests:
             self._manifests.pop(path, None)
         return len(old)
@@ -352,7 +356,7 @@ class _Graveyard:
     it (`{location}/metadata/` paths.GRAVEYARD; rewritten whole, atomically; `paths.held_files` reads it)."""
 
     def __init__(self, location: Path) -> None:
-        self.path = Path(location) / "metadata" / paths.GRAVEYARD
+        self.path = objects.as_path(location) / "metadata" / paths.GRAVEYARD
 
     def _read(self) -> list[list]:
         try:
@@ -361,6 +365,9 @@ class _Graveyard:
             return []
 
     def _write(self, entries: list) -> None:
+        if isinstance(self.path, objects.ObjectPath):  # (one PUT: whole or not there)
+            self.path.write_text(json.dumps(entries))
+            return
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text(json.dumps(entries))
         os.replace(tmp, self.path)
@@ -374,7 +381,7 @@ class _Graveyard:
         due = [p for p, t in entries if t <= now]
         for p in due:
             try:
-                os.unlink(p)
+                objects.as_path(p).unlink()
             except FileNotFoundError:
                 pass
         if due:
