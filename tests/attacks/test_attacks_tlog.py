@@ -20,8 +20,8 @@ from runledger.ledger.tlog import note
 from runledger.tools.cli import main
 
 
-def _messages(runs: list[str], n: int, loss: float = 1.0) -> list[tuple[str, bytes, int]]:
-    msgs, sseq = [], 0
+def _messages(runs: list[str], n: int, loss: float = 1.0, first_sseq: int = 1) -> list[tuple[str, bytes, int]]:
+    msgs, sseq = [], first_sseq - 1
     for run in runs:
         prev = ""
         for s in range(n):
@@ -104,7 +104,7 @@ def test_an_event_stored_behind_the_log_is_caught(root, capsys, monkeypatch):
     _store(root, _messages(["run-1"], 10))
     monkeypatch.setenv("RUNLEDGER_TLOG", "off")  # a ledger that stores without logging
     _store_more = service.Ledger(root)
-    _store_more.write(_store_more.decode(_messages(["run-2"], 5)))
+    _store_more.write(_store_more.decode(_messages(["run-2"], 5, first_sseq=11)))  # (past the stream seqs stored)
     _store_more.commit()
     rc, out = _audit(root, capsys)
     assert rc == 1 and "run-2/worker-0/0/0" in out and "leaf of no signed checkpoint" in out, out
