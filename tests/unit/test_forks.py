@@ -26,7 +26,7 @@ def loss_at(k: int) -> float:
     return 3.0 - 0.01 * k
 
 
-def write(led: Ledger, run_id: str, first: int, last: int, *, attempt: int = 0, worse: float = 0.0,
+def write_steps(led: Ledger, run_id: str, first: int, last: int, *, attempt: int = 0, worse: float = 0.0,
           parent: dict | None = None, rewind: dict | None = None, checkpoint_at: int | None = None,
           drops: float = 0.01) -> None:
     """One attempt of a run: run_started (with its parent or rewind point), a step (and drops) per step."""
@@ -90,12 +90,12 @@ def family(tmp_path_factory):
     45; then main rewound to 40 as attempt 1 (steps 41..45)."""
     root = tmp_path_factory.mktemp("forks") / "ledger"
     led = Ledger(root)
-    write(led, "main", 1, 60, checkpoint_at=30)
+    write_steps(led, "main", 1, 60, checkpoint_at=30)
     at30 = fork_point(root, "main", 30)
-    write(led, "cut", 31, 60, parent=at30)
-    write(led, "cut2", 46, 70, parent=fork_point(root, "cut", 45))
+    write_steps(led, "cut", 31, 60, parent=at30)
+    write_steps(led, "cut2", 46, 70, parent=fork_point(root, "cut", 45))
     before = steps_of(root, "cut")
-    write(led, "main", 41, 45, attempt=1, rewind=fork_point(root, "main", 40, rewind=True))
+    write_steps(led, "main", 41, 45, attempt=1, rewind=fork_point(root, "main", 40, rewind=True))
     return root, at30, before
 
 
@@ -163,9 +163,9 @@ def cutover(tmp_path_factory):
     """main (1..80) and two forks of it at 40: `same`, the same losses; `worse`, 0.05 nats worse, more drops."""
     root = tmp_path_factory.mktemp("cutover") / "ledger"
     led = Ledger(root)
-    write(led, "main", 1, 80)
-    write(led, "same", 41, 80, parent=fork_point(root, "main", 40))
-    write(led, "worse", 41, 80, parent=fork_point(root, "main", 40), worse=0.05, drops=0.03)
+    write_steps(led, "main", 1, 80)
+    write_steps(led, "same", 41, 80, parent=fork_point(root, "main", 40))
+    write_steps(led, "worse", 41, 80, parent=fork_point(root, "main", 40), worse=0.05, drops=0.03)
     return root
 
 
@@ -196,7 +196,7 @@ def test_the_fork_audit_fails_a_fork_whose_loss_is_worse_naming_the_window(cutov
 def test_the_fork_audits_window_is_the_last_fork_window_steps(tmp_path):
     root = tmp_path / "ledger"
     led = Ledger(root)
-    write(led, "main", 1, 80)
+    write_steps(led, "main", 1, 80)
     start = {**START, "parent": fork_point(root, "main", 40), "thresholds": {"fork_window_steps": 10}}
     led.emit("tail", "run_started", start, 40, T0, attempt=0)
     for k in range(41, 81):  # worse only in its first 30 steps: the last 10 match
