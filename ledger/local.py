@@ -12,7 +12,8 @@ and a finished run's: `finish` hands its chain over; `emitter.send_leftovers`), 
 and lets go of the spool lines of closed chains the ledger has stored since they closed
 (`emitter.prune_stored`: a chain not stored yet is asked again after 0.5 s, then twice as long each
 time). Once no client has been alive for `idle_s` and the ledger has taken every message, it
-stops: the ledger drains, the server it started stops, and it exits. `down(root)` stops it now.
+stops: what the spool still holds is sent and taken first (a last sweep, at most LAST_SWEEP_S), the ledger
+drains, the server it started stops, and it exits. `down(root)` stops it now, the same way.
 
 Starting and stopping happen under the start lock, so a process attaching while the supervisor stops
 waits, then starts a new one: never two at a time.
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 IDLE_S = float(os.environ.get("RUNLEDGER_IDLE_S", 60))  # no client alive this long: the supervisor stops
 POLL_S = 1.0  # how often the supervisor looks at its clients and the spool
+LAST_SWEEP_S = 20.0  # stopping (idle, SIGTERM, `down`): at most this long to store what the spool holds first
 START_TIMEOUT_S = 60.0  # nats-server and the ledger up
 SPAWNED = "spawned"  # in local/: `{pid} {unix time}` of the supervisor last started
 
@@ -211,6 +213,9 @@ def down(root: str | Path, timeout: float = 60.0) -> bool:
     if not d.is_dir():  # no supervisor ever ran here
         return False
     with locks.hold(d / "start.lock", f"the local server of {root}", wait_s=timeout):  # (no attach meanwhile)
+        deadline = time.monotonic() + timeout  # a supervisor still starting: up first, so that it stops in order
+        while starting(root) and running_url(root) is None and time.monotonic() < deadline:  # (its last sweep)
+            time.sleep(0.05)
         supervisors = _stop(_processes(root, _is_supervisor), timeout)
         servers = []
         if (d / "owns-nats").exists():  # a server a supervisor started and could not stop (it died)
@@ -308,7 +313,8 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
     if ours:  # its own server's folder lost: the new stream adopted, said in one line (never unable to start)
         from runledger.ledger.ingest.adoption import adopt_if_lost
         await adopt_if_lost(root, url)
-    ledger = asyncio.create_task(service.serve(root, url, stop))
+    ledger_stop = asyncio.Event()  # (set after a last sweep: `stop` may come from SIGTERM, `runledger down`)
+    ledger = asyncio.create_task(service.serve(root, url, ledger_stop))
     tmp = d / f".state.{os.getpid()}"
     tmp.write_text(json.dumps({"pid": os.getpid(), "url": url}))
     os.replace(tmp, d / "state.json")
@@ -345,6 +351,13 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
         start_lock.release()
         start_lock = None
     stop.set()
+    if not ledger.done():  # a last sweep: what finished (handed-over) or killed runs left is stored before it stops
+        try:
+            await asyncio.wait_for(_last_sweep(root, url, unopenable), LAST_SWEEP_S)
+        except Exception as err:  # (a timeout too: what is left stays in the spool, sent by the next supervisor)
+            log.warning("the last sweep of the spool did not finish (%s): what is left is sent on the next start",
+                        type(err).__name__)
+    ledger_stop.set()
     try:
         await ledger
     except locks.Busy as err:  # another ledger serves this root: it takes the messages
@@ -356,6 +369,16 @@ async def supervise(root: Path, idle_s: float = IDLE_S) -> None:
         owned.unlink(missing_ok=True)
     (d / "state.json").unlink(missing_ok=True)
     me.release()
+
+
+async def _last_sweep(root: Path, url: str, unopenable: set) -> None:
+    """Send what the spool holds unsent, and wait until the ledger has taken every message."""
+    from runledger.ledger.emit import emitter
+
+    await asyncio.to_thread(emitter.send_leftovers, settings.spool_dir(root), url, unopenable=unopenable,
+                            timeout=LAST_SWEEP_S / 2)
+    while await _pending(url):
+        await asyncio.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> None:
