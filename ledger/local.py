@@ -142,19 +142,22 @@ def _spawn_supervisor(root: str | Path, idle_s: float) -> subprocess.Popen:
 
 
 def starting(root: str | Path) -> bool:
-    """Whether a supervisor spawned for the root (`_spawn_supervisor`) is still starting: alive, and
-    spawned less than START_TIMEOUT_S ago."""
+    """Whether a supervisor spawned for the root (`_spawn_supervisor`) is still starting: alive (not a
+    zombie its spawner has not reaped), a supervisor of this root, spawned less than START_TIMEOUT_S ago."""
     try:
         pid, at = (local_dir(root) / SPAWNED).read_text().split()
         if time.time() - float(at) > START_TIMEOUT_S:
             return False
-        os.kill(int(pid), 0)
+        pid = int(pid)
     except (OSError, ValueError):
         return False
-    try:  # (a zombie of this process's own: ended)
-        return os.waitpid(int(pid), os.WNOHANG) == (0, 0)
-    except ChildProcessError:  # not this process's child: alive, as os.kill said
-        return True
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and _is_supervisor(p.cmdline(), Path(root).resolve())
+    except psutil.Error:  # gone, or not this user's
+        return False
 
 
 def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:

@@ -665,6 +665,9 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     root = Path(settings.root(root))
     how, point = None, None
     if ignored.get("fork_from") or ignored.get("resume_from"):  # its point in the ledger, found before anything starts
+        from runledger.ledger.storing import wait_stored
+
+        wait_stored(root)  # (a parent that finished a moment ago: stored first)
         try:
             how, point, id, resume = _forks().start_of(root, ignored, id, resume, mode != "disabled")
         except ValueError as err:

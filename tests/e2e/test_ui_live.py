@@ -13,7 +13,7 @@ import urllib.request
 
 from runledger.ledger import local
 from support.browser import chart_points, chromium, wait  # noqa: F401 (chromium: a fixture)
-from support.embedded import SteeredRun, embedded_env, idled_out
+from support.embedded import SteeredRun, embedded_env, idled_out, until
 from support.reading import reader
 from support.ui import UiProcess
 
@@ -75,9 +75,9 @@ def test_a_dashboard_started_before_any_run_goes_live_and_follows_the_embedded_s
         chromium.execute_script("window.__notReloaded = true;" + WATCH_BADGE)
 
         runs.append(first := SteeredRun(root, "first"))  # the user's script starts the root's server
-        first.log(0)
-        old_url = local.running_url(root)
+        first.log(0)  # (init does not wait for the server it starts: the page goes live once it is up)
         wait(chromium, lambda d: badge(d)[0] == "nats", WATCHDOG_S, "the page live via the root's server")
+        old_url = until(lambda: local.running_url(root))
         assert ui_status(base)["reason"].endswith(old_url)
         before = open_run_page(chromium, root, first.id)
         first.log(1)
@@ -91,9 +91,9 @@ def test_a_dashboard_started_before_any_run_goes_live_and_follows_the_embedded_s
 
         runs.append(second := SteeredRun(root, "second"))  # the next run starts a server on a new port
         second.log(0)
-        new_url = local.running_url(root)
-        assert new_url != old_url
         wait(chromium, lambda d: badge(d)[0] == "nats", WATCHDOG_S, "the page live again, by itself")
+        new_url = until(lambda: local.running_url(root))
+        assert new_url != old_url
         assert ui_status(base)["reason"].endswith(new_url)
         before = open_run_page(chromium, root, second.id)
         second.log(1)

@@ -31,7 +31,8 @@ def test_a_query_gets_the_views_it_names_and_those_they_build_on(ledger_root):
         assert rows and rows[0][0] >= 0, name
     con = queries.connect(ledger_root, uses="select step from steps")
     defined = {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
-    assert defined == {"steps", "steps_all", "step_events", "metric_events", "metrics_wide", "metrics_checked"}
+    assert defined == {"steps", "steps_all", "step_events", "metric_events", "metrics_wide", "metrics_checked",
+                       "fork_reads", "forks", "runs"}  # (steps splices a fork's parent: fork_reads, over forks and runs)
 
 
 def test_publish_reports_bad_lines_and_publishes_every_valid_one(ledger_process, root):
