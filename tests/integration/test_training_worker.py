@@ -103,7 +103,7 @@ def test_a_corrupted_checkpoint_is_refused(uninterrupted):
 
 def test_decisions_are_carried_out_at_step_boundaries(tmp_path):
     plan = {
-        2: [{"decision_id": "d-horizon", "action": "set_token_horizon", "params": {"horizon_tokens": 6 * CFG.tokens_per_step}},
+        2: [{"decision_id": "d-horizon", "action": "set_token_horizon", "params": {"horizon_tokens": 7 * CFG.tokens_per_step}},
             {"decision_id": "d-nohorizon", "action": "set_token_horizon", "params": {"horizon_steps": 1}}],
         3: [{"decision_id": "d-ckpt", "action": "checkpoint_now", "params": {}},
             {"decision_id": "d-bad", "action": "hold_context_extension", "params": {}}],
@@ -111,15 +111,15 @@ def test_decisions_are_carried_out_at_step_boundaries(tmp_path):
     rec = ListSink()
     res = train(CFG, run_id="decided", ckpt_dir=tmp_path, sink=rec, peak_flops=PEAK,
                 decisions=lambda step: plan.get(step, []))
-    assert res.final_step == 6  # the horizon moved from 8 to 6
+    assert res.final_step == 7  # the horizon moved from 8 to 7 (two decay steps left: the least a retime takes)
     applied = {p["decision_id"]: (s, p) for s, p in rec.payloads("decision_applied")}
-    assert applied["d-horizon"][0] == 2 and applied["d-horizon"][1]["after"]["horizon_steps"] == 6
+    assert applied["d-horizon"][0] == 2 and applied["d-horizon"][1]["after"]["horizon_steps"] == 7
     assert applied["d-nohorizon"][1]["status"] == "refused"  # a horizon in the past
     assert applied["d-bad"][1]["status"] == "refused"
-    assert [(s, p["reason"]) for s, p in rec.payloads("checkpoint")] == [(3, "requested"), (4, "periodic"), (6, "final")]
+    assert [(s, p["reason"]) for s, p in rec.payloads("checkpoint")] == [(3, "requested"), (4, "periodic"), (7, "final")]
     steps = dict(rec.payloads("step"))
-    assert steps[6]["lr"] == pytest.approx(CFG.optim.peak_lr * CFG.optim.min_lr_ratio)
-    assert rec.payloads("run_finished")[0][1]["final_step"] == 6
+    assert steps[7]["lr"] == pytest.approx(CFG.optim.peak_lr * CFG.optim.min_lr_ratio)
+    assert rec.payloads("run_finished")[0][1]["final_step"] == 7
 
 
 def test_a_stop_request_ends_the_run_at_a_step_boundary_with_a_checkpoint(tmp_path):
