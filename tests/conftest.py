@@ -12,6 +12,7 @@ Helpers live once in tests/support/. Nothing here is mocked.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 # a run's finish hands its events to the root's supervisor; the commands that read the root (and the
@@ -22,6 +23,13 @@ import pytest
 
 from runledger.ledger.bus.natsserver import NatsServer
 from support.processes import LedgerProcess
+
+# the module- and session-wide fixtures run before `user_data`: they too keep out of the real user's
+# folders (a transparency log's key made in ~/.config would sign every root those fixtures make)
+_SESSION_HOME = tempfile.mkdtemp(prefix="runledger-test-home-")
+for _var, _sub in (("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state")):
+    os.environ[_var] = os.path.join(_SESSION_HOME, _sub)
+os.environ["RUNLEDGER_ROOT"] = os.path.join(_SESSION_HOME, "data", "runledger")
 
 
 @pytest.fixture(autouse=True)

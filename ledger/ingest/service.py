@@ -255,7 +255,7 @@ class Ledger:
         self._relayed: dict = {}  # chains relayed since the last commit (runledger.ledger.storage.relays)
         if not self.position.partitioned:  # (a partition's writer removes only what it stores: see commit)
             self._remove_deleted(removal.stored_tombstones(self.root))
-        self.tlog = tlog.for_ledger(self.root, self.position)  # the transparency log, caught up with the tables
+        self.tlog = self._open_tlog()  # the transparency log, caught up with the tables
         self._unlogged: list[dict] = []  # events written whose leaves go in after their commit
         log.info("ledger root %s: stream seq %d taken (%s), %d quarantined messages", self.root, self.taken_upto,
                  self.expected_stream or "no stream recorded yet", len(self.quarantined))
@@ -415,6 +415,21 @@ class Ledger:
         """Messages up to `stream_seq` are written (stored or quarantined): the next commit records it."""
         self._taken = max(self._taken, stream_seq)
 
+    def _open_tlog(self):
+        """The transparency log of this ledger's position, or None: off, or refused (another key's log, or
+        files that no longer give its last signed checkpoint). A refused log stops nothing: the tables
+        go on storing every event, and its leaves go in from them once the log is fixed (see _tlog_refused)."""
+        try:
+            return tlog.for_ledger(self.root, self.position)
+        except tlog.TlogRefused as err:
+            self._tlog_refused(err)
+            return None
+
+    def _tlog_refused(self, err: Exception) -> None:
+        log.error("the transparency log is not extended (the tables still store every event; `runledger tlog audit` "
+                  "fails until it is fixed, and the next ledger start catches its leaves up): %s", _error_line(err))
+        self.tlog = None
+
     def commit(self) -> None:
         """Make what was written readable and record how far it goes: what must happen before an ack.
         The files go into the tables' snapshots in one commit; then the chain heads (every acked event
@@ -445,8 +460,11 @@ class Ledger:
             self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
             self._pending = {}
         if self.tlog is not None and self._unlogged:  # the tables hold them: their leaves, then maybe a signature
-            self.tlog.append(self._unlogged)
-            self.tlog.maybe_sign(self._unlogged)
+            try:
+                self.tlog.append(self._unlogged)
+                self.tlog.maybe_sign(self._unlogged)
+            except tlog.TlogRefused as err:
+                self._tlog_refused(err)
             self._unlogged = []
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
@@ -557,6 +575,8 @@ class Ledger:
                 self.tlog.sign()
             except OSError as err:  # (a full disk: signed at a later quiet moment or commit)
                 log.error("cannot sign the transparency log's checkpoint: %s", _error_line(err))
+            except tlog.TlogRefused as err:
+                self._tlog_refused(err)
         if time.monotonic() - self._expired_at > EXPIRE_EVERY_S:
             self._expired_at = time.monotonic()
             try:

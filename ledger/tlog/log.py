@@ -82,7 +82,7 @@ def load_or_make_key(path: Path | None = None, name: str | None = None) -> note.
         note.write_key(path, signer)
     except FileExistsError:  # made meanwhile by another process
         return note.read_key(path)
-    log.warning("made the transparency log's signing key %s (0600); its verifier key: %s", path, signer.verifier.text())
+    log.info("made the transparency log's signing key %s (0600); its verifier key: %s", path, signer.verifier.text())
     return signer
 
 

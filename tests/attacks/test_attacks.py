@@ -353,9 +353,10 @@ def test_a_heads_record_removed_is_found(attacked):
 
 
 def test_a_ledger_restarted_on_a_cut_root_keeps_the_head_and_says_so(attacked, caplog):
+    """Said when the run's stored events are first loaded (its next message: the index is lazy)."""
     rewrite_partition(attacked, "step", "tr", lambda r: not (r["producer"] == "worker-0" and r["seq"] >= 20))
     with caplog.at_level("ERROR"):
-        service.Ledger(attacked)
+        service.Ledger(attacked).index.load_run("tr")
     assert any("tr:worker-0:0: the ledger stored it up to seq 29" in r.message for r in caplog.records)
     assert any("ends at seq 19" in p for p in service_verify(attacked).problems)  # the head was not lowered
 

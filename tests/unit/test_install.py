@@ -19,3 +19,21 @@ def test_the_faces_name_what_outside_code_imports():
     assert callable(runledger.training.capacities) and callable(runledger.training.forecast)
     assert runledger.training.Curve.__name__ == "Curve"
     assert callable(runledger.queries.connect)
+
+
+def test_the_wheel_lists_every_package_folder():
+    """Each folder of the package (an __init__.py) is in pyproject's packages, so `pip install .` ships it
+    (a folder left out installs fine and fails on its first import: the transparency log once did)."""
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    tools = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tools["packages"])
+    folders = {}
+    for name, folder in tools["package-dir"].items():
+        for init in (repo / folder).rglob("__init__.py"):
+            sub = init.parent.relative_to(repo / folder).parts
+            folders[".".join((name, *sub))] = init.parent
+    missing = {n for n in folders if n not in listed}
+    assert not missing, f"package folders pyproject does not ship: {sorted(missing)}"

@@ -97,3 +97,26 @@ def test_a_second_root_signing_with_the_same_key_is_warned_about(tmp_path, caplo
     with caplog.at_level("WARNING"):
         service.Ledger(tmp_path / "two")
     assert "already signs the log of root" in caplog.text and str(tmp_path / "one") in caplog.text
+
+
+def test_a_root_moved_to_another_key_still_stores_and_its_log_catches_up_with_the_right_key(root, tmp_path,
+                                                                                           monkeypatch, caplog):
+    """A root copied to a machine (or user) whose key is another: the log refuses that key, the ledger
+    says so and goes on storing every event; given the log's own key, it gives them their leaves."""
+    msgs = batch_for(["run-a"], 30)
+    first = service.Ledger(root)
+    _commit(first, msgs[:10])
+    first.tlog.sign()
+    own = tlog.key_file()
+    monkeypatch.setenv(tlog.KEY_ENV, str(tmp_path / "other" / "tlog.key"))  # a key of another origin
+    with caplog.at_level("ERROR"):
+        moved = service.Ledger(root)
+    assert moved.tlog is None
+    assert any("the transparency log is not extended" in r.message and "origin" in r.message for r in caplog.records)
+    _commit(moved, msgs[10:])
+    monkeypatch.setenv(tlog.KEY_ENV, str(own))
+    back = service.Ledger(root)
+    assert back.tlog.size == 30  # every stored event has its leaf
+    back.tlog.sign()
+    done = audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
+    assert done.events == done.logs[0].size == 30
