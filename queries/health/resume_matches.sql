@@ -16,14 +16,28 @@ with th as (
     join starts b on b.run_id = a.run_id and b.producer = a.producer and b.attempt = a.attempt - 1
     where a.config_hash is not distinct from b.config_hash
 ), changed as (
-    -- where attempt k first applied a decision attempt k-1 did not at that step (a capacity factor raised on
-    -- resume, say): the run is changed on purpose from the update after it, so only steps up to it are compared
-    select p.run_id, p.producer, p.attempt, min(d.step) as from_step
-    from pairs p
-    join decisions_applied d on d.run_id = p.run_id and d.producer = p.producer and d.attempt = p.attempt
-    where not exists (select 1 from decisions_applied o
-                      where o.run_id = p.run_id and o.producer = p.producer and o.attempt = p.before
-                        and o.step = d.step and o.action = d.action)
+    -- where the two attempts first applied their decisions differently, at a step both ran: attempt k applied one
+    -- attempt k-1 did not at that step (a capacity factor raised on resume, say), or k-1 applied one that k did
+    -- not apply at that step (the same decision, read at another step). The run is changed on purpose from the
+    -- update after it, so only steps up to it are compared
+    select run_id, producer, attempt, min(step) as from_step
+    from (
+        select p.run_id, p.producer, p.attempt, d.step
+        from pairs p
+        join decisions_applied d on d.run_id = p.run_id and d.producer = p.producer and d.attempt = p.attempt
+        where not exists (select 1 from decisions_applied o
+                          where o.run_id = p.run_id and o.producer = p.producer and o.attempt = p.before
+                            and o.step = d.step and o.action = d.action)
+        union all
+        select p.run_id, p.producer, p.attempt, o.step
+        from pairs p
+        join decisions_applied o on o.run_id = p.run_id and o.producer = p.producer and o.attempt = p.before
+        where o.step >= (select min(s.step) from steps_all s
+                         where s.run_id = p.run_id and s.producer = p.producer and s.attempt = p.attempt)
+          and not exists (select 1 from decisions_applied d
+                          where d.run_id = p.run_id and d.producer = p.producer and d.attempt = p.attempt
+                            and d.step = o.step and d.action = o.action)
+    )
     group by all
 ), compared as (
     select

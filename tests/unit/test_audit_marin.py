@@ -51,7 +51,7 @@ def eval_noise(evals: dict[int, float]) -> float:
 
 def write(led: Ledger, run_id: str, fault: str | None = None, *, health: str | None = None, attempt: int = 0,
           first: int = 1, last: int = STEPS, t0: datetime = T0, loss_shift: float = 0.0, finish: bool = True,
-          heartbeat_s: float | None = None, config: dict | None = None, flat: bool = False) -> None:
+          heartbeat_s: float | None = None, config: dict | None = None, flat: bool = False, shift_from: int = 0) -> None:
     rng = np.random.default_rng(zlib.crc32(f"{run_id}".encode()))  # the same noise in every attempt
     cfg = {"moe": {"n_experts": E}, "ckpt_every": CKPT_EVERY, "steps": STEPS, **(config or {})}
     if health:
@@ -72,7 +72,7 @@ def write(led: Ledger, run_id: str, fault: str | None = None, *, health: str | N
         if k < first or k > last:
             continue
         at = t0 + timedelta(seconds=k * GAP_S)
-        loss = (2.5 if flat else smooth(k)) + float(noise[k]) + (loss_shift if k <= 120 else 0.0)
+        loss = (2.5 if flat else smooth(k)) + float(noise[k]) + (loss_shift if shift_from <= k <= 120 else 0.0)
         grad = (3.0 if k <= WARMUP else 0.3) + 0.02 * float(noise[k])
         entropy = 0.95 * math.log(E)
         bias = 1.0 + 0.1 * float(noise[k])
@@ -147,6 +147,13 @@ def marin_root(tmp_path_factory) -> Path:
                                                      "before": {"cf_recv": 1.15}, "after": {"cf_recv": 1.5}},
              100, T0 + timedelta(seconds=1000), attempt=1)
     write(led, "resumed-decided", attempt=1, first=101, loss_shift=0.01)
+    # ...and one whose attempt before applied a decision at a step the resumed one redid, which the resumed one
+    # applied at another step: compared up to that step only
+    write(led, "resumed-undecided", last=120, finish=False)
+    led.emit("resumed-undecided", "decision_applied", {"decision_id": "d-2", "action": "set_token_horizon",
+                                                       "before": {"horizon_steps": 200}, "after": {"horizon_steps": 150}},
+             105, T0 + timedelta(seconds=1050), attempt=0)
+    write(led, "resumed-undecided", attempt=1, first=101, loss_shift=0.01, shift_from=106)
     # the same rewind with the config changed on purpose is not held to its past
     write(led, "rewound", last=120, finish=False)
     write(led, "rewound", attempt=1, first=101, loss_shift=0.01, config={"lr_note": "lowered"})
@@ -219,6 +226,8 @@ def test_a_resumed_attempt_is_held_to_its_past(audited):
     assert json.loads(audited[("resumed-same", "resume_matches")]["evidence"])["steps_redone"] == 20
     assert audited[("rewound", "resume_matches")]["status"] == "skip"
     assert audited[("resumed-decided", "resume_matches")]["status"] == "skip"
+    undecided = audited[("resumed-undecided", "resume_matches")]
+    assert undecided["status"] == "ok" and json.loads(undecided["evidence"])["steps_redone"] == 5, undecided
     for run in ("resumed-off", "resumed-same"):
         row = audited[(run, "attempt_started")]
         assert row["status"] == "warn" and row["value"] == 1 and row["at_step"] == 100, row
