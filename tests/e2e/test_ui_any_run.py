@@ -136,8 +136,9 @@ def test_the_x_axis_and_smoothing_change_what_is_drawn_not_the_points(any_run, c
     Select(chromium.find_element("id", "x-axis")).select_by_value("rel")
     wait(chromium, lambda d: d.execute_script("return window.rlCharts.every(c => c.el.dataset.x === 'rel')"), what="x = relative time")
     rel = xs_of(chromium, "train/loss")
-    assert len(rel) == STEPS and rel != steps and rel == sorted(rel) and 0 <= rel[0] and rel[-1] < 600  # seconds since start
-    assert len(xs_of(chromium, "val/loss")) == STEPS // 5 and xs_of(chromium, "val/loss") != [1, 2, 3, 4, 5, 6]
+    # seconds since start; a burst of steps logged within one pixel's time is drawn as its lowest and highest point
+    assert 2 <= len(rel) <= STEPS and rel != steps and rel == sorted(rel) and 0 <= rel[0] and rel[-1] < 600
+    assert 1 <= len(xs_of(chromium, "val/loss")) <= STEPS // 5 and xs_of(chromium, "val/loss") != [1, 2, 3, 4, 5, 6]
     Select(chromium.find_element("id", "x-axis")).select_by_value("step")
     wait(chromium, lambda d: xs_of(d, "train/loss") == steps and xs_of(d, "val/loss") == [1, 2, 3, 4, 5, 6],
          what="x = step again (val/* against epoch)")
