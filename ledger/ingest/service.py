@@ -407,6 +407,8 @@ class Ledger:
             for reason in {q.reason for q in decoded.rejected[:5]}:
                 log.warning("quarantined: %s", reason)
         for part in parts:  # compaction waits for a quiet moment, unless files pile up meanwhile
+            if not isinstance(part, Path):  # (a bucket's partition: compaction works on local files only, so far)
+                continue
             self._unmerged[part] = self._unmerged.get(part, 0) + 1
             if self._unmerged[part] >= COMPACT_BUSY_FILES:
                 self._compact(part)
