@@ -1,0 +1,190 @@
+"""C2SP tlog-cosignature v1 (c2sp.org/tlog-cosignature, Ed25519): a witness's timestamped signature on
+a checkpoint, as one more signature line of the checkpoint's note. The signed message is
+"cosignature/v1\\ntime <unix seconds>\\n" then the checkpoint's text; the line is
+`— <name> base64(key id || 8-byte big-endian timestamp || 64-byte Ed25519 signature)`, the key id
+SHA-256(name || "\\n" || 0x04 || public key)[:4]. Witness keys: verifier keys of type 0x04, and a key
+file in the note key format with that type (`PRIVATE+KEY+name+hex(id)+base64(0x04||seed)`)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from runledger.ledger.tlog.note import DASH, NoteError
+
+COSIGNATURE_V1 = 0x04  # the signature type of tlog-cosignature's Ed25519 keys
+_NAME = re.compile(r"^[^\s+]+$")
+_LINE = re.compile(DASH + r" (\S+) (\S+)")
+MAX_TIMESTAMP = (1 << 63) - 1  # the spec's bound on a timestamp
+
+
+def key_id(name: str, public: bytes) -> int:
+    """SHA-256(name || 0x0A || 0x04 || public key)[:4], big-endian."""
+    digest = hashlib.sha256(name.encode() + b"\n" + bytes([COSIGNATURE_V1]) + public).digest()
+    return struct.unpack(">I", digest[:4])[0]
+
+
+def message(text: str, timestamp: int) -> bytes:
+    """What a cosignature signs: the header line, the time line, the checkpoint's text."""
+    return f"cosignature/v1\ntime {timestamp}\n".encode() + text.encode()
+
+
+@dataclass(frozen=True)
+class CosignVerifier:
+    """A witness's verifier key (`name+hex(id)+base64(0x04||public key)`)."""
+
+    name: str
+    id: int
+    public: bytes
+
+    @classmethod
+    def parse(cls, vkey: str) -> "CosignVerifier":
+        parts = vkey.strip().split("+", 2)
+        if len(parts) != 3 or not _NAME.match(parts[0]) or not re.fullmatch(r"[0-9a-f]{8}", parts[1]):
+            raise NoteError(f"not a verifier key (name+hex id+base64 key): {vkey.strip()[:80]!r}")
+        try:
+            material = base64.b64decode(parts[2], validate=True)
+        except ValueError:
+            raise NoteError("the verifier key's key is not base64") from None
+        if len(material) != 33 or material[0] != COSIGNATURE_V1:
+            raise NoteError(f"{parts[0]}: not a witness's key (type 0x04, Ed25519 cosignature/v1)")
+        v = cls(parts[0], int(parts[1], 16), material[1:])
+        if key_id(v.name, v.public) != v.id:
+            raise NoteError(f"the verifier key's id {parts[1]} is not the id of its name and key")
+        return v
+
+    def text(self) -> str:
+        return f"{self.name}+{self.id:08x}+{base64.b64encode(bytes([COSIGNATURE_V1]) + self.public).decode()}"
+
+    def timestamp_of(self, text: str, sig: bytes) -> int | None:
+        """The timestamp of a valid cosignature (`sig` after the key id) on `text`; None if it fails."""
+        if len(sig) != 8 + 64:
+            return None
+        (ts,) = struct.unpack(">Q", sig[:8])
+        if ts > MAX_TIMESTAMP:
+            return None
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public).verify(sig[8:], message(text, ts))
+        except InvalidSignature:
+            return None
+        return ts
+
+
+@dataclass(frozen=True)
+class Cosigner:
+    """A witness's signing key."""
+
+    name: str
+    seed: bytes
+
+    @classmethod
+    def generate(cls, name: str) -> "Cosigner":
+        if not _NAME.match(name):
+            raise NoteError(f"a key name has no spaces or plus signs: {name!r}")
+        seed = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                                          serialization.NoEncryption())
+        return cls(name, seed)
+
+    @classmethod
+    def parse(cls, text: str) -> "Cosigner":
+        parts = text.strip().split("+", 4)
+        if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"] or not _NAME.match(parts[2]):
+            raise NoteError("not a witness key (PRIVATE+KEY+name+hex id+base64 key)")
+        try:
+            material = base64.b64decode(parts[4], validate=True)
+        except ValueError:
+            raise NoteError("the witness key is not base64") from None
+        if len(material) != 33 or material[0] != COSIGNATURE_V1:
+            raise NoteError("not a witness key (type 0x04: `runledger witness keygen` makes one)")
+        c = cls(parts[2], material[1:])
+        if f"{c.verifier.id:08x}" != parts[3]:
+            raise NoteError("the witness key's id is not the id of its name and key")
+        return c
+
+    @property
+    def verifier(self) -> CosignVerifier:
+        public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return CosignVerifier(self.name, key_id(self.name, public), public)
+
+    def text(self) -> str:
+        v = self.verifier
+        return f"PRIVATE+KEY+{self.name}+{v.id:08x}+{base64.b64encode(bytes([COSIGNATURE_V1]) + self.seed).decode()}"
+
+    def cosign(self, text: str, timestamp: int | None = None) -> str:
+        """The cosignature line (ending in a newline) of the checkpoint text `text`, now or at `timestamp`."""
+        ts = int(time.time()) if timestamp is None else timestamp
+        sig = Ed25519PrivateKey.from_private_bytes(self.seed).sign(message(text, ts))
+        raw = struct.pack(">IQ", self.verifier.id, ts) + sig
+        return f"{DASH} {self.name} {base64.b64encode(raw).decode()}\n"
+
+
+def split(note: str) -> tuple[str, list[str]]:
+    """A signed note's text and its signature lines (each without its newline)."""
+    cut = note.rfind("\n\n")
+    if cut < 0 or not note.endswith("\n"):
+        raise NoteError("no signature block (a blank line, then signature lines)")
+    return note[:cut + 1], note[cut + 2:].removesuffix("\n").split("\n")
+
+
+def line_key(line: str) -> tuple[str, bytes]:
+    """(key name, key id bytes) of a signature line (the id empty where it does not parse)."""
+    m = _LINE.fullmatch(line)
+    if not m:
+        return line, b""
+    try:
+        return m.group(1), base64.b64decode(m.group(2), validate=True)[:4]
+    except ValueError:
+        return m.group(1), b""
+
+
+def cosigners(note: str, witnesses: list[CosignVerifier]) -> dict[CosignVerifier, int]:
+    """{witness key: timestamp} of the valid cosignatures on `note` by `witnesses`. Lines by other keys
+    are ignored (the signed-note rule); a known witness's line that does not verify raises NoteError."""
+    text, lines = split(note)
+    known = {(w.name, w.id): w for w in witnesses}
+    out: dict[CosignVerifier, int] = {}
+    for line in lines:
+        m = _LINE.fullmatch(line)
+        if not m:
+            raise NoteError(f"not a signature line: {line[:80]!r}")
+        try:
+            raw = base64.b64decode(m.group(2), validate=True)
+        except ValueError:
+            raise NoteError(f"a signature by {m.group(1)} that is not base64") from None
+        w = known.get((m.group(1), struct.unpack(">I", raw[:4])[0])) if len(raw) >= 4 else None
+        if w is None:
+            continue
+        ts = w.timestamp_of(text, raw[4:])
+        if ts is None:
+            raise NoteError(f"the cosignature by witness {w.name} does not verify")
+        out[w] = ts
+    return out
+
+
+def write_key(path: str | Path, cosigner: Cosigner) -> Path:
+    """Write the witness key to a new file only its owner reads (0600); refuses to overwrite one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(cosigner.text() + "\n")
+    return path
+
+
+def read_key(path: str | Path) -> Cosigner:
+    """The witness key in `path`, refused if others may read it."""
+    path = Path(path)
+    if path.stat().st_mode & 0o077 and os.name == "posix":
+        raise NoteError(f"{path} is readable by others (mode {path.stat().st_mode & 0o777:o}); chmod 600 it")
+    return Cosigner.parse(path.read_text())
