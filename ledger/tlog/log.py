@@ -142,6 +142,7 @@ class Log:
         self._partials_at = -1  # the size whose partial tiles are written
         self._last_sign = 0.0
         self._signed_size = -1
+        self.witnessing = None  # runledger.ledger.tlog.witnessing.Witnessing: asked after each signature
 
     def _origin(self) -> str | None:
         if self.signer is None:
@@ -333,7 +334,28 @@ class Log:
             self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
             _write_file(self.dir / tiles.CHECKPOINT, signed.encode())
         self._signed_size, self._last_sign = self.size, time.monotonic()
+        if self.witnessing is not None:
+            self.witnessing.submit(signed)
         return signed
+
+    def attach_cosignatures(self, signed: str, lines: list[str]) -> bool:
+        """Append witnesses' cosignature lines to the checkpoint file, if it still holds the checkpoint
+        of `signed` (a line by the same key replaced); False if a newer checkpoint was signed since."""
+        from runledger.ledger.tlog.cosignature import line_key, split
+
+        text = split(signed)[0]
+        with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
+            try:
+                now = (self.dir / tiles.CHECKPOINT).read_text()
+            except FileNotFoundError:
+                return False
+            if split(now)[0] != text:
+                return False
+            have = split(now)[1]
+            keys = {line_key(ln) for ln in lines}
+            kept = [ln for ln in have if line_key(ln) not in keys]
+            _write_file(self.dir / tiles.CHECKPOINT, (text + "\n" + "".join(ln + "\n" for ln in kept + lines)).encode())
+        return True
 
 
 def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> Log | None:
@@ -341,9 +363,14 @@ def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str
     the log is off ($RUNLEDGER_TLOG=off)."""
     if not enabled():
         return None
+    from runledger.ledger.tlog import witnessing
+
     lg = Log(root, part, load_or_make_key())
     _check_one_log_per_key(Path(root))
+    lg.witnessing = witnessing.from_env(lg.dir, lg.signer.verifier, lg.attach_cosignatures)
     lg.open(stored)
+    if lg.witnessing is not None and (lg.dir / tiles.CHECKPOINT).exists():  # (signed before this start: asked again)
+        lg.witnessing.submit((lg.dir / tiles.CHECKPOINT).read_text())
     return lg
 
 
