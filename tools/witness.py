@@ -35,6 +35,8 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def _read_key(path: str):
     from runledger.ledger.tlog import cosignature, note
 
+    if Path(path).exists() and not Path(path).is_file():
+        raise UsageError(f"{path} is not a file (a witness key: `runledger witness keygen --name NAME --out F`)")
     try:
         return cosignature.read_key(path)
     except FileNotFoundError:
@@ -79,6 +81,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         w = witness.Witness(args.state, cosigner, logs)
     except Busy as err:
         raise UsageError(f"{args.state}: another witness serves this state folder ({err})") from None
+    except OSError as err:
+        raise UsageError(f"--state {args.state}: {err.strerror}") from None
     sock, port = listen(args.host, args.port, tries=1)
     config = uvicorn.Config(witness.app(w), host=args.host, port=port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2)

@@ -244,3 +244,19 @@ def test_the_state_outlives_the_witness_and_one_witness_holds_it(setup, tmp_path
     again = witness.Witness(tmp_path / "state", w, [tree.signer.verifier])
     with TestClient(witness.app(again)) as c2:
         assert _add(c2, 0, [], tree.signed(9)).text == "9\n"
+
+
+def test_witness_keygen_makes_a_0600_key_once_and_key_prints_its_vkey(tmp_path, capsys):
+    from runledger.tools.cli import main
+
+    key = tmp_path / "keys" / "witness.key"
+    assert main(["witness", "keygen", "--name", "witness.example/w1", "--out", str(key)]) == 0
+    vkey = capsys.readouterr().out.strip()
+    assert CosignVerifier.parse(vkey).name == "witness.example/w1" and key.stat().st_mode & 0o777 == 0o600
+    assert main(["witness", "key", "--key", str(key)]) == 0 and capsys.readouterr().out.strip() == vkey
+    assert main(["witness", "keygen", "--name", "again", "--out", str(key)]) == 2
+    assert main(["witness", "keygen", "--name", "bad name", "--out", str(tmp_path / "k2")]) == 2
+    assert main(["tlog", "audit", "--log", str(tmp_path), "--events", str(tmp_path)]) == 2  # no log key, no policy
+    (tmp_path / "p.txt").write_text(f"witness W1 {vkey}\n")
+    assert main(["tlog", "audit", "--log", str(tmp_path), "--events", str(tmp_path), "--policy", str(tmp_path / "p.txt")]) == 2
+    assert "no quorum line" in capsys.readouterr().err
