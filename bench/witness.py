@@ -34,7 +34,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-witness-"))
     signer = note.Signer.generate("bench.example/log")
     wkey = cosignature.Cosigner.generate("bench.example/witness")
-    cosignature.write_key(tmp / "witness.key", wkey)
+    note.write_key(tmp / "witness.key", wkey)
     proc = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "witness", "serve", "--port", "0",
                              "--state", str(tmp / "state"), "--key", str(tmp / "witness.key"),
                              "--log-key", signer.verifier.text()], stdout=subprocess.PIPE, text=True)

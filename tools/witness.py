@@ -25,7 +25,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         cosigner = cosignature.Cosigner.generate(args.name)
     except note.NoteError as err:
         raise UsageError(str(err)) from None
-    cosignature.write_key(path, cosigner)
+    note.write_key(path, cosigner)
     print(cosigner.verifier.text())
     print(f"witness key: {path} (0600; its verifier key above goes in the policy files that trust this witness)",
           file=sys.stderr)

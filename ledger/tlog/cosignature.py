@@ -8,8 +8,6 @@ file in the note key format with that type (`PRIVATE+KEY+name+hex(id)+base64(0x0
 from __future__ import annotations
 
 import base64
-import hashlib
-import os
 import re
 import struct
 import time
@@ -17,21 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from runledger.ledger.tlog.note import DASH, NoteError
+from runledger.ledger.tlog import note
+from runledger.ledger.tlog.note import COSIGNATURE_V1, DASH, NoteError
 
-COSIGNATURE_V1 = 0x04  # the signature type of tlog-cosignature's Ed25519 keys
-_NAME = re.compile(r"^[^\s+]+$")
 _LINE = re.compile(DASH + r" (\S+) (\S+)")
 MAX_TIMESTAMP = (1 << 63) - 1  # the spec's bound on a timestamp
 
 
 def key_id(name: str, public: bytes) -> int:
     """SHA-256(name || 0x0A || 0x04 || public key)[:4], big-endian."""
-    digest = hashlib.sha256(name.encode() + b"\n" + bytes([COSIGNATURE_V1]) + public).digest()
-    return struct.unpack(">I", digest[:4])[0]
+    return note.key_id(name, public, COSIGNATURE_V1)
 
 
 def message(text: str, timestamp: int) -> bytes:
@@ -49,22 +44,10 @@ class CosignVerifier:
 
     @classmethod
     def parse(cls, vkey: str) -> "CosignVerifier":
-        parts = vkey.strip().split("+", 2)
-        if len(parts) != 3 or not _NAME.match(parts[0]) or not re.fullmatch(r"[0-9a-f]{8}", parts[1]):
-            raise NoteError(f"not a verifier key (name+hex id+base64 key): {vkey.strip()[:80]!r}")
-        try:
-            material = base64.b64decode(parts[2], validate=True)
-        except ValueError:
-            raise NoteError("the verifier key's key is not base64") from None
-        if len(material) != 33 or material[0] != COSIGNATURE_V1:
-            raise NoteError(f"{parts[0]}: not a witness's key (type 0x04, Ed25519 cosignature/v1)")
-        v = cls(parts[0], int(parts[1], 16), material[1:])
-        if key_id(v.name, v.public) != v.id:
-            raise NoteError(f"the verifier key's id {parts[1]} is not the id of its name and key")
-        return v
+        return cls(*note.parse_vkey(vkey, COSIGNATURE_V1))
 
     def text(self) -> str:
-        return f"{self.name}+{self.id:08x}+{base64.b64encode(bytes([COSIGNATURE_V1]) + self.public).decode()}"
+        return note.vkey_text(self.name, self.public, COSIGNATURE_V1)
 
     def timestamp_of(self, text: str, sig: bytes) -> int | None:
         """The timestamp of a valid cosignature (`sig` after the key id) on `text`; None if it fails."""
@@ -89,37 +72,19 @@ class Cosigner:
 
     @classmethod
     def generate(cls, name: str) -> "Cosigner":
-        if not _NAME.match(name):
-            raise NoteError(f"a key name has no spaces or plus signs: {name!r}")
-        seed = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                                          serialization.NoEncryption())
-        return cls(name, seed)
+        return cls(name, note.new_seed(name))
 
     @classmethod
     def parse(cls, text: str) -> "Cosigner":
-        parts = text.strip().split("+", 4)
-        if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"] or not _NAME.match(parts[2]):
-            raise NoteError("not a witness key (PRIVATE+KEY+name+hex id+base64 key)")
-        try:
-            material = base64.b64decode(parts[4], validate=True)
-        except ValueError:
-            raise NoteError("the witness key is not base64") from None
-        if len(material) != 33 or material[0] != COSIGNATURE_V1:
-            raise NoteError("not a witness key (type 0x04: `runledger witness keygen` makes one)")
-        c = cls(parts[2], material[1:])
-        if f"{c.verifier.id:08x}" != parts[3]:
-            raise NoteError("the witness key's id is not the id of its name and key")
-        return c
+        return cls(*note.parse_private(text, COSIGNATURE_V1))
 
     @property
     def verifier(self) -> CosignVerifier:
-        public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        public = note.public_of(self.seed)
         return CosignVerifier(self.name, key_id(self.name, public), public)
 
     def text(self) -> str:
-        v = self.verifier
-        return f"PRIVATE+KEY+{self.name}+{v.id:08x}+{base64.b64encode(bytes([COSIGNATURE_V1]) + self.seed).decode()}"
+        return note.private_text(self.name, self.seed, COSIGNATURE_V1)
 
     def cosign(self, text: str, timestamp: int | None = None) -> str:
         """The cosignature line (ending in a newline) of the checkpoint text `text`, now or at `timestamp`."""
@@ -172,19 +137,6 @@ def cosigners(note: str, witnesses: list[CosignVerifier]) -> dict[CosignVerifier
     return out
 
 
-def write_key(path: str | Path, cosigner: Cosigner) -> Path:
-    """Write the witness key to a new file only its owner reads (0600); refuses to overwrite one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(cosigner.text() + "\n")
-    return path
-
-
 def read_key(path: str | Path) -> Cosigner:
-    """The witness key in `path`, refused if others may read it."""
-    path = Path(path)
-    if path.stat().st_mode & 0o077 and os.name == "posix":
-        raise NoteError(f"{path} is readable by others (mode {path.stat().st_mode & 0o777:o}); chmod 600 it")
-    return Cosigner.parse(path.read_text())
+    """The witness key in `path` (written by note.write_key), refused if others may read it."""
+    return Cosigner.parse(note.read_secret(path))

@@ -72,7 +72,7 @@ def test_a_cosignature_line_is_key_id_then_timestamp_then_signature_and_vkeys_ro
         CosignVerifier.parse(log_key.verifier.text())  # a log's key (type 0x01) is no witness's key
     with pytest.raises(note.NoteError, match="not the id"):
         CosignVerifier.parse(vkey.replace(vkey.split("+")[1], "00000000"))
-    path = cosignature.write_key(tmp_path / "w.key", w)
+    path = note.write_key(tmp_path / "w.key", w)
     assert path.stat().st_mode & 0o777 == 0o600 and cosignature.read_key(path) == w
     with pytest.raises(note.NoteError, match="type 0x04"):
         Cosigner.parse(log_key.text())
