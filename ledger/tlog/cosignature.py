@@ -8,7 +8,6 @@ file in the note key format with that type (`PRIVATE+KEY+name+hex(id)+base64(0x0
 from __future__ import annotations
 
 import base64
-import re
 import struct
 import time
 from dataclasses import dataclass
@@ -20,7 +19,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from runledger.ledger.tlog import note
 from runledger.ledger.tlog.note import COSIGNATURE_V1, DASH, NoteError
 
-_LINE = re.compile(DASH + r" (\S+) (\S+)")
 MAX_TIMESTAMP = (1 << 63) - 1  # the spec's bound on a timestamp
 
 
@@ -94,43 +92,18 @@ class Cosigner:
         return f"{DASH} {self.name} {base64.b64encode(raw).decode()}\n"
 
 
-def split(note: str) -> tuple[str, list[str]]:
-    """A signed note's text and its signature lines (each without its newline)."""
-    cut = note.rfind("\n\n")
-    if cut < 0 or not note.endswith("\n"):
-        raise NoteError("no signature block (a blank line, then signature lines)")
-    return note[:cut + 1], note[cut + 2:].removesuffix("\n").split("\n")
-
-
-def line_key(line: str) -> tuple[str, bytes]:
-    """(key name, key id bytes) of a signature line (the id empty where it does not parse)."""
-    m = _LINE.fullmatch(line)
-    if not m:
-        return line, b""
-    try:
-        return m.group(1), base64.b64decode(m.group(2), validate=True)[:4]
-    except ValueError:
-        return m.group(1), b""
-
-
-def cosigners(note: str, witnesses: list[CosignVerifier]) -> dict[CosignVerifier, int]:
-    """{witness key: timestamp} of the valid cosignatures on `note` by `witnesses`. Lines by other keys
-    are ignored (the signed-note rule); a known witness's line that does not verify raises NoteError."""
-    text, lines = split(note)
+def cosigners(signed: str, witnesses: list[CosignVerifier]) -> dict[CosignVerifier, int]:
+    """{witness key: timestamp} of the valid cosignatures on the note `signed` by `witnesses`. Lines by
+    other keys are ignored (the signed-note rule); a known witness's line that does not verify raises
+    NoteError."""
+    text, sigs = note.signatures(signed)
     known = {(w.name, w.id): w for w in witnesses}
     out: dict[CosignVerifier, int] = {}
-    for line in lines:
-        m = _LINE.fullmatch(line)
-        if not m:
-            raise NoteError(f"not a signature line: {line[:80]!r}")
-        try:
-            raw = base64.b64decode(m.group(2), validate=True)
-        except ValueError:
-            raise NoteError(f"a signature by {m.group(1)} that is not base64") from None
-        w = known.get((m.group(1), struct.unpack(">I", raw[:4])[0])) if len(raw) >= 4 else None
+    for s in sigs:
+        w = known.get((s.name, s.id))
         if w is None:
             continue
-        ts = w.timestamp_of(text, raw[4:])
+        ts = w.timestamp_of(text, s.sig)
         if ts is None:
             raise NoteError(f"the cosignature by witness {w.name} does not verify")
         out[w] = ts

@@ -341,20 +341,19 @@ class Log:
     def attach_cosignatures(self, signed: str, lines: list[str]) -> bool:
         """Append witnesses' cosignature lines to the checkpoint file, if it still holds the checkpoint
         of `signed` (a line by the same key replaced); False if a newer checkpoint was signed since."""
-        from runledger.ledger.tlog.cosignature import line_key, split
-
-        text = split(signed)[0]
+        text = note.signatures(signed)[0]
+        added = note.signatures(text + "\n" + "".join(ln + "\n" for ln in lines))[1]
         with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
             try:
-                now = (self.dir / tiles.CHECKPOINT).read_text()
-            except FileNotFoundError:
+                now, have = note.signatures((self.dir / tiles.CHECKPOINT).read_text())
+            except (FileNotFoundError, note.NoteError):
                 return False
-            if split(now)[0] != text:
+            if now != text:
                 return False
-            have = split(now)[1]
-            keys = {line_key(ln) for ln in lines}
-            kept = [ln for ln in have if line_key(ln) not in keys]
-            _write_file(self.dir / tiles.CHECKPOINT, (text + "\n" + "".join(ln + "\n" for ln in kept + lines)).encode())
+            keys = {(s.name, s.id) for s in added}
+            kept = [s.line for s in have if (s.name, s.id) not in keys]
+            _write_file(self.dir / tiles.CHECKPOINT,
+                        (text + "\n" + "".join(ln + "\n" for ln in kept + [s.line for s in added])).encode())
         return True
 
 

@@ -145,10 +145,18 @@ def sign(text: str, signer: Signer) -> str:
     return f"{text}\n{DASH} {signer.name} {base64.b64encode(sig).decode()}\n"
 
 
-def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]]:
-    """The text of `note` and the known verifiers whose signature on it checks. Unknown signatures
-    are ignored (the spec's rule); a note no known key signed, or whose known key's signature fails,
-    raises NoteError."""
+@dataclass(frozen=True)
+class Signature:
+    """One signature line of a note: the key's name and id, the signature after the id, the line."""
+
+    name: str
+    id: int
+    sig: bytes
+    line: str
+
+
+def signatures(note: str) -> tuple[str, list[Signature]]:
+    """The text of a signed note and its signature lines; NoteError for what is not a signed note."""
     if not note.endswith("\n"):
         raise NoteError("a signed note ends in a newline")
     if any(c < " " and c != "\n" for c in note):
@@ -159,8 +167,7 @@ def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]
     text, block = note[:cut + 1], note[cut + 2:]
     if not block:
         raise NoteError("a signed note without a signature")
-    known = {(v.name, v.id): v for v in verifiers}
-    good: list[Verifier] = []
+    out = []
     for line in block.removesuffix("\n").split("\n"):
         m = re.fullmatch(DASH + r" (\S+) (\S+)", line)
         if not m:
@@ -171,10 +178,22 @@ def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]
             raise NoteError(f"a signature by {m.group(1)} that is not base64") from None
         if len(sig) < 5:
             raise NoteError(f"a signature by {m.group(1)} too short to hold a key id")
-        v = known.get((m.group(1), struct.unpack(">I", sig[:4])[0]))
+        out.append(Signature(m.group(1), struct.unpack(">I", sig[:4])[0], sig[4:], line))
+    return text, out
+
+
+def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]]:
+    """The text of `note` and the known verifiers whose signature on it checks. Unknown signatures
+    are ignored (the spec's rule); a note no known key signed, or whose known key's signature fails,
+    raises NoteError."""
+    text, sigs = signatures(note)
+    known = {(v.name, v.id): v for v in verifiers}
+    good: list[Verifier] = []
+    for s in sigs:
+        v = known.get((s.name, s.id))
         if v is None:
             continue
-        if not v.verify(text.encode(), sig[4:]):
+        if not v.verify(text.encode(), s.sig):
             raise NoteError(f"the signature by {v.name} does not verify")
         good.append(v)
     if not good:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from runledger.ledger.tlog import checkpoint, merkle, note, policy, tiles
-from runledger.ledger.tlog.cosignature import cosigners, split
+from runledger.ledger.tlog.cosignature import cosigners
 from runledger.ledger.tlog.witness import SIZE_TYPE, request_body
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class Witnessing:
 
     def cosign(self, signed: str) -> list[str]:
         """Ask every witness for its cosignature on `signed`, attach those given; returns their lines."""
-        cp = checkpoint.Checkpoint.parse(split(signed)[0])
+        cp = checkpoint.Checkpoint.parse(note.signatures(signed)[0])
         reader = tiles.Tiles(self.dir)
         lines = []
         for w in self.witnesses:
@@ -123,7 +123,7 @@ class Witnessing:
     @staticmethod
     def _valid_line(w: policy.Witness, signed: str, text: str) -> str:
         """The line of the answer that is `w`'s valid cosignature on `signed`."""
-        body = split(signed)[0]
+        body = note.signatures(signed)[0]
         for line in text.strip("\n").split("\n"):
             try:
                 if cosigners(body + "\n" + line + "\n", [w.key]):

@@ -260,3 +260,24 @@ def test_witness_keygen_makes_a_0600_key_once_and_key_prints_its_vkey(tmp_path, 
     (tmp_path / "p.txt").write_text(f"witness W1 {vkey}\n")
     assert main(["tlog", "audit", "--log", str(tmp_path), "--events", str(tmp_path), "--policy", str(tmp_path / "p.txt")]) == 2
     assert "no quorum line" in capsys.readouterr().err
+
+
+def test_cosignatures_join_the_checkpoint_they_cosign_and_only_that_one(tmp_path):
+    from runledger.ledger.tlog import log as tlog
+
+    lg = tlog.Log(tmp_path / "root", None, note.Signer.generate(ORIGIN))
+    lg.open([])
+    lg.append_entries([b"a", b"b", b"c"])
+    signed = lg.sign()
+    w1, w2 = _keys(2)
+    text = note.signatures(signed)[0]
+    assert lg.attach_cosignatures(signed, [w1.cosign(text, 100).rstrip("\n"), w2.cosign(text, 100).rstrip("\n")])
+    assert lg.attach_cosignatures(signed, [w1.cosign(text, 200).rstrip("\n")])  # w1 again: its line replaced
+    now = (lg.dir / "checkpoint").read_text()
+    assert checkpoint.open_signed(now, [lg.signer.verifier]).size == 3
+    assert cosignature.cosigners(now, [w1.verifier, w2.verifier]) == {w1.verifier: 200, w2.verifier: 100}
+    assert len(note.signatures(now)[1]) == 3
+    lg.append_entries([b"d"])
+    newer = lg.sign()
+    assert not lg.attach_cosignatures(signed, [w1.cosign(text, 300).rstrip("\n")])  # a checkpoint since replaced
+    assert (lg.dir / "checkpoint").read_text() == newer
