@@ -90,7 +90,7 @@ def log_dir(root: Path, part: str | None = None) -> Path:
     return Path(root) / PUBLIC_DIR / (part or "")
 
 
-def _write_file(path: Path, data: bytes, durable: bool = True) -> None:
+def write_file(path: Path, data: bytes, durable: bool = True) -> None:
     """Write `path` whole (a temp file renamed over it); `durable`: fsynced with its folder before return
     (else the caller syncs it later: `_sync`)."""
     if not path.parent.is_dir():
@@ -162,10 +162,10 @@ class Log:
 
     def _save_state(self, **fields) -> None:
         state = {k: v for k, v in {**self._state(), **fields}.items() if k != "size"}
-        _write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
+        write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
 
     def _save_size(self) -> None:
-        _write_file(self.size_path, str(self.size).encode(), durable=False)
+        write_file(self.size_path, str(self.size).encode(), durable=False)
         self._dirty.add(self.size_path)
 
     # -- opening: rebuild, check against the last signature, catch up with the tables --
@@ -226,7 +226,7 @@ class Log:
             except FileNotFoundError:
                 same = False
             if not same:
-                _write_file(path, data)
+                write_file(path, data)
         self._partials_at = self.size
 
     # -- appending --
@@ -244,7 +244,7 @@ class Log:
         try:
             writes = self._extend(entries, [merkle.leaf_hash(e) for e in entries])
             for rel, data in writes.items():
-                _write_file(self.dir / rel, data, durable=False)
+                write_file(self.dir / rel, data, durable=False)
                 self._dirty.add(self.dir / rel)
         except BaseException:
             self.levels, self.bundle, self.size = levels, bundle, size
@@ -255,7 +255,7 @@ class Log:
         if self._partials_at == self.size:
             return
         for rel, data in self._partials().items():
-            _write_file(self.dir / rel, data, durable=False)
+            write_file(self.dir / rel, data, durable=False)
             self._dirty.add(self.dir / rel)
         self._partials_at = self.size
 
@@ -332,7 +332,7 @@ class Log:
             cp = checkpoint.Checkpoint(self.origin, self.size, root)
             signed = checkpoint.sign(cp, self.signer)
             self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
-            _write_file(self.dir / tiles.CHECKPOINT, signed.encode())
+            write_file(self.dir / tiles.CHECKPOINT, signed.encode())
         self._signed_size, self._last_sign = self.size, time.monotonic()
         if self.witnessing is not None:
             self.witnessing.submit(signed)
@@ -352,7 +352,7 @@ class Log:
                 return False
             keys = {(s.name, s.id) for s in added}
             kept = [s.line for s in have if (s.name, s.id) not in keys]
-            _write_file(self.dir / tiles.CHECKPOINT,
+            write_file(self.dir / tiles.CHECKPOINT,
                         (text + "\n" + "".join(ln + "\n" for ln in kept + [s.line for s in added])).encode())
         return True
 

@@ -21,16 +21,15 @@ import binascii
 import hashlib
 import json
 import logging
-import os
 import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from runledger.ledger.storage import locks
-from runledger.ledger.storage.files import fsync_dir
 from runledger.ledger.tlog import checkpoint, merkle, note
 from runledger.ledger.tlog.cosignature import Cosigner
+from runledger.ledger.tlog.log import write_file
 
 log = logging.getLogger(__name__)
 
@@ -87,16 +86,8 @@ class Witness:
         return state["size"], base64.b64decode(state["root"])
 
     def _save(self, cp: checkpoint.Checkpoint, signed: str) -> None:
-        path = self._path(cp.origin)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        data = json.dumps({"origin": cp.origin, "size": cp.size, "root": base64.b64encode(cp.root).decode(),
-                           "checkpoint": signed}, sort_keys=True).encode()
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.dir)
+        write_file(self._path(cp.origin), json.dumps({"origin": cp.origin, "size": cp.size, "checkpoint": signed,
+                                                      "root": base64.b64encode(cp.root).decode()}, sort_keys=True).encode())
 
     def add_checkpoint(self, body: bytes) -> Answer:
         """The answer to one add-checkpoint request body."""
