@@ -25,6 +25,7 @@ from runledger.ledger.tlog.witness import SIZE_TYPE, request_body
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0  # one add-checkpoint request; a witness slower than that is taken as down this round
+MAX_ANSWER = 1 << 16  # the most of an answer read (a few cosignature lines are ~150 bytes each)
 
 
 class WitnessFailed(Exception):
@@ -107,18 +108,22 @@ class Witnessing:
             except tiles.TileMissing as err:
                 raise WitnessFailed(f"no consistency proof from size {old}: {err}") from None
             status, ctype, text = self._post(w, request_body(old, proof, signed))
-            if status == 409 and ctype.split(";")[0].strip() == SIZE_TYPE and not retry:
+            if status == 409 and ctype.split(";")[0].strip() == SIZE_TYPE:
                 try:
-                    self.known[w.name] = int(text.strip())
+                    size = int(text.strip())
                 except ValueError:
                     raise WitnessFailed(f"409 with a size that is not a number: {text[:40]!r}") from None
+                if retry or size == old:
+                    raise WitnessFailed(f"409: it cosigned size {size} of this log, and this checkpoint (size {cp.size}) "
+                                        f"is not consistent with it (another history of this log?)")
+                self.known[w.name] = size
                 continue
             if status != 200:
                 raise WitnessFailed(f"HTTP {status}: {text.strip()[:200]}")
             line = self._valid_line(w, signed, text)
             self.known[w.name] = cp.size
             return line
-        raise WitnessFailed("409 twice (the size it cosigned moved meanwhile)")
+        raise AssertionError("a 409 is retried once, and that try returns or raises")
 
     @staticmethod
     def _valid_line(w: policy.Witness, signed: str, text: str) -> str:
@@ -144,7 +149,11 @@ class Witnessing:
             try:
                 conn.request("POST", path, body, {"Content-Type": "text/plain"})
                 r = conn.getresponse()
-                return r.status, r.getheader("Content-Type", ""), r.read(1 << 16).decode("utf-8", "replace")
+                data = r.read(MAX_ANSWER)
+                if not r.isclosed():  # (an answer longer than any witness's: not read to its end, not reused)
+                    conn.close()
+                    self._conns.pop(w.name, None)
+                return r.status, r.getheader("Content-Type", ""), data.decode("utf-8", "replace")
             except (OSError, http.client.HTTPException) as err:
                 conn.close()
                 self._conns.pop(w.name, None)
