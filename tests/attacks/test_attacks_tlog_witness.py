@@ -7,8 +7,6 @@ the witness refuses to cosign it, so the audit that requires the quorum fails an
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,37 +18,10 @@ from runledger.ledger.tlog import checkpoint, cosignature, note, policy, tiles
 from runledger.ledger.tlog import log as tlog
 from runledger.ledger.tlog import witness as witness_mod
 from runledger.tools.cli import main
-from support import REPO
 from support.batches import batch_for
+from support.processes import WitnessProcess
 
-STARTS_S = 60  # a witness process starting on a loaded 2-core machine
-
-
-class WitnessProcess:
-    """`runledger witness serve` as a child process, on a port it keeps across restarts."""
-
-    def __init__(self, tmp: Path, log_vkey: str, port: int = 0) -> None:
-        self.state, self.key, self.log_vkey, self.port = tmp / "witness-state", tmp / "keys" / "witness.key", log_vkey, port
-        if not self.key.exists():
-            assert main(["witness", "keygen", "--name", "witness.test/w1", "--out", str(self.key)]) == 0
-        self.vkey = cosignature.read_key(self.key).verifier.text()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "WitnessProcess":
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runledger.tools.cli", "witness", "serve", "--port", str(self.port), "--state",
-             str(self.state), "--key", str(self.key), "--log-key", self.log_vkey],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()  # its URL, once it serves
-        assert line.startswith("http://127.0.0.1:"), self.proc.stderr.read()
-        self.url = line.strip()
-        self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
-        return self
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            assert self.proc.wait(timeout=STARTS_S) == 0
+STARTS_S = 60  # a witness process starting on a loaded 2-core machine, a round of cosigning
 
 
 @pytest.fixture
