@@ -17,7 +17,6 @@ One witness process per state folder (an OS lock, released when the process dies
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import logging
@@ -33,10 +32,6 @@ from runledger.ledger.tlog.log import write_file
 
 log = logging.getLogger(__name__)
 
-MAX_PROOF = 63  # the spec's most consistency proof lines
-MAX_BODY = 1 << 16  # no request of a checkpoint and 63 hashes comes near it
-SIZE_TYPE = "text/x.tlog.size"
-_OLD = re.compile(r"old (0|[1-9][0-9]*)")
 
 
 @dataclass(frozen=True)
@@ -92,7 +87,7 @@ class Witness:
     def add_checkpoint(self, body: bytes) -> Answer:
         """The answer to one add-checkpoint request body."""
         try:
-            old, proof, signed = parse_request(body)
+            old, proof, signed = checkpoint.parse_add_checkpoint(body)
         except ValueError as err:
             return Answer(400, f"{err}\n")
         origin = signed.split("\n", 1)[0]
@@ -116,11 +111,11 @@ class Witness:
                           text: str) -> Answer:
         size, root = self._state(cp.origin)
         if old != size:
-            return Answer(409, f"{size}\n", SIZE_TYPE)
+            return Answer(409, f"{size}\n", checkpoint.SIZE_TYPE)
         if old == cp.size and old and root != cp.root:
             log.warning("witness: log %s signed two roots for size %d (a fork); not cosigning: %s",
                         cp.origin, old, base64.b64encode(cp.root).decode())
-            return Answer(409, f"{size}\n", SIZE_TYPE)
+            return Answer(409, f"{size}\n", checkpoint.SIZE_TYPE)
         try:
             if old == 0 or old == cp.size:
                 if proof:
@@ -135,36 +130,6 @@ class Witness:
         return Answer(200, self.cosigner.cosign(text))
 
 
-def parse_request(body: bytes) -> tuple[int, list[bytes], str]:
-    """(old size, proof hashes, signed checkpoint) of an add-checkpoint body; ValueError when malformed."""
-    if len(body) > MAX_BODY:
-        raise ValueError(f"a request larger than {MAX_BODY} bytes")
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("the request is not UTF-8") from None
-    head, sep, signed = text.partition("\n\n")
-    lines = head.split("\n")
-    m = _OLD.fullmatch(lines[0])
-    if not sep or not m:
-        raise ValueError("the request is `old <size>`, proof lines, an empty line, then the checkpoint")
-    if len(lines) - 1 > MAX_PROOF:
-        raise ValueError(f"more than {MAX_PROOF} proof lines")
-    try:
-        proof = [base64.b64decode(x, validate=True) for x in lines[1:]]
-    except binascii.Error:
-        raise ValueError("a proof line that is not base64") from None
-    if any(len(h) != merkle.HASH_SIZE for h in proof):
-        raise ValueError("a proof line that is not a SHA-256 hash")
-    return int(m.group(1)), proof, signed
-
-
-def request_body(old: int, proof: list[bytes], signed: str) -> bytes:
-    """The add-checkpoint body of `signed` from `old` with its consistency proof."""
-    lines = [f"old {old}"] + [base64.b64encode(h).decode() for h in proof]
-    return ("\n".join(lines) + "\n\n" + signed).encode()
-
-
 def app(witness: Witness):
     """The witness as an ASGI app: POST /add-checkpoint; GET / says its verifier key."""
     from starlette.applications import Starlette
@@ -176,8 +141,8 @@ def app(witness: Witness):
         body = b""
         async for chunk in request.stream():
             body += chunk
-            if len(body) > MAX_BODY:
-                return PlainTextResponse(f"a request larger than {MAX_BODY} bytes\n", 400)
+            if len(body) > checkpoint.MAX_REQUEST:
+                return PlainTextResponse(f"a request larger than {checkpoint.MAX_REQUEST} bytes\n", 400)
         a = await run_in_threadpool(witness.add_checkpoint, body)  # (fsync: off the event loop)
         return Response(a.text, a.status, headers={"content-type": a.content_type})  # (as is: no charset added)
 

@@ -20,7 +20,6 @@ from typing import Callable
 
 from runledger.ledger.tlog import checkpoint, merkle, note, policy, tiles
 from runledger.ledger.tlog.cosignature import cosigners
-from runledger.ledger.tlog.witness import SIZE_TYPE, request_body
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +106,8 @@ class Witnessing:
                 proof = merkle.consistency_proof(reader.node(cp.size), old, cp.size) if 0 < old < cp.size else []
             except tiles.TileMissing as err:
                 raise WitnessFailed(f"no consistency proof from size {old}: {err}") from None
-            status, ctype, text = self._post(w, request_body(old, proof, signed))
-            if status == 409 and ctype.split(";")[0].strip() == SIZE_TYPE:
+            status, ctype, text = self._post(w, checkpoint.add_checkpoint_body(old, proof, signed))
+            if status == 409 and ctype.split(";")[0].strip() == checkpoint.SIZE_TYPE:
                 try:
                     size = int(text.strip())
                 except ValueError:

@@ -16,7 +16,6 @@ import pytest
 from runledger.ledger.ingest import service
 from runledger.ledger.tlog import checkpoint, cosignature, note, policy, tiles
 from runledger.ledger.tlog import log as tlog
-from runledger.ledger.tlog import witness as witness_mod
 from runledger.tools.cli import main
 from support.batches import batch_for
 from support.processes import WitnessProcess
@@ -119,7 +118,7 @@ def test_a_checkpoint_signed_by_a_key_the_witness_does_not_know_gets_403(witness
     impostor = note.Signer.generate(origin)  # the log's name, not its key
     cp = checkpoint.Checkpoint(origin, 1, b"\x07" * 32)
     for signer, status in ((impostor, 403), (note.Signer.generate("other.example/log"), 404)):
-        body = witness_mod.request_body(0, [], checkpoint.sign(checkpoint.Checkpoint(signer.name, 1, cp.root), signer))
+        body = checkpoint.add_checkpoint_body(0, [], checkpoint.sign(checkpoint.Checkpoint(signer.name, 1, cp.root), signer))
         req = urllib.request.Request(w.url + "add-checkpoint", data=body, method="POST")
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=30)

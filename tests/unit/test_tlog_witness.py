@@ -163,7 +163,7 @@ def setup(tmp_path):
 
 
 def _add(client, old: int, proof: list[bytes], signed: str):
-    return client.post("/add-checkpoint", content=witness.request_body(old, proof, signed))
+    return client.post("/add-checkpoint", content=checkpoint.add_checkpoint_body(old, proof, signed))
 
 
 def test_a_first_checkpoint_is_cosigned_then_each_that_extends_it(setup):
