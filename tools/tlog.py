@@ -1,6 +1,7 @@
 """`runledger tlog keygen|key|checkpoint|prove|consistency|audit`: the transparency log
-(runledger.ledger.tlog): make the signing key, print its verifier key, the latest signed checkpoint,
-an event's inclusion proof (C2SP tlog-proof), a consistency proof, and the audit from public files."""
+(runledger.ledger.tlog): make the signing key, print its verifier key, the latest signed checkpoint
+(with the witnesses' cosignatures it has), an event's inclusion proof (C2SP tlog-proof), a consistency
+proof, and the audit from public files (`--policy`: with a quorum of witness cosignatures)."""
 
 from __future__ import annotations
 
@@ -102,15 +103,26 @@ def cmd_consistency(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from runledger.ledger.tlog import audit, note
+    from runledger.ledger.tlog import audit, note, policy
 
-    vkeys = Path(args.vkey).read_text().split() if Path(args.vkey).is_file() else [args.vkey]
+    pol = None
+    if args.policy:
+        try:
+            pol = policy.load(args.policy)
+        except policy.PolicyError as err:
+            raise UsageError(str(err)) from None
+    if args.vkey:
+        vkeys = Path(args.vkey).read_text().split() if Path(args.vkey).is_file() else [args.vkey]
+        try:
+            verifiers = [note.Verifier.parse(v) for v in vkeys]
+        except note.NoteError as err:
+            raise UsageError(str(err)) from None
+    elif pol is not None and pol.logs:
+        verifiers = pol.log_keys()
+    else:
+        raise UsageError("give the log's verifier key: --vkey, or a --policy with a `log` line")
     try:
-        verifiers = [note.Verifier.parse(v) for v in vkeys]
-    except note.NoteError as err:
-        raise UsageError(str(err)) from None
-    try:
-        done = audit.audit(args.log, verifiers, args.events, Path(args.state) if args.state else None)
+        done = audit.audit(args.log, verifiers, args.events, Path(args.state) if args.state else None, pol=pol)
     except audit.AuditFailed as err:
         print(f"tlog audit FAILED: {err}")
         return 1
@@ -144,7 +156,9 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_consistency)
     s = ts.add_parser("audit", help="check a log and the published tables from public files alone")
     s.add_argument("--log", required=True, metavar="DIR|URL", help="the log's folder ({root}/tlog) or URL prefix")
-    s.add_argument("--vkey", required=True, help="the log's verifier key, or a file of them")
+    s.add_argument("--vkey", default=None, help="the log's verifier key, or a file of them (default: --policy's logs)")
+    s.add_argument("--policy", default=None, metavar="F",
+                   help="a C2SP tlog-policy file: the checkpoint must carry its quorum of witness cosignatures")
     s.add_argument("--events", required=True, metavar="DIR", help="the published tables: a root, or an export")
     s.add_argument("--state", default=None, metavar="DIR",
                    help="where the checkpoints audited before are kept (default $XDG_STATE_HOME/runledger/tlog)")

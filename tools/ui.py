@@ -69,7 +69,7 @@ def listen(host: str, port: int, tries: int = PORT_TRIES):
     for p in range(port, port + tries) if port else [0]:
         if p > 65535:
             break
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # (named: asyncio sets TCP_NODELAY only then)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, p))

@@ -4,7 +4,9 @@ check the checkpoint's signature; its consistency with the checkpoint this user 
 log (kept in the user's state folder, $XDG_STATE_HOME/runledger/tlog/, as the go command keeps the
 checksum database's tree heads); rebuild the tree from the entry bundles and the tiles; match leaves
 and events both ways (the leaves of a deleted run excepted, by name); and recompute every event hash
-and chain link (runledger.ledger.check). The first difference is named."""
+and chain link (runledger.ledger.check). With a C2SP tlog-policy, the checkpoint must also carry the
+policy's quorum of valid witness cosignatures (runledger.ledger.tlog.cosignature). The first difference
+is named."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runledger.ledger.tlog import checkpoint, merkle, note, tiles
+from runledger.ledger.tlog import checkpoint, cosignature, merkle, note, policy, tiles
 from runledger.ledger.tlog.log import key_of
 
 Key = tuple[str, str, int, int]  # (run_id, producer, attempt, seq)
@@ -28,9 +30,12 @@ class Audited:
     logs: list[checkpoint.Checkpoint] = field(default_factory=list)
     events: int = 0
     deleted_runs: list[str] = field(default_factory=list)  # runs whose leaves have no events: tombstoned
+    cosigned: dict[str, list[str]] = field(default_factory=dict)  # origin -> the policy's witnesses that cosigned
 
     def text(self) -> str:
-        lines = [f"log {cp.origin}: size {cp.size}, root {cp.text().split(chr(10))[2]}" for cp in self.logs]
+        lines = [f"log {cp.origin}: size {cp.size}, root {cp.text().split(chr(10))[2]}"
+                 + (f", cosigned by {', '.join(self.cosigned[cp.origin]) or 'no witness'}"
+                    if cp.origin in self.cosigned else "") for cp in self.logs]
         lines.append(f"ok: {self.events} events, each a leaf of a signed checkpoint and each leaf an event"
                      + (f"; leaves of deleted runs: {', '.join(self.deleted_runs)}" if self.deleted_runs else ""))
         return "\n".join(lines)
@@ -56,15 +61,21 @@ def logs_in(where: str) -> list[str]:
     return [str(p) for p in parts]
 
 
-def audit_log(where: str, verifiers: list[note.Verifier], seen: Path) -> tuple[checkpoint.Checkpoint, list[bytes]]:
-    """Check one log: the signed checkpoint, consistency with the one audited before, the tree rebuilt
-    from the entries and read from the tiles. Returns the checkpoint and its entries; records it as seen."""
+def audit_log(where: str, verifiers: list[note.Verifier], seen: Path, pol: policy.Policy | None = None,
+              result: Audited | None = None) -> tuple[checkpoint.Checkpoint, list[bytes]]:
+    """Check one log: the signed checkpoint (with `pol`, its quorum of cosignatures), consistency with the
+    one audited before, the tree rebuilt from the entries and read from the tiles. Returns the checkpoint
+    and its entries; records it as seen."""
     reader = tiles.Tiles(where)
     try:
         signed = reader.checkpoint()
         cp = checkpoint.open_signed(signed, verifiers)
     except (note.NoteError, tiles.TileMissing) as err:
         raise AuditFailed(f"{where}: the checkpoint does not check: {err}") from None
+    if pol is not None:
+        names = check_quorum(signed, cp, pol)
+        if result is not None:
+            result.cosigned[cp.origin] = names
     try:
         entries = list(reader.entries(cp.size))
     except (tiles.TileMissing, ValueError) as err:
@@ -103,6 +114,20 @@ def audit_log(where: str, verifiers: list[note.Verifier], seen: Path) -> tuple[c
     return cp, entries
 
 
+def check_quorum(signed: str, cp: checkpoint.Checkpoint, pol: policy.Policy) -> list[str]:
+    """The policy's witnesses that validly cosigned `signed`; AuditFailed naming those missing when they
+    do not make the quorum."""
+    try:
+        got = cosignature.cosigners(signed, pol.witness_keys())
+    except note.NoteError as err:
+        raise AuditFailed(f"{cp.origin}: checkpoint size {cp.size}: {err}") from None
+    names = {n for n, w in pol.witnesses.items() if w.key in got}
+    if not pol.satisfied(names):
+        raise AuditFailed(f"{cp.origin}: checkpoint size {cp.size} lacks the policy's quorum ({pol.quorum}): no "
+                          f"valid cosignature from {', '.join(pol.missing(names))}")
+    return sorted(names)
+
+
 def _b64(h: bytes) -> str:
     import base64
 
@@ -138,14 +163,15 @@ def read_published(events: Path) -> tuple[dict[Key, str], set[str]]:
 
 
 def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Path | None = None,
-          check_chains: bool = True) -> Audited:
-    """The whole audit; AuditFailed with the first difference."""
+          check_chains: bool = True, pol: policy.Policy | None = None) -> Audited:
+    """The whole audit (with `pol`, each checkpoint must carry its quorum of cosignatures); AuditFailed
+    with the first difference."""
     seen = seen or state_dir()
     events = Path(events)
     result = Audited()
     leaves: dict[Key, tuple[str, int, str]] = {}  # key -> (hash, index, origin)
     for where in logs_in(log):
-        cp, entries = audit_log(where, verifiers, seen)
+        cp, entries = audit_log(where, verifiers, seen, pol, result)
         result.logs.append(cp)
         for i, e in enumerate(entries):
             try:

@@ -1,15 +1,21 @@
-"""C2SP checkpoints (c2sp.org/tlog-checkpoint: origin, tree size, base64 root hash, as a signed note)
-and C2SP tlog-proof texts (c2sp.org/tlog-proof@v1: index, inclusion proof, the checkpoint)."""
+"""C2SP checkpoints (c2sp.org/tlog-checkpoint: origin, tree size, base64 root hash, as a signed note),
+C2SP tlog-proof texts (c2sp.org/tlog-proof@v1: index, inclusion proof, the checkpoint), and the body of
+a tlog-witness add-checkpoint request (c2sp.org/tlog-witness: old size, consistency proof, the checkpoint)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 
 from runledger.ledger.tlog import merkle, note
 
 PROOF_HEADER = "c2sp.org/tlog-proof@v1"
+MAX_PROOF = 63  # tlog-witness: the most consistency proof lines of a request
+MAX_REQUEST = 1 << 16  # no request of a checkpoint and 63 hashes comes near it
+SIZE_TYPE = "text/x.tlog.size"  # tlog-witness: a 409's body, the size the witness has
+_OLD = re.compile(r"old (0|[1-9][0-9]*)")
 
 
 @dataclass(frozen=True)
@@ -86,3 +92,33 @@ class TlogProof:
         cp = open_signed(self.signed_checkpoint, verifiers, origin)
         merkle.verify_inclusion(self.index, cp.size, merkle.leaf_hash(entry), self.proof, cp.root)
         return cp
+
+
+def parse_add_checkpoint(body: bytes) -> tuple[int, list[bytes], str]:
+    """(old size, proof hashes, signed checkpoint) of an add-checkpoint body; ValueError when malformed."""
+    if len(body) > MAX_REQUEST:
+        raise ValueError(f"a request larger than {MAX_REQUEST} bytes")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the request is not UTF-8") from None
+    head, sep, signed = text.partition("\n\n")
+    lines = head.split("\n")
+    m = _OLD.fullmatch(lines[0])
+    if not sep or not m:
+        raise ValueError("the request is `old <size>`, proof lines, an empty line, then the checkpoint")
+    if len(lines) - 1 > MAX_PROOF:
+        raise ValueError(f"more than {MAX_PROOF} proof lines")
+    try:
+        proof = [base64.b64decode(x, validate=True) for x in lines[1:]]
+    except binascii.Error:
+        raise ValueError("a proof line that is not base64") from None
+    if any(len(h) != merkle.HASH_SIZE for h in proof):
+        raise ValueError("a proof line that is not a SHA-256 hash")
+    return int(m.group(1)), proof, signed
+
+
+def add_checkpoint_body(old: int, proof: list[bytes], signed: str) -> bytes:
+    """The add-checkpoint body of `signed` from `old` with its consistency proof."""
+    lines = [f"old {old}"] + [base64.b64encode(h).decode() for h in proof]
+    return ("\n".join(lines) + "\n\n" + signed).encode()

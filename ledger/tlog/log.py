@@ -90,7 +90,7 @@ def log_dir(root: Path, part: str | None = None) -> Path:
     return Path(root) / PUBLIC_DIR / (part or "")
 
 
-def _write_file(path: Path, data: bytes, durable: bool = True) -> None:
+def write_file(path: Path, data: bytes, durable: bool = True) -> None:
     """Write `path` whole (a temp file renamed over it); `durable`: fsynced with its folder before return
     (else the caller syncs it later: `_sync`)."""
     if not path.parent.is_dir():
@@ -142,6 +142,7 @@ class Log:
         self._partials_at = -1  # the size whose partial tiles are written
         self._last_sign = 0.0
         self._signed_size = -1
+        self.witnessing = None  # runledger.ledger.tlog.witnessing.Witnessing: asked after each signature
 
     def _origin(self) -> str | None:
         if self.signer is None:
@@ -161,10 +162,10 @@ class Log:
 
     def _save_state(self, **fields) -> None:
         state = {k: v for k, v in {**self._state(), **fields}.items() if k != "size"}
-        _write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
+        write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
 
     def _save_size(self) -> None:
-        _write_file(self.size_path, str(self.size).encode(), durable=False)
+        write_file(self.size_path, str(self.size).encode(), durable=False)
         self._dirty.add(self.size_path)
 
     # -- opening: rebuild, check against the last signature, catch up with the tables --
@@ -225,7 +226,7 @@ class Log:
             except FileNotFoundError:
                 same = False
             if not same:
-                _write_file(path, data)
+                write_file(path, data)
         self._partials_at = self.size
 
     # -- appending --
@@ -243,7 +244,7 @@ class Log:
         try:
             writes = self._extend(entries, [merkle.leaf_hash(e) for e in entries])
             for rel, data in writes.items():
-                _write_file(self.dir / rel, data, durable=False)
+                write_file(self.dir / rel, data, durable=False)
                 self._dirty.add(self.dir / rel)
         except BaseException:
             self.levels, self.bundle, self.size = levels, bundle, size
@@ -254,7 +255,7 @@ class Log:
         if self._partials_at == self.size:
             return
         for rel, data in self._partials().items():
-            _write_file(self.dir / rel, data, durable=False)
+            write_file(self.dir / rel, data, durable=False)
             self._dirty.add(self.dir / rel)
         self._partials_at = self.size
 
@@ -331,9 +332,29 @@ class Log:
             cp = checkpoint.Checkpoint(self.origin, self.size, root)
             signed = checkpoint.sign(cp, self.signer)
             self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
-            _write_file(self.dir / tiles.CHECKPOINT, signed.encode())
+            write_file(self.dir / tiles.CHECKPOINT, signed.encode())
         self._signed_size, self._last_sign = self.size, time.monotonic()
+        if self.witnessing is not None:
+            self.witnessing.submit(signed)
         return signed
+
+    def attach_cosignatures(self, signed: str, lines: list[str]) -> bool:
+        """Append witnesses' cosignature lines to the checkpoint file, if it still holds the checkpoint
+        of `signed` (a line by the same key replaced); False if a newer checkpoint was signed since."""
+        text = note.signatures(signed)[0]
+        added = note.signatures(text + "\n" + "".join(ln + "\n" for ln in lines))[1]
+        with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
+            try:
+                now, have = note.signatures((self.dir / tiles.CHECKPOINT).read_text())
+            except (FileNotFoundError, note.NoteError):
+                return False
+            if now != text:
+                return False
+            keys = {(s.name, s.id) for s in added}
+            kept = [s.line for s in have if (s.name, s.id) not in keys]
+            write_file(self.dir / tiles.CHECKPOINT,
+                        (text + "\n" + "".join(ln + "\n" for ln in kept + [s.line for s in added])).encode())
+        return True
 
 
 def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> Log | None:
@@ -341,9 +362,14 @@ def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str
     the log is off ($RUNLEDGER_TLOG=off)."""
     if not enabled():
         return None
+    from runledger.ledger.tlog import witnessing
+
     lg = Log(root, part, load_or_make_key())
     _check_one_log_per_key(Path(root))
+    lg.witnessing = witnessing.from_env(lg.dir, lg.signer.verifier, lg.attach_cosignatures)
     lg.open(stored)
+    if lg.witnessing is not None and (lg.dir / tiles.CHECKPOINT).exists():  # (signed before this start: asked again)
+        lg.witnessing.submit((lg.dir / tiles.CHECKPOINT).read_text())
     return lg
 
 

@@ -18,6 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 ED25519 = 0x01  # the signature type of signed-note's Ed25519 keys
+COSIGNATURE_V1 = 0x04  # the signature type of tlog-cosignature's Ed25519 keys (a witness's)
+KINDS = {ED25519: "an Ed25519 key", COSIGNATURE_V1: "a witness's key (Ed25519 cosignature/v1)"}  # the types read here
 DASH = "\u2014"  # the em dash that opens a signature line
 _NAME = re.compile(r"^[^\s+]+$")  # a key name: non-empty, no space, no plus
 
@@ -26,9 +28,64 @@ class NoteError(ValueError):
     """A note, key or signature that does not check; one line."""
 
 
-def key_id(name: str, public: bytes) -> int:
-    """SHA-256(name || 0x0A || 0x01 || public key)[:4], big-endian (signed-note "Ed25519")."""
-    return struct.unpack(">I", hashlib.sha256(name.encode() + b"\n" + bytes([ED25519]) + public).digest()[:4])[0]
+def key_id(name: str, public: bytes, kind: int = ED25519) -> int:
+    """SHA-256(name || 0x0A || type || public key)[:4], big-endian: signed-note's key id for its Ed25519
+    keys (type 0x01); tlog-cosignature's for a witness's (0x04)."""
+    return struct.unpack(">I", hashlib.sha256(name.encode() + b"\n" + bytes([kind]) + public).digest()[:4])[0]
+
+
+def parse_vkey(vkey: str, kind: int = ED25519) -> tuple[str, int, bytes]:
+    """(name, id, public key) of a verifier key `name+hex(id)+base64(type||key)` of type `kind`, its id checked."""
+    parts = vkey.strip().split("+", 2)
+    if len(parts) != 3 or not _NAME.match(parts[0]) or not re.fullmatch(r"[0-9a-f]{8}", parts[1]):
+        raise NoteError(f"not a verifier key (name+hex id+base64 key): {vkey.strip()[:80]!r}")
+    try:
+        material = base64.b64decode(parts[2], validate=True)
+    except ValueError:
+        raise NoteError("the verifier key's key is not base64") from None
+    if len(material) != 33 or material[0] != kind:
+        raise NoteError(f"{parts[0]}: the verifier key is not {KINDS[kind]} (type 0x{kind:02x}, 32 bytes)")
+    if key_id(parts[0], material[1:], kind) != int(parts[1], 16):
+        raise NoteError(f"the verifier key's id {parts[1]} is not the id of its name and key")
+    return parts[0], int(parts[1], 16), material[1:]
+
+
+def vkey_text(name: str, public: bytes, kind: int = ED25519) -> str:
+    return f"{name}+{key_id(name, public, kind):08x}+{base64.b64encode(bytes([kind]) + public).decode()}"
+
+
+def new_seed(name: str) -> bytes:
+    """A new Ed25519 private key (its 32-byte seed) for a key named `name`."""
+    if not _NAME.match(name):
+        raise NoteError(f"a key name has no spaces or plus signs: {name!r}")
+    return Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                                      serialization.NoEncryption())
+
+
+def public_of(seed: bytes) -> bytes:
+    return Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def parse_private(text: str, kind: int = ED25519) -> tuple[str, bytes]:
+    """(name, seed) of a key file's `PRIVATE+KEY+name+hex(id)+base64(type||seed)` of type `kind`, its id checked."""
+    parts = text.strip().split("+", 4)
+    if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"] or not _NAME.match(parts[2]):
+        raise NoteError("not a signer key (PRIVATE+KEY+name+hex id+base64 key)")
+    try:
+        material = base64.b64decode(parts[4], validate=True)
+    except ValueError:
+        raise NoteError("the signer key is not base64") from None
+    if len(material) != 33 or material[0] != kind:
+        raise NoteError(f"the signer key is not {KINDS[kind]} (type 0x{kind:02x})")
+    if f"{key_id(parts[2], public_of(material[1:]), kind):08x}" != parts[3]:
+        raise NoteError("the signer key's id is not the id of its name and key")
+    return parts[2], material[1:]
+
+
+def private_text(name: str, seed: bytes, kind: int = ED25519) -> str:
+    pub = public_of(seed)
+    return f"PRIVATE+KEY+{name}+{key_id(name, pub, kind):08x}+{base64.b64encode(bytes([kind]) + seed).decode()}"
 
 
 @dataclass(frozen=True)
@@ -39,22 +96,10 @@ class Verifier:
 
     @classmethod
     def parse(cls, vkey: str) -> "Verifier":
-        parts = vkey.strip().split("+", 2)
-        if len(parts) != 3 or not _NAME.match(parts[0]) or not re.fullmatch(r"[0-9a-f]{8}", parts[1]):
-            raise NoteError(f"not a verifier key (name+hex id+base64 key): {vkey.strip()[:80]!r}")
-        try:
-            material = base64.b64decode(parts[2], validate=True)
-        except ValueError:
-            raise NoteError("the verifier key's key is not base64") from None
-        if len(material) != 33 or material[0] != ED25519:
-            raise NoteError("the verifier key is not an Ed25519 key (type 0x01, 32 bytes)")
-        v = cls(parts[0], int(parts[1], 16), material[1:])
-        if key_id(v.name, v.public) != v.id:
-            raise NoteError(f"the verifier key's id {parts[1]} is not the id of its name and key")
-        return v
+        return cls(*parse_vkey(vkey))
 
     def text(self) -> str:
-        return f"{self.name}+{self.id:08x}+{base64.b64encode(bytes([ED25519]) + self.public).decode()}"
+        return vkey_text(self.name, self.public)
 
     def verify(self, message: bytes, signature: bytes) -> bool:
         try:
@@ -71,37 +116,22 @@ class Signer:
 
     @classmethod
     def generate(cls, name: str) -> "Signer":
-        if not _NAME.match(name):
-            raise NoteError(f"a key name has no spaces or plus signs: {name!r}")
-        seed = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                                          serialization.NoEncryption())
-        return cls(name, seed)
+        return cls(name, new_seed(name))
 
     @classmethod
     def parse(cls, text: str) -> "Signer":
-        parts = text.strip().split("+", 4)
-        if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"] or not _NAME.match(parts[2]):
-            raise NoteError("not a signer key (PRIVATE+KEY+name+hex id+base64 key)")
-        material = base64.b64decode(parts[4])
-        if len(material) != 33 or material[0] != ED25519:
-            raise NoteError("the signer key is not an Ed25519 key")
-        s = cls(parts[2], material[1:])
-        if f"{s.verifier.id:08x}" != parts[3]:
-            raise NoteError("the signer key's id is not the id of its name and key")
-        return s
+        return cls(*parse_private(text))
 
     @property
     def public(self) -> bytes:
-        return Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return public_of(self.seed)
 
     @property
     def verifier(self) -> Verifier:
         return Verifier(self.name, key_id(self.name, self.public), self.public)
 
     def text(self) -> str:
-        v = self.verifier
-        return f"PRIVATE+KEY+{self.name}+{v.id:08x}+{base64.b64encode(bytes([ED25519]) + self.seed).decode()}"
+        return private_text(self.name, self.seed)
 
     def sign(self, message: bytes) -> bytes:
         return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
@@ -115,10 +145,18 @@ def sign(text: str, signer: Signer) -> str:
     return f"{text}\n{DASH} {signer.name} {base64.b64encode(sig).decode()}\n"
 
 
-def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]]:
-    """The text of `note` and the known verifiers whose signature on it checks. Unknown signatures
-    are ignored (the spec's rule); a note no known key signed, or whose known key's signature fails,
-    raises NoteError."""
+@dataclass(frozen=True)
+class Signature:
+    """One signature line of a note: the key's name and id, the signature after the id, the line."""
+
+    name: str
+    id: int
+    sig: bytes
+    line: str
+
+
+def signatures(note: str) -> tuple[str, list[Signature]]:
+    """The text of a signed note and its signature lines; NoteError for what is not a signed note."""
     if not note.endswith("\n"):
         raise NoteError("a signed note ends in a newline")
     if any(c < " " and c != "\n" for c in note):
@@ -129,8 +167,7 @@ def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]
     text, block = note[:cut + 1], note[cut + 2:]
     if not block:
         raise NoteError("a signed note without a signature")
-    known = {(v.name, v.id): v for v in verifiers}
-    good: list[Verifier] = []
+    out = []
     for line in block.removesuffix("\n").split("\n"):
         m = re.fullmatch(DASH + r" (\S+) (\S+)", line)
         if not m:
@@ -141,10 +178,22 @@ def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]
             raise NoteError(f"a signature by {m.group(1)} that is not base64") from None
         if len(sig) < 5:
             raise NoteError(f"a signature by {m.group(1)} too short to hold a key id")
-        v = known.get((m.group(1), struct.unpack(">I", sig[:4])[0]))
+        out.append(Signature(m.group(1), struct.unpack(">I", sig[:4])[0], sig[4:], line))
+    return text, out
+
+
+def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]]:
+    """The text of `note` and the known verifiers whose signature on it checks. Unknown signatures
+    are ignored (the spec's rule); a note no known key signed, or whose known key's signature fails,
+    raises NoteError."""
+    text, sigs = signatures(note)
+    known = {(v.name, v.id): v for v in verifiers}
+    good: list[Verifier] = []
+    for s in sigs:
+        v = known.get((s.name, s.id))
         if v is None:
             continue
-        if not v.verify(text.encode(), sig[4:]):
+        if not v.verify(text.encode(), s.sig):
             raise NoteError(f"the signature by {v.name} does not verify")
         good.append(v)
     if not good:
@@ -152,8 +201,9 @@ def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]
     return text, good
 
 
-def write_key(path: str | Path, signer: Signer) -> Path:
-    """Write the signer key to a new file only its owner reads (0600); refuses to overwrite one."""
+def write_key(path: str | Path, signer) -> Path:
+    """Write a signing key (a Signer, or a witness's Cosigner: its `text()`) to a new file only its owner
+    reads (0600); refuses to overwrite one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -162,10 +212,15 @@ def write_key(path: str | Path, signer: Signer) -> Path:
     return path
 
 
-def read_key(path: str | Path) -> Signer:
-    """The signer key in `path`, refused if others may read it (the 0600 rule of every secret)."""
+def read_secret(path: str | Path) -> str:
+    """The text of a key file, refused if others may read it (the 0600 rule of every secret)."""
     path = Path(path)
     mode = path.stat().st_mode & 0o077
     if mode and os.name == "posix":
         raise NoteError(f"{path} is readable by others (mode {path.stat().st_mode & 0o777:o}); chmod 600 it")
-    return Signer.parse(path.read_text())
+    return path.read_text()
+
+
+def read_key(path: str | Path) -> Signer:
+    """The signer key in `path` (read_secret's rule)."""
+    return Signer.parse(read_secret(path))

@@ -32,13 +32,14 @@ def text(old: bytes, new: bytes):
     return mutate
 
 
-def batch_for(runs: list[str], n: int) -> list[tuple[str, bytes, int]]:
-    msgs, sseq = [], 0
+def batch_for(runs: list[str], n: int, loss: float = 1.0, first_sseq: int = 1) -> list[tuple[str, bytes, int]]:
+    """n step events of worker-0 per run, as (subject, bytes, stream sequence) from `first_sseq`."""
+    msgs, sseq = [], first_sseq - 1
     for run in runs:
         prev = ""
         for s in range(n):
             env, text = seal(run, "worker-0", 0, s, "step",
-                             {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}, s, prev)
+                             {"loss": loss, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}, s, prev)
             prev = env["hash"]
             sseq += 1
             msgs.append((subject_for(run, "step"), text.encode(), sseq))

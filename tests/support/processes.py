@@ -101,3 +101,32 @@ def start_producer(nats_url, spool, run_id, producer, count, rate=0.0) -> subpro
          "--producer", producer, "--count", str(count), "--rate", str(rate)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+
+
+class WitnessProcess:
+    """`runledger witness serve` as a child process, on a port it keeps across restarts (its log in
+    `witness.log`), with a key made for it once."""
+
+    def __init__(self, tmp: Path, log_vkey: str, port: int = 0) -> None:
+        self.state, self.key, self.log_vkey, self.port = tmp / "witness-state", tmp / "keys" / "witness.key", log_vkey, port
+        self.log_path = tmp / "witness.log"
+        if not self.key.exists():
+            assert cli("witness", "keygen", "--name", "witness.test/w1", "--out", str(self.key)).returncode == 0
+        self.vkey = cli("witness", "key", "--key", str(self.key)).stdout.strip()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "WitnessProcess":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runledger.tools.cli", "witness", "serve", "--port", str(self.port), "--state",
+             str(self.state), "--key", str(self.key), "--log-key", self.log_vkey],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=open(self.log_path, "ab"), text=True)
+        line = self.proc.stdout.readline()  # its URL, once it serves
+        assert line.startswith("http://127.0.0.1:"), self.log_path.read_text()
+        self.url = line.strip()
+        self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            assert self.proc.wait(timeout=60) == 0
