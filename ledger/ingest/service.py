@@ -463,11 +463,14 @@ class Ledger:
             self._pending = {}
         if self.tlog is not None and self._unlogged:  # the tables hold them: their leaves, then maybe a signature
             try:
-                self.tlog.append(self._unlogged)
-                self.tlog.maybe_sign(self._unlogged)
+                self.tlog.append(self._unlogged)  # (all or nothing: a failure leaves them to the retried commit)
+                logged, self._unlogged = self._unlogged, []
+                self.tlog.maybe_sign(logged)
             except tlog.TlogRefused as err:
                 self._tlog_refused(err)
-            self._unlogged = []
+                self._unlogged = []
+            except OSError as err:  # (a full disk while signing: signed at a later quiet moment or commit)
+                log.error("cannot sign the transparency log's checkpoint: %s", _error_line(err))
         if self._heads_moved:
             heads.write(self.root, self.heads, self._heads_moved)
             self._heads_moved = set()

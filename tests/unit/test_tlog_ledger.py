@@ -120,3 +120,20 @@ def test_a_root_moved_to_another_key_still_stores_and_its_log_catches_up_with_th
     back.tlog.sign()
     done = audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
     assert done.events == done.logs[0].size == 30
+
+
+def test_a_signature_that_fails_after_the_leaves_are_in_does_not_log_them_twice(root, tmp_path, monkeypatch):
+    """A full disk while signing (the chaos suite's disk-full phase): the leaves appended stay appended once,
+    and the next commit and signature go on from them."""
+    msgs = batch_for(["run-a"], 30)
+    ledger = service.Ledger(root)
+    _commit(ledger, msgs[:10])
+    sign = ledger.tlog.maybe_sign
+    monkeypatch.setattr(ledger.tlog, "maybe_sign", lambda envs: (_ for _ in ()).throw(OSError(28, "No space left")))
+    _commit(ledger, msgs[10:20])
+    monkeypatch.setattr(ledger.tlog, "maybe_sign", sign)
+    _commit(ledger, msgs[20:])
+    ledger.tlog.sign()
+    assert ledger.tlog.size == 30
+    done = audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
+    assert done.events == done.logs[0].size == 30
