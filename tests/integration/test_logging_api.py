@@ -330,9 +330,14 @@ def test_the_local_ledger_killed_mid_run_loses_nothing(local_root):
         runledger.log({"loss": 1.0 / (step + 1)})
     run.finish(timeout=3)  # no ledger to confirm: the events wait in JetStream (or the spool)
     again = runledger.init(id="after", system_metrics=False)  # starts a new supervisor, whose ledger catches up
-    assert again.finish()
-    rows = reader(local_root).execute(
-        "select count(*), count(distinct step), min(step), max(step) from metrics where run_id = 'survivor'").fetchall()
+    assert again.finish(wait=True)
+    deadline = time.monotonic() + 60  # (the killed run's leftovers go in from its spool, beside the new run)
+    while True:
+        rows = reader(local_root).execute(
+            "select count(*), count(distinct step), min(step), max(step) from metrics where run_id = 'survivor'").fetchall()
+        if rows == [(400, 400, 0, 399)] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert rows == [(400, 400, 0, 399)]
     assert runledger_cli("verify", "--root", str(local_root)).returncode == 0
 
