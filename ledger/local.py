@@ -63,10 +63,16 @@ class Attachment:
 
     url: "str | LocalUrl"
     lease: locks.Lock
+    root: Path | None = None
+    idle_s: float = IDLE_S
 
     def release(self) -> None:
+        """Let go of the lease. A supervisor that died meanwhile (killed) is started again, so that what
+        this client handed over is stored now rather than at the next `init` (`revive`)."""
         self.lease.release()
         self.lease.path.unlink(missing_ok=True)
+        if self.root is not None:
+            revive(self.root, self.idle_s)
 
 
 class LocalUrl:
@@ -104,7 +110,28 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
         except BaseException:
             lease.release()
             raise
-    return Attachment(url, lease)
+    return Attachment(url, lease, Path(root), idle_s)
+
+
+def revive(root: str | Path, idle_s: float = IDLE_S) -> bool:
+    """Start the root's supervisor if none runs or starts (it was killed, perhaps while a client attached
+    and took the URL of a supervisor dying), and someone left events in the spool for it; True if one
+    was started. Never waits: the start lock busy means someone else is starting or stopping one."""
+    if running_url(root) is not None or starting(root) or halted(root) or not _spooled(root):
+        return False
+    try:
+        with locks.hold(local_dir(root) / "start.lock", f"the local server of {root}"):
+            if running_url(root) is not None or starting(root):
+                return False
+            _spawn_supervisor(root, idle_s)
+            return True
+    except locks.Busy:
+        return False
+
+
+def _spooled(root: str | Path) -> bool:
+    """Whether the root's spool holds any chain's files."""
+    return any(settings.spool_dir(root).glob("*/*/*/seg-*"))
 
 
 def halted(root: str | Path) -> str | None:

@@ -342,6 +342,25 @@ def test_the_local_ledger_killed_mid_run_loses_nothing(local_root):
     assert runledger_cli("verify", "--root", str(local_root)).returncode == 0
 
 
+def test_finish_starts_the_supervisor_again_when_it_died_mid_run(local_root):
+    run = runledger.init(id="orphan", system_metrics=False)
+    deadline = time.monotonic() + 60
+    while local.running_url(local_root) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = json.loads((local.local_dir(local_root) / "state.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    while local.running_url(local_root) is not None:  # (its lock goes with it)
+        time.sleep(0.01)
+    for step in range(50):
+        runledger.log({"loss": 1.0 / (step + 1)})
+    assert run.finish()  # hands its chain over: a supervisor must be there to store it, without another init
+    deadline = time.monotonic() + 60
+    while (rows := reader(local_root).execute("select count(*) from metrics where run_id = 'orphan'").fetchall()) != [(50,)]:
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.5)
+    assert local.running_url(local_root) is not None
+
+
 def test_a_resumed_run_supersedes_the_steps_it_redoes(local_root):
     first = runledger.init(id="redo", system_metrics=False)
     for step in range(100):
