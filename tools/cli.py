@@ -159,10 +159,14 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
         else:
             from runledger.ledger.ingest import partitions
 
-            catalog = args.catalog or partitions.catalog_of(args.root)  # (a root's shared catalog stays its own)
-            if catalog:
-                partitions.use_catalog(args.root, catalog)
-            asyncio.run(service.serve(args.root, resolve_nats(args), batch=args.batch, durable=args.durable))
+            async def serve_one():
+                stop = service.stopped_by_signals()  # (first: a SIGTERM while the root opens stops it cleanly)
+                catalog = args.catalog or partitions.catalog_of(args.root)  # (a root's shared catalog stays its own)
+                if catalog:
+                    partitions.use_catalog(args.root, catalog)
+                await service.serve(args.root, resolve_nats(args), stop, batch=args.batch, durable=args.durable)
+
+            asyncio.run(serve_one())
     except (locks.Busy, bus.ConsumerTaken, NotALedger, service.StreamLost) as err:
         raise UsageError(str(err)) from None
     return 0

@@ -24,10 +24,11 @@ RETRY_S = 0.5  # how long between two tries to bind
 
 async def subscribe_until_ready(connect, stop: asyncio.Event, bind, waiting: str,
                                 fatal: tuple[type[BaseException], ...] = (), warn_every: int = 1):
-    """`await connect()` (runledger.ledger.bus.jetstream.connect, say) and `bind(nc)` (returns what to
-    consume with), waiting RETRY_S between tries
-    while the server is not up or not ready, and logging `waiting` every `warn_every` tries. (nc, what
-    `bind` returned), or (None, None) if `stop` came first. An exception of `fatal` goes up."""
+    """`await connect()` and `bind(nc)` (returns what to consume with), waiting RETRY_S between tries while
+    the server is not up or not ready, and logging `waiting` every `warn_every` tries. (nc, what `bind`
+    returned), or (None, None) if `stop` came first. An exception of `fatal` goes up. `connect` must fail
+    at once when no server answers (runledger.ledger.bus.jetstream.connect_listening): nats-py's first
+    connect to none tries forever, deaf to a stop and to cancellation."""
     tries = 0
     while not stop.is_set():
         nc = None
@@ -44,7 +45,10 @@ async def subscribe_until_ready(connect, stop: asyncio.Event, bind, waiting: str
             if nc is not None:
                 await nc.close()
             tries += 1
-            await asyncio.sleep(RETRY_S)
+            try:  # (a stop ends the wait at once)
+                await asyncio.wait_for(stop.wait(), RETRY_S)
+            except asyncio.TimeoutError:
+                pass
     return None, None
 
 

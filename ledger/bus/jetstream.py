@@ -65,6 +65,15 @@ async def connect(url: str = DEFAULT_URL, name: str = "runledger", **kw) -> nats
     return await nats.connect(servers, **opts)
 
 
+async def connect_listening(url: str, name: str = "runledger", probe_s: float = 1.0, **kw) -> nats.NATS:
+    """`connect`, but ConnectionRefusedError at once when no server answers at `url` (`listening`): a caller
+    that tries again in a loop stays able to stop (nats-py's first connect to no server never ends, even
+    when cancelled)."""
+    if not await listening(url, probe_s):
+        raise ConnectionRefusedError(f"no NATS server answers at {redact(url)}")
+    return await connect(url, name, **kw)
+
+
 def inbox_for(url: str) -> str:
     """The inbox prefix of a connection to `url`: its user's (`natsserver.inbox_prefix`), from the
     credentials in the URL; `_INBOX` when it carries none."""

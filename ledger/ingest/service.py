@@ -835,9 +835,18 @@ async def subscribe_until_ready(nats_url: str, stop: asyncio.Event, ledger: Ledg
         await serve_chain_status(nc, ack_floor, ledger.chain_status)
         return await bus.Puller(nc, STREAM, durable).start()
 
-    return await consumers.subscribe_until_ready(lambda: bus.connect(nats_url, name="ledger"), stop, bind,
+    return await consumers.subscribe_until_ready(lambda: bus.connect_listening(nats_url, name="ledger"), stop, bind,
                                                  f"waiting for NATS at {nats_url}",
                                                  fatal=(bus.ConsumerTaken, StreamLost), warn_every=20)
+
+
+def stopped_by_signals() -> asyncio.Event:
+    """An event the running loop sets on SIGTERM or SIGINT (the ledger then commits what it holds and exits 0)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = None,
@@ -848,6 +857,7 @@ async def serve(root: str | Path, nats_url: str, stop: asyncio.Event | None = No
     `root`, bus.ConsumerTaken if `durable` is another root's, and StreamLost if the stream was purged or
     made anew (then, and ever after, one line saying so: see HALTED). (`exclusive=False` skips the root
     lock: only for tests that show what the lock prevents.)"""
+    stop = stop or stopped_by_signals()  # (before the root is opened: a SIGTERM while it opens stops it cleanly too)
     Path(root).mkdir(parents=True, exist_ok=True)
     lock = locks.hold(Path(root) / "ledger.lock", f"ledger root {root}") if exclusive else None
     try:
@@ -867,11 +877,7 @@ async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None
     again). Raises StreamLost (see Watch)."""
     root = ledger.root
     durable = ledger.position.durable
-    if stop is None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop or stopped_by_signals()
     subscribe = subscribe or subscribe_until_ready
     watch = watch or (lambda js: Watch(js, ledger, durable))
     remake = remake or (lambda js: make_consumer_from_position(js, durable, ledger, replace=True))

@@ -101,3 +101,23 @@ def test_ui_on_a_taken_port_moves_to_the_next_and_stops_on_a_signal(tmp_path, si
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("sig,partitions", [(signal.SIGINT, "1"), (signal.SIGTERM, "1"), (signal.SIGTERM, "2")])
+def test_ledger_serve_stopped_while_it_opens_its_root_exits_cleanly(tmp_path, sig, partitions):
+    import time
+
+    root = tmp_path / "root"  # (no server listens at the URL: the ledger opens its root, then waits for one)
+    proc = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "ledger", "serve", "--root", str(root), "--nats",
+                             f"nats://127.0.0.1:{free_port()}", "--partitions", partitions], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60  # (signalled the moment the root appears: its first file is being written)
+        while not root.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert proc.poll() is None
+        assert stops_on_its_own(proc, sig) == 0, proc.communicate()[1][-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -5,6 +5,7 @@ writer died and handing over those past its share (runledger.ledger.ingest.parti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 
@@ -25,8 +26,6 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
     it stored per partition. Raises locks.Busy if a single ledger serves the root, or it is served in
     another number of partitions; service.StreamLost if a writer found RUNLEDGER or the derived stream
     purged or made anew (every writer stops)."""
-    import signal
-
     from runledger.ledger.bus import jetstream as bus
     from runledger.ledger.ingest import service
 
@@ -34,6 +33,7 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
     if service.halted(root):
         raise service.StreamLost(f"{service.halted(root)} (recorded in {root / service.HALTED}; this root is not "
                                  f"served again)")
+    stop = stop or service.stopped_by_signals()  # (first: a SIGTERM while the root opens stops it cleanly)
     shared = SharedRoot(root, k)
     lost = None  # a writer's StreamLost: every writer stops, and so does this instance
     try:
@@ -41,13 +41,9 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
         if catalog:
             use_catalog(root, catalog)
         open_tables(root)  # a warm standby: the catalog opened (and pyiceberg imported) before any takeover
-        if stop is None:
-            stop = asyncio.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         while not stop.is_set():  # the streams first (a cluster may still be electing its leader)
             try:
-                nc = await bus.connect(nats_url, name="ledger")
+                nc = await bus.connect_listening(nats_url, name="ledger")
                 try:
                     js = nc.jetstream()
                     await bus.ensure_stream(js)
@@ -57,7 +53,8 @@ async def serve(root: str | Path, nats_url: str, k: int, stop: asyncio.Event | N
                 break
             except Exception as err:
                 log.warning("waiting for NATS at %s (%s)", nats_url, str(err) or type(err).__name__)
-                await asyncio.sleep(0.5)
+                with contextlib.suppress(asyncio.TimeoutError):  # (a stop ends the wait at once)
+                    await asyncio.wait_for(stop.wait(), 0.5)
         leases = Leases(nats_url, k, instance_id()).start()
         log.info("ledger instance %s serving %s in %d partitions", leases.instance, root, k)
         writers: dict[int, tuple[asyncio.Task, asyncio.Event]] = {}

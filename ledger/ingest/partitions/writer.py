@@ -42,7 +42,7 @@ async def write_partition(root: Path, nats_url: str, part: Part, leases: Leases,
             record_takeover(root, part, leases)
             return puller
 
-        return await consumers.subscribe_until_ready(lambda: bus.connect(url, name=f"ledger-p{part.p}"), stop, bind,
+        return await consumers.subscribe_until_ready(lambda: bus.connect_listening(url, name=f"ledger-p{part.p}"), stop, bind,
                                                      f"partition {part.p}: waiting for NATS")
 
     def watch(js) -> service.Watch:  # the partition's consumer on the derived stream, and both streams
