@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==$(TORCH) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--index-url $(TORCH_CPU_INDEX))
-	$(BIN)/python -m pip install --quiet -e '.[train,lineage,dev,integrations]'
+	$(BIN)/python -m pip install --quiet -e '.[train,lineage,dev,integrations,attest]'
 	touch $(STAMP)
 
 demo: setup
