@@ -276,25 +276,62 @@ def demo_key(root: Path) -> None:
         os.environ[tlog.KEY_ENV] = str(path)
 
 
+def start_witness(demo: Demo) -> subprocess.Popen | None:
+    """One local witness (`runledger witness serve`, its key beside the demo's log key) and a C2SP
+    tlog-policy requiring its cosignature, in $RUNLEDGER_TLOG_POLICY for the ledger the demo starts next:
+    the ledger sends it each new checkpoint. None when the log is off."""
+    import os
+
+    from runledger.ledger.tlog import cosignature, note, policy
+    from runledger.ledger.tlog import log as tlog
+
+    if not tlog.enabled():
+        return None
+    log_vkey = tlog.load_or_make_key(Path(os.environ[tlog.KEY_ENV])).verifier.text()
+    key = settings.demo_dir() / "keys" / f"{demo.root.name}-witness.key"
+    if not key.exists():
+        note.write_key(key, cosignature.Cosigner.generate("witness.demo.local"))
+    proc = subprocess.Popen([sys.executable, "-m", "runledger.tools.cli", "witness", "serve", "--port", "0", "--state",
+                             str(demo.root / "witness"), "--key", str(key), "--log-key", log_vkey], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=open(demo.root / "logs" / "witness.log", "ab"), text=True)
+    url = proc.stdout.readline().strip()  # its URL once it serves ('' if it died)
+    if not url.startswith("http"):
+        proc.wait()
+        raise RuntimeError(f"the demo's witness did not start; see {demo.root / 'logs' / 'witness.log'}")
+    pol = demo.root / "tlog-policy.txt"
+    pol.write_text(f"log {log_vkey}\nwitness demo-witness {cosignature.read_key(key).verifier.text()} {url}\n"
+                   "quorum demo-witness\n")
+    os.environ[policy.POLICY_ENV] = str(pol)
+    demo.console.print(f"witness: {url} (policy {pol}: its cosignature required)")
+    return proc
+
+
 def audit_log(root: Path, console: Console) -> bool:
-    """The root's transparency log caught up and signed (what the ledger's own start does), its checkpoint
-    printed, and `runledger tlog audit` run on it from the public files alone."""
+    """The root's transparency log caught up and signed (what the ledger's own start does), cosigned by
+    the policy's witnesses, its checkpoint printed, and `runledger tlog audit --policy` run on it from the
+    public files alone."""
+    import os
+
     from runledger.ledger.ingest.position import LedgerPosition
-    from runledger.ledger.tlog import audit
+    from runledger.ledger.tlog import audit, policy
     from runledger.ledger.tlog import log as tlog
 
     lg = tlog.for_ledger(root, LedgerPosition())
     if lg is None:
         console.print("tlog: off ($RUNLEDGER_TLOG)")
         return True
+    if lg.witnessing is not None:  # (a checkpoint signed just now is asked for in the background)
+        lg.witnessing.wait_idle(30)
+    pol = policy.load(os.environ[policy.POLICY_ENV]) if os.environ.get(policy.POLICY_ENV) else None
     console.print(f"tlog checkpoint (verifier key {lg.signer.verifier.text()}):")
     console.print((root / "tlog" / "checkpoint").read_text().rstrip(), markup=False, highlight=False)
     try:
-        done = audit.audit(str(root / "tlog"), [lg.signer.verifier], root)
+        done = audit.audit(str(root / "tlog"), [lg.signer.verifier], root, pol=pol)
     except audit.AuditFailed as err:
         console.print(f"tlog audit FAILED: {err}", markup=False)
         return False
-    console.print(f"tlog audit: {done.text().splitlines()[-1]}", markup=False)
+    for line in done.text().splitlines():
+        console.print(f"tlog audit{' --policy' if pol else ''}: {line}", markup=False)
     return True
 
 
@@ -311,7 +348,10 @@ def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
     demo_key(root)
     t0 = time.monotonic()
     console.rule(f"runledger demo ({'quick' if quick else 'full'}) → {root}")
+    witness = None
     try:
+        (root / "logs").mkdir(parents=True, exist_ok=True)
+        witness = start_witness(demo)
         demo.start()
         if ui:
             console.print(f"watch it live: {start_ui(demo)}")
@@ -321,6 +361,10 @@ def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
             demo.main_run(progress)
         happened = what_happened(root)
         print_audit(root, console)
+    except BaseException:
+        if witness is not None:
+            witness.terminate()
+        raise
     finally:
         demo.stop()
     report = verify(root)
@@ -328,7 +372,12 @@ def run_demo(root: Path | None, quick: bool = False, ui: bool = False) -> int:
     from runledger.tools.report import write_report
 
     html = write_report(root, RUN, root / "report.html")
-    logged = audit_log(root, console)
+    try:
+        logged = audit_log(root, console)
+    finally:
+        if witness is not None:
+            witness.terminate()
+            witness.wait(30)
     ok = report.ok and all(happened.values()) and logged
     console.print(json.dumps(happened))
     say_what_happened(happened, console)

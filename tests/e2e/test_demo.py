@@ -1,6 +1,7 @@
 """`runledger demo --quick` end to end: from the ledger (SQL), (a) the slow first quarter got the
 horizon shortened, (b) the context extension was held by the drop agent, (c) the killed worker
-resumed from its checkpoint; and `verify` passes on what it left."""
+resumed from its checkpoint; `verify` passes on what it left; and its transparency log's checkpoint is
+cosigned by the demo's own witness, whose policy `runledger tlog audit --policy` holds it to."""
 
 from __future__ import annotations
 
@@ -39,3 +40,8 @@ def test_the_quick_demo_shows_a_b_c_and_verifies(tmp_path):
     assert fired <= PLANTED, fired - PLANTED
     assert "attempt_started" in fired
     assert (root / "report.html").exists()
+    # issue 48: one local witness cosigned the printed checkpoint; the audit required its cosignature
+    assert "— witness.demo.local " in r.stdout, r.stdout[-3000:]
+    assert "tlog audit --policy: log runledger.local/demo" in r.stdout and "cosigned by demo-witness" in r.stdout
+    again = cli("tlog", "audit", "--log", str(root / "tlog"), "--policy", str(root / "tlog-policy.txt"), "--events", str(root))
+    assert again.returncode == 0 and "cosigned by demo-witness" in again.stdout, again.stdout + again.stderr
