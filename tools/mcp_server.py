@@ -314,11 +314,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if not args.http:
         server.run("stdio")
         return 0
-    import asyncio
-
-    import uvicorn
-
-    from runledger.tools.ui import listen, quiet_stop
+    from runledger.tools.ui import listen, serve_http
     from runledger.ui.access import is_loopback
 
     token = read_token(args.token_file) if args.token_file else None
@@ -327,22 +323,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     made = token is None
     token = token or secrets.token_urlsafe(24)
     sock, port = listen(args.host, args.port)
-    config = uvicorn.Config(http_app(server, token, args.host), host=args.host, port=port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=2)
-    srv = quiet_stop(uvicorn.Server)(config)
+    def when_up(url: str) -> None:
+        print(f"{url}mcp" + (f" token={token}" if made else ""), flush=True)
+        log.info("runledger mcp over %s as %s (HTTP; token %s)", args.root, producer,
+                 "made up: printed above" if made else f"of {args.token_file}")
 
-    async def serve():
-        task = asyncio.create_task(srv.serve(sockets=[sock]))
-        while not srv.started and not task.done():
-            await asyncio.sleep(0.05)
-        if srv.started:
-            host = f"[{args.host}]" if ":" in args.host else args.host
-            print(f"http://{host}:{port}/mcp" + (f" token={token}" if made else ""), flush=True)
-            log.info("runledger mcp over %s as %s (HTTP; token %s)", args.root, producer,
-                     "made up: printed above" if made else f"of {args.token_file}")
-        await task
-
-    asyncio.run(serve())
+    serve_http(http_app(server, token, args.host), args.host, sock, port, when_up)
     return 0
 
 

@@ -58,6 +58,27 @@ def quiet_stop(server_class):
     return Server
 
 
+def serve_http(app, host: str, sock, port: int, when_up) -> None:
+    """Serve `app` with uvicorn on `sock` (bound by `listen` to `port`) until SIGTERM or SIGINT (`quiet_stop`);
+    `when_up(url)` once it serves, url being http://HOST:PORT/ (an IPv6 host in brackets)."""
+    import asyncio
+
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    server = quiet_stop(uvicorn.Server)(config)
+
+    async def serve():
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            when_up(f"http://{f'[{host}]' if ':' in host else host}:{port}/")
+        await task
+
+    asyncio.run(serve())
+
+
 def listen(host: str, port: int, tries: int = PORT_TRIES):
     """A socket bound to `host` on `port`, or, where that is taken, on the next free one of the `tries`
     after it (port 0: one the OS picks); returns (socket, port). Bound here, not by uvicorn, so that no
@@ -85,8 +106,6 @@ def listen(host: str, port: int, tries: int = PORT_TRIES):
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from runledger.ui.access import configure
     from runledger.ui.app import create_app
     from runledger.ui.live import root_server
@@ -109,31 +128,17 @@ def cmd_ui(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read the credentials file: {err}") from None
     server = named or root_server(args.root)
     app = create_app(args.root, server, access)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=2)
-    server = quiet_stop(uvicorn.Server)(config)
 
-    async def serve():
-        import asyncio
-
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            port = server.servers[0].sockets[0].getsockname()[1]
-            host = f"[{args.host}]" if ":" in args.host else args.host
-            token = access.write_token if (args.token is None and access.open_reads) else None
-            settings.record_dashboard(args.root, f"http://{host}:{port}/")  # (for runledger.init's line: no token)
-            print(f"http://{host}:{port}/" + (f"?token={token}" if token else ""), flush=True)
-            log.info("runledger ui over %s (live updates from %s)%s", args.root,
-                     redact(named) if named else "the root's NATS server, whenever one runs",
-                     "" if token else "; open it with ?token=YOUR_TOKEN once")
-        await task
-
-    import asyncio
+    def when_up(url: str) -> None:
+        token = access.write_token if (args.token is None and access.open_reads) else None
+        settings.record_dashboard(args.root, url)  # (for runledger.init's line: no token)
+        print(url + (f"?token={token}" if token else ""), flush=True)
+        log.info("runledger ui over %s (live updates from %s)%s", args.root,
+                 redact(named) if named else "the root's NATS server, whenever one runs",
+                 "" if token else "; open it with ?token=YOUR_TOKEN once")
 
     try:
-        asyncio.run(serve())
+        serve_http(app, args.host, sock, port, when_up)
     finally:
         settings.forget_dashboard(args.root)
     return 0

@@ -67,13 +67,9 @@ def log_keys(given: list[str]) -> list:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import asyncio
-
-    import uvicorn
-
     from runledger.ledger.storage.locks import Busy
     from runledger.ledger.tlog import witness
-    from runledger.tools.ui import listen, quiet_stop
+    from runledger.tools.ui import listen, serve_http
 
     cosigner = _read_key(args.key)
     logs = log_keys(args.log_key)
@@ -84,22 +80,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as err:
         raise UsageError(f"--state {args.state}: {err.strerror}") from None
     sock, port = listen(args.host, args.port, tries=1)
-    config = uvicorn.Config(witness.app(w), host=args.host, port=port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=2)
-    server = quiet_stop(uvicorn.Server)(config)
 
-    async def serve():
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            host = f"[{args.host}]" if ":" in args.host else args.host
-            print(f"http://{host}:{port}/", flush=True)  # (the submission prefix: a policy's witness URL)
-            log.info("witness %s for %s; state in %s", cosigner.verifier.text(),
-                     ", ".join(v.name for v in logs), args.state)
-        await task
+    def when_up(url: str) -> None:
+        print(url, flush=True)  # (the submission prefix: a policy's witness URL)
+        log.info("witness %s for %s; state in %s", cosigner.verifier.text(), ", ".join(v.name for v in logs), args.state)
 
-    asyncio.run(serve())
+    serve_http(witness.app(w), args.host, sock, port, when_up)
     return 0
 
 
