@@ -53,10 +53,11 @@ test: lint browser postgres s3
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the fast tier, for your own loop: the linter, then tests/unit (no server, process, browser or JAX
-# program: tests/unit/conftest.py refuses them) in 2 pytest-xdist workers, each property test at a tenth
-# of its examples; `make test` runs every tier (unit, integration, attacks, e2e) at full counts
+# program: tests/unit/conftest.py refuses them) but the slowest unit files (marked slow) in 2 pytest-xdist
+# workers, each property test at a tenth of its examples; `make test` runs every tier (unit, integration,
+# attacks, e2e), slow files included, at full counts
 test-fast: lint
-	RUNLEDGER_TESTS_FAST=1 $(BIN)/python -m pytest -q -x -n 2 tests/unit
+	RUNLEDGER_TESTS_FAST=1 $(BIN)/python -m pytest -q -x -n 2 -m "not slow" tests/unit
 
 bench: setup
 	$(BIN)/python -m bench.ingest

@@ -11,6 +11,8 @@ import pytest
 from runledger.queries import audit  # noqa: E402
 from support.audit_ledger import Ledger, write_run  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 # fault planted -> (the check that must fire, its status, the steps where it must say it fired)
 FAULTS = {
     "grad_norm_spike": ("grad_norm_max", "fail", {250}),

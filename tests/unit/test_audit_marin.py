@@ -27,6 +27,8 @@ from runledger.queries.thresholds import OFF, PROFILES, RULE_BOOK, THRESHOLDS
 from runledger.training.schedule import lr_at, make_schedule
 from support.audit_ledger import Ledger
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 STEPS, GAP_S, E, WARMUP, CKPT_EVERY = 200, 10, 8, 10, 20
 AT = 150  # where a fault is planted

@@ -13,6 +13,8 @@ from runledger.queries import audit
 from support.audits import suites_root  # noqa: F401 (fixtures)
 from support.processes import cli
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 
 def by_name(a: audit.Audit) -> dict[str, list[dict]]:
     return {r.name: [dict(zip(r.columns, row)) for row in r.rows] for r in a.results}

@@ -14,6 +14,8 @@ from runledger.training.ladder_joint import JOINT_BAND_LEVEL, fit_joint
 from runledger.training.reforecast import PlanChange, Registered, revise_forecast
 from runledger.training.schedule import make_schedule, retime
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 FPT = 1e9
 STEPS = (40, 120, 360, 1000)  # the rungs' steps: each ~3x the last in compute
 T = 512  # tokens per step

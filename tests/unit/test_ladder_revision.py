@@ -25,6 +25,8 @@ from runledger.training.schedule import make_schedule, retime
 from support.ladder import FPT, LAW, T, law_loss, step_event
 from support.reading import reader
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 RUNG_STEPS = (40, 120, 360, 1000)
 HORIZON, DECIDED_AT, NEW_HORIZON = 3000, 600, 1200  # the target: planned, when the decision lands, shortened to
 DECISION = "agent-throughput:target:throughput_contingency:3000"

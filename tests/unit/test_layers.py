@@ -53,20 +53,23 @@ def imports_of(module: str) -> dict[str, int]:
     return found
 
 
-GRAPH = {m: imports_of(m) for m in MODULES}
+@pytest.fixture(scope="module")
+def graph() -> dict:
+    """Each module's imports (read once, when a test asks: not while pytest collects, in every worker)."""
+    return {m: imports_of(m) for m in MODULES}
 
 
-def test_the_graph_is_read():
+def test_the_graph_is_read(graph):
     """A sanity check of the reader: arrows that exist are seen (else the tests below pass on nothing)."""
-    assert "runledger.ledger.contract.events" in GRAPH["runledger.ledger.storage.rows"]
-    assert "runledger.queries" in GRAPH["runledger.queries.audit"]
-    assert "runledger.tools.train" in GRAPH["runledger.tools.cli"]
+    assert "runledger.ledger.contract.events" in graph["runledger.ledger.storage.rows"]
+    assert "runledger.queries" in graph["runledger.queries.audit"]
+    assert "runledger.tools.train" in graph["runledger.tools.cli"]
     assert len(MODULES) > 40
 
 
-def test_imports_run_down_the_layers():
+def test_imports_run_down_the_layers(graph):
     wrong = [f"{MODULES[m].relative_to(REPO)}:{line} imports {t}"
-             for m, targets in GRAPH.items() for t, line in targets.items()
+             for m, targets in graph.items() for t, line in targets.items()
              if (a := layer(m)) != (b := layer(t)) and RANK[b] >= RANK[a]]
     assert not wrong, "imports against ledger <- queries <- training / agents / ui / interop <- tools:\n" + "\n".join(wrong)
 
@@ -77,16 +80,16 @@ def ledger_part(module: str) -> str | None:
     return parts[2] if parts[:2] == ["runledger", "ledger"] and len(parts) > 2 else None
 
 
-def test_the_ledgers_folders_run_down_their_layers():
+def test_the_ledgers_folders_run_down_their_layers(graph):
     assert set(LEDGER_RANK) == {ledger_part(m) for m in MODULES if ledger_part(m)}, "a ledger folder without a rank"
     wrong = [f"{MODULES[m].relative_to(REPO)}:{line} imports {t}"
-             for m, targets in GRAPH.items() for t, line in targets.items()
+             for m, targets in graph.items() for t, line in targets.items()
              if (a := ledger_part(m)) and (b := ledger_part(t)) and a != b and LEDGER_RANK[b] >= LEDGER_RANK[a]]
     assert not wrong, "imports against the ledger's folders (see LEDGER_RANK):\n" + "\n".join(wrong)
 
 
-def test_no_module_imports_the_command_line():
-    wrong = [f"{MODULES[m].relative_to(REPO)}:{line}" for m, targets in GRAPH.items()
+def test_no_module_imports_the_command_line(graph):
+    wrong = [f"{MODULES[m].relative_to(REPO)}:{line}" for m, targets in graph.items()
              for t, line in targets.items() if t == ENTRY]
     assert not wrong, f"{ENTRY} is imported by: " + ", ".join(wrong)
 
@@ -126,8 +129,8 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycles():
-    found = cycles(GRAPH)
+def test_no_import_cycles(graph):
+    found = cycles(graph)
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 

@@ -19,6 +19,8 @@ from support.lineage import LINEAGE_RUN, write_ledger
 from support.processes import cli
 from support.reading import reader
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("openlineage.client")
 

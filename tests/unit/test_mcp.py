@@ -17,6 +17,8 @@ from runledger.tools.mcp_server import Reads, build, producer_of  # noqa: E402
 from runledger.ui.console import MAX_SQL_ROWS  # noqa: E402
 from support.runs import RUN, build_run  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 TOOLS = {"list_runs", "history", "sql", "health", "decisions", "evidence", "propose_decision"}
 
 

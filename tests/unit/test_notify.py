@@ -23,6 +23,8 @@ from support.audit_ledger import T0, Ledger
 from support.processes import cli
 from support.webhooks import alert, decision
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 STEP = {"loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 64, "step_time_s": 0.05}
 START = {"config": {}, "config_hash": "0" * 64, "token_budget": None}  # (replay reads token_budget as a key)
 

@@ -12,6 +12,8 @@ from runledger.queries import history
 from support.audit_ledger import T0, Ledger
 from support.ui import client
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 STEPS = 2500
 
 

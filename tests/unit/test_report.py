@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 from support.reports import report  # noqa: F401 (fixtures)
+import pytest
+
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
 
 
 def test_the_report_is_one_self_contained_file(report):

@@ -15,6 +15,9 @@ from runledger.ledger.tlog import log as tlog
 from runledger.ui.access import configure
 from runledger.ui.app import create_app
 from support.tables import write_batches
+import pytest
+
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
 
 
 def _stored(root):

@@ -19,6 +19,8 @@ from support.audit_ledger import T0, Ledger
 from support.runs import RUN, Producer, Stream, run_started, step_payload
 from support.ui import client
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 TOKEN, READ_TOKEN = "write-token-0123456789abcdef", "read-token-0123456789abcdef"
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 import time
 
 from support.audit_ledger import STEPS, Ledger, write_run
+import pytest
+
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
 
 WATCHDOG_S = 60.0  # a hang guard, not a promise of speed
 

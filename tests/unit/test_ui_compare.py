@@ -15,6 +15,8 @@ from runledger.ui.configs import labels
 from support.audit_ledger import T0, Ledger
 from support.ui import client
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 STEPS = {"r-a": 3000, "r-b": 600, "r-c": 1500}
 
 

@@ -15,6 +15,8 @@ from runledger.ledger.storage import positions
 from runledger.ui import live
 from runledger.ui.data import Reader
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 FAST_S = 0.02  # the feed's polls and looks, made fast (this many seconds)
 WATCHDOG_S = 10.0
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from support.audit_ledger import T0, Ledger
+import pytest
+
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
 
 PX = 100
 

@@ -18,6 +18,8 @@ from runledger.values import png_of
 from support.audit_ledger import T0, Ledger
 from support.ui import client
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 
 @pytest.fixture
 def rich_root(tmp_path) -> Path:

@@ -28,6 +28,8 @@ from support.runs import (
     steps_file,
 )
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 
 def rewrite(path: Path, table: pa.Table) -> None:
     pq.write_table(table, path)  # what someone editing the file by hand would do

@@ -34,6 +34,8 @@ from support.runs import (
     steps_file,
 )
 
+pytestmark = pytest.mark.slow  # (among the slowest unit files: `make test` runs it, `make test-fast` leaves it out)
+
 # ---------------------------------------------------------------------------------------- verify --since
 
 
