@@ -1,6 +1,7 @@
 """A ledger with a time-stamping authority (a local `openssl ts`, support.tsa): the served ledger
 (`runledger ledger serve --tsa URL --tsa-certs PEM`, a child process fed by a real nats-server) gets its
-checkpoints stamped and `runledger tlog audit --require-timestamps` passes from the public files; with the
+checkpoints stamped and `runledger tlog audit --require-timestamps` passes from the public files (a folder,
+and the dashboard's URL); with the
 authority down, ingest goes on, the events are stored and logged, the failure is said once, and the
 checkpoint is stamped when the authority is back, with no new event to prompt it."""
 
@@ -16,12 +17,13 @@ from runledger.ledger.tlog import log as tlog
 from support.batches import batch_for
 from support.processes import LedgerProcess, cli, start_producer, wait_serving
 from support.tsa import LocalTSA
+from support.ui import UiProcess
 
 WAIT_S = 120  # a ledger process starting, storing and a round with the authority, on a loaded 2-core machine
 
 
-def _audit(root, tsa: LocalTSA, *extra: str):
-    return cli("tlog", "audit", "--log", str(root / "tlog"), "--vkey", tlog.load_or_make_key().verifier.text(),
+def _audit(root, tsa: LocalTSA, *extra: str, log: str | None = None):
+    return cli("tlog", "audit", "--log", log or str(root / "tlog"), "--vkey", tlog.load_or_make_key().verifier.text(),
                "--events", str(root), "--tsa-certs", str(tsa.certs), *extra)
 
 
@@ -44,6 +46,12 @@ def test_a_served_ledger_gets_its_checkpoints_timestamped(tmp_path, nats_server,
         _wait_for(root / "tlog" / timestamps.path_of(40), "timestamp of size 40", lambda: lp.log_path.read_text()[-3000:])
         r = _audit(root, tsa, "--require-timestamps")
         assert r.returncode == 0 and "size 40" in r.stdout and "timestamped" in r.stdout, r.stdout + r.stderr
+        ui = UiProcess(root, tmp_path / "ui.log")  # the dashboard serves the token beside the tiles
+        try:
+            r = _audit(root, tsa, "--require-timestamps", log=ui.base + "/tlog")
+        finally:
+            ui.stop()
+        assert r.returncode == 0 and "size 40" in r.stdout and "(1 timestamp(s) checked)" in r.stdout, r.stdout + r.stderr
         assert lp.terminate() == 0
     finally:
         lp.kill()
