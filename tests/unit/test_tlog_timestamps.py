@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime
 import logging
 import sys
+import threading
+import time
 
 import pytest
 from cryptography import x509
@@ -110,3 +112,67 @@ def test_the_audit_counts_tokens_it_cannot_check_and_wants_certificates_to_requi
     rc = main(["tlog", "audit", "--log", str(lg.dir), "--vkey", vkey.text(), "--events", str(root),
                "--require-timestamps"])
     assert rc == 2 and "--tsa-certs" in capsys.readouterr().err
+
+
+class _Authority(timestamps.Authority):
+    """An authority in-process: it answers `request` with a fixed reply after `gate` opens, failing the first
+    `fails` times; the sizes it was asked for are kept."""
+
+    def __init__(self, fails: int = 0) -> None:
+        super().__init__("http://authority.test/", (), ())
+        object.__setattr__(self, "asked", [])
+        object.__setattr__(self, "fails", [fails])
+        object.__setattr__(self, "gate", threading.Event())
+        self.gate.set()
+
+    def request(self, text: str, size: int):
+        self.asked.append(size)
+        self.gate.wait(30)
+        if self.fails[0]:
+            self.fails[0] -= 1
+            raise timestamps.TimestampRefused("unreachable (test)")
+        return b"token of %d" % size, timestamps.Stamp(size, datetime.datetime.now(datetime.timezone.utc), "test")
+
+
+def _signed(size: int) -> str:
+    from runledger.ledger.tlog import checkpoint, note
+
+    return checkpoint.sign(checkpoint.Checkpoint("test.example/log", size, bytes(32)), note.Signer.generate("test.example/log"))
+
+
+def _until(done, within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
+    while not done():
+        assert time.monotonic() < deadline, "not done in time"
+        time.sleep(0.01)
+
+
+def test_only_the_newest_checkpoint_waiting_is_asked_for(tmp_path):
+    authority = _Authority()
+    ts = timestamping.Timestamping(tmp_path, authority, every_s=0)
+    authority.gate.clear()  # the authority is slow: three checkpoints are signed while it stamps the first
+    ts.submit(_signed(5))
+    _until(lambda: authority.asked)
+    ts.submit(_signed(6))
+    ts.submit(_signed(7))
+    authority.gate.set()
+    assert ts.wait_idle(30)
+    assert authority.asked == [5, 7] and ts.stamped == [5, 7]
+    assert (tmp_path / timestamps.path_of(7)).read_bytes() == b"token of 7"
+    ts.submit(_signed(7))  # (signed before a restart: asked again only if it has no token)
+    ts.submit(_signed(0))  # (an empty log's checkpoint stamps nothing)
+    assert ts.wait_idle(30) and authority.asked == [5, 7]
+
+
+def test_an_authority_that_fails_is_asked_again_and_said_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(timestamping, "RETRY_S", 0.01)
+    caplog.set_level(logging.INFO, logger="runledger.ledger.tlog.timestamping")
+    authority = _Authority(fails=3)
+    ts = timestamping.Timestamping(tmp_path, authority, every_s=0)
+    ts.submit(_signed(4))
+    assert ts.wait_idle(30)
+    _until((tmp_path / timestamps.path_of(4)).exists)  # asked again with no new checkpoint
+    assert ts.wait_idle(30) and authority.asked == [4, 4, 4, 4] and ts.failing is None
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [lv for lv, _ in said] == [logging.WARNING, logging.INFO], said
+    assert "did not stamp test.example/log size 4: unreachable (test)" in said[0][1] and "again" in said[1][1]
