@@ -132,6 +132,8 @@ def _use_tsa(args: argparse.Namespace) -> None:
     from runledger.ledger.tlog import timestamps
 
     if getattr(args, "tsa", None):
+        if not args.tsa.startswith(("http://", "https://")):
+            raise UsageError(f"--tsa is an http(s) URL (RFC 3161 over HTTP), not {args.tsa[:80]!r}")
         os.environ[timestamps.TSA_ENV] = args.tsa
     if getattr(args, "tsa_certs", None):
         os.environ[timestamps.TSA_CERTS_ENV] = str(Path(args.tsa_certs).resolve())

@@ -370,7 +370,7 @@ def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str
     lg = Log(root, part, load_or_make_key())
     _check_one_log_per_key(Path(root))
     lg.witnessing = witnessing.from_env(lg.dir, lg.signer.verifier, lg.attach_cosignatures)
-    lg.timestamping = timestamping.for_log(lg.dir)
+    lg.timestamping = timestamping.for_log(lg.dir, write_file)
     lg.open(stored)
     if (lg.dir / tiles.CHECKPOINT).exists():  # (signed before this start: asked again)
         for asked in (lg.witnessing, lg.timestamping):

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from runledger.ledger.tlog import checkpoint, note
 from runledger.ledger.tlog.timestamps import Authority, TimestampRefused, from_env, path_of
@@ -29,10 +30,12 @@ RETRY_MAX_S = 60.0
 
 
 class Timestamping:
-    """The timestamps of one log (its public folder `log_dir`), asked of `authority`."""
+    """The timestamps of one log (its public folder `log_dir`), asked of `authority`; `keep(path, reply)`
+    writes a reply durably (runledger.ledger.tlog.log's write_file)."""
 
-    def __init__(self, log_dir: Path, authority: Authority, every_s: float = EVERY_S) -> None:
-        self.dir, self.authority, self.every_s = Path(log_dir), authority, every_s
+    def __init__(self, log_dir: Path, authority: Authority, keep: Callable[[Path, bytes], None],
+                 every_s: float = EVERY_S) -> None:
+        self.dir, self.authority, self.keep, self.every_s = Path(log_dir), authority, keep, every_s
         self.retry_s = RETRY_S
         self.failing: str | None = None  # why, while the authority fails
         self.stamped: list[int] = []  # the sizes stamped by this process, in order
@@ -92,9 +95,7 @@ class Timestamping:
                             "each new checkpoint", self.authority.url, cp.origin, cp.size, err)
             self.failing = str(err)
             return False
-        from runledger.ledger.tlog.log import write_file
-
-        write_file(path, reply)
+        self.keep(path, reply)
         self.stamped.append(cp.size)
         if self.failing is not None:
             log.info("the time-stamping authority %s stamps %s again (size %d, %s)", self.authority.url, cp.origin,
@@ -103,7 +104,7 @@ class Timestamping:
         return True
 
 
-def for_log(log_dir: Path) -> Timestamping | None:
+def for_log(log_dir: Path, keep: Callable[[Path, bytes], None]) -> Timestamping | None:
     """The timestamping of a log per $RUNLEDGER_TLOG_TSA; None when unset. A configuration that does not
     load is said in one line, and the log goes on unstamped."""
     try:
@@ -118,4 +119,4 @@ def for_log(log_dir: Path) -> Timestamping | None:
     except ValueError:
         log.warning("$%s is not a number of seconds; the authority is asked at most every %s s", EVERY_ENV, EVERY_S)
         every = EVERY_S
-    return Timestamping(log_dir, authority, every)
+    return Timestamping(log_dir, authority, keep, every)

@@ -58,11 +58,11 @@ def test_an_authority_is_its_roots_and_intermediates(tmp_path):
 def test_a_configuration_that_cannot_give_checked_tokens_is_said_and_the_log_goes_on(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.ERROR, logger="runledger.ledger.tlog.timestamping")
     monkeypatch.delenv(timestamps.TSA_ENV, raising=False)
-    assert timestamps.from_env() is None and timestamping.for_log(tmp_path) is None and not caplog.records
+    assert timestamps.from_env() is None and timestamping.for_log(tmp_path, tlog.write_file) is None and not caplog.records
     monkeypatch.setenv(timestamps.TSA_ENV, "tsa.example")
-    assert timestamping.for_log(tmp_path) is None
+    assert timestamping.for_log(tmp_path, tlog.write_file) is None
     monkeypatch.setenv(timestamps.TSA_ENV, "http://tsa.example/")
-    assert timestamping.for_log(tmp_path) is None
+    assert timestamping.for_log(tmp_path, tlog.write_file) is None
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2 and "not an http(s) URL" in said[0] and f"not ${timestamps.TSA_CERTS_ENV}" in said[1], said
     assert all("\n" not in s for s in said)
@@ -149,7 +149,7 @@ def _until(done, within_s: float = 30) -> None:
 
 def test_only_the_newest_checkpoint_waiting_is_asked_for(tmp_path):
     authority = _Authority()
-    ts = timestamping.Timestamping(tmp_path, authority, every_s=0)
+    ts = timestamping.Timestamping(tmp_path, authority, tlog.write_file, every_s=0)
     authority.gate.clear()  # the authority is slow: three checkpoints are signed while it stamps the first
     ts.submit(_signed(5))
     _until(lambda: authority.asked)
@@ -168,7 +168,7 @@ def test_an_authority_that_fails_is_asked_again_and_said_once(tmp_path, monkeypa
     monkeypatch.setattr(timestamping, "RETRY_S", 0.01)
     caplog.set_level(logging.INFO, logger="runledger.ledger.tlog.timestamping")
     authority = _Authority(fails=3)
-    ts = timestamping.Timestamping(tmp_path, authority, every_s=0)
+    ts = timestamping.Timestamping(tmp_path, authority, tlog.write_file, every_s=0)
     ts.submit(_signed(4))
     assert ts.wait_idle(30)
     _until((tmp_path / timestamps.path_of(4)).exists)  # asked again with no new checkpoint
