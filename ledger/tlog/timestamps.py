@@ -27,6 +27,7 @@ SUFFIX = ".tsr"
 QUERY_TYPE = "application/timestamp-query"  # RFC 3161 section 3.4
 REPLY_TYPE = "application/timestamp-reply"
 SHA256 = "2.16.840.1.101.3.4.2.1"  # id-sha256: the only imprint algorithm accepted
+GRANTED = 0  # RFC 3161 PKIStatus granted (1, grantedWithMods, is refused as rfc3161-client refuses it)
 TIMEOUT_S = 10.0  # one request; an authority slower than that is taken as down this round
 MAX_REPLY = 1 << 16  # a reply with its certificates is a few KiB
 
@@ -103,9 +104,14 @@ class Authority:
         r = rfc3161()
         try:
             resp = r.decode_timestamp_response(reply)
+            status = resp.status
+            algorithm = resp.tst_info.message_imprint.hash_algorithm.dotted_string if status == GRANTED else None
         except Exception as err:  # (the Rust parser's errors are ValueError and others)
             raise TimestampRefused(f"not an RFC 3161 reply ({err.__class__.__name__}: {str(err)[:120]})") from None
-        if resp.tst_info.message_imprint.hash_algorithm.dotted_string != SHA256:
+        if status != GRANTED:
+            raise TimestampRefused(f"the authority did not grant it (status {status}: "
+                                   f"{' '.join(resp.status_string)[:120] or 'no reason given'})")
+        if algorithm != SHA256:
             raise TimestampRefused("its imprint is not a SHA-256 hash")
         try:
             self.verifier(request).verify(resp, hashlib.sha256(text.encode()).digest())
