@@ -144,3 +144,16 @@ def test_a_missing_token_is_said_and_fails_only_when_required(root, tsa, stamped
     assert rc == 0 and "checkpoint size 55 has no timestamp (the latest stamped: size 30, 20" in out, out
     rc, out = _audit(root, tsa, capsys, "--require-timestamps")
     assert rc == 1 and "checkpoint size 55 has no timestamp" in out and "timestamps are required" in out, out
+
+
+def test_a_reply_the_authority_did_not_grant_is_never_kept(root, tsa, capsys):
+    tsa.config.write_text(tsa.config.read_text().replace("digests = sha256, sha384, sha512", "digests = sha512"))
+    ledger = service.Ledger(root)  # (the authority now answers 200 with a rejection: SHA-256 not supported)
+    ledger.write(ledger.decode(batch_for(["run-1"], 10)))
+    ledger.commit()
+    ledger.tlog.sign()
+    assert ledger.tlog.timestamping.wait_idle(STAMPS_S)
+    assert "did not grant it (status 2" in ledger.tlog.timestamping.failing
+    assert timestamps.sizes_in(ledger.tlog.dir) == [] and tsa.requests >= 1
+    rc, out = _audit(root, tsa, capsys)
+    assert rc == 0 and "checkpoint size 10 has no timestamp" in out, out
