@@ -126,6 +126,19 @@ async def _ensure_stream(url: str, replicas: int | None, timeout: float = 60.0) 
             await asyncio.sleep(0.5)
 
 
+def _use_tsa(args: argparse.Namespace) -> None:
+    """`--tsa`/`--tsa-certs` as the environment the transparency log reads (runledger.ledger.tlog.timestamps),
+    so a partition's ledger, started from this one, reads them too."""
+    from runledger.ledger.tlog import timestamps
+
+    if getattr(args, "tsa", None):
+        if not args.tsa.startswith(("http://", "https://")):
+            raise UsageError(f"--tsa is an http(s) URL (RFC 3161 over HTTP), not {args.tsa[:80]!r}")
+        os.environ[timestamps.TSA_ENV] = args.tsa
+    if getattr(args, "tsa_certs", None):
+        os.environ[timestamps.TSA_CERTS_ENV] = str(Path(args.tsa_certs).resolve())
+
+
 def cmd_ledger_serve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -135,6 +148,7 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
 
     if args.catalog_file:
         args.catalog = settings.read_creds(args.catalog_file)
+    _use_tsa(args)
     try:
         if args.action != "adopt-stream" and (getattr(args, "warehouse", None) or getattr(args, "s3_credentials", None)):
             from runledger.ledger.storage import objects
@@ -553,6 +567,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--s3-credentials", type=checks.file_in, default=None,
                    help="a file (mode 0600) holding the warehouse's access key and secret key (JSON, or an AWS "
                         "credentials file's lines)")
+    s.add_argument("--tsa", type=checks.line, default=None, metavar="URL",
+                   help="an RFC 3161 time-stamping authority that stamps the transparency log's checkpoints "
+                        "(default $RUNLEDGER_TLOG_TSA; needs the [attest] extra)")
+    s.add_argument("--tsa-certs", type=checks.file_in, default=None, metavar="PEM",
+                   help="the authority's root (and intermediate) certificates, to check its tokens "
+                        "(default $RUNLEDGER_TLOG_TSA_CERTS)")
     s.set_defaults(func=cmd_ledger_serve)
 
     s = sub.add_parser("push", help="move a root's chains (stored and spooled) onto another ledger, verbatim")

@@ -1,7 +1,8 @@
 """`runledger tlog keygen|key|checkpoint|prove|consistency|audit`: the transparency log
 (runledger.ledger.tlog): make the signing key, print its verifier key, the latest signed checkpoint
 (with the witnesses' cosignatures it has), an event's inclusion proof (C2SP tlog-proof), a consistency
-proof, and the audit from public files (`--policy`: with a quorum of witness cosignatures)."""
+proof, and the audit from public files (`--policy`: with a quorum of witness cosignatures; `--tsa-certs`:
+checking the checkpoints' RFC 3161 timestamps)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,26 @@ def cmd_prove(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if args.timestamp:
+        write_timestamp(args.root, text, Path(args.timestamp))
     return 0
+
+
+def write_timestamp(root: str, proof: str, out: Path) -> None:
+    """Write the RFC 3161 token (DER TimeStampResp) of the checkpoint `proof` is under to `out`, or say
+    there is none yet (the authority is asked in the background)."""
+    from runledger.ledger.tlog import checkpoint, proofs, tiles, timestamps
+
+    cp = checkpoint.Checkpoint.parse(proofs.text_of(checkpoint.TlogProof.parse(proof).signed_checkpoint))
+    for d in _logs(root):
+        if checkpoint.Checkpoint.parse(proofs.text_of(tiles.Tiles(d).checkpoint())).origin != cp.origin:
+            continue
+        token = d / timestamps.path_of(cp.size)
+        if token.exists():
+            out.write_bytes(token.read_bytes())
+            print(f"wrote {out} (the RFC 3161 timestamp of checkpoint size {cp.size})", file=sys.stderr)
+            return
+    print(f"no timestamp of checkpoint size {cp.size} yet (none configured, or not answered yet)", file=sys.stderr)
 
 
 def cmd_consistency(args: argparse.Namespace) -> int:
@@ -102,9 +122,24 @@ def cmd_consistency(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stamps(args: argparse.Namespace):
+    from runledger.ledger.tlog import audit, timestamps
+
+    if args.require_timestamps and not args.tsa_certs:
+        raise UsageError("--require-timestamps needs the authority's certificates: --tsa-certs PEM")
+    authority = None
+    if args.tsa_certs:
+        try:
+            authority = timestamps.Authority.load(args.tsa_certs)
+        except timestamps.TimestampRefused as err:
+            raise UsageError(str(err)) from None
+    return audit.Stamps(authority, args.require_timestamps)
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from runledger.ledger.tlog import audit, note, policy
 
+    stamps = _stamps(args)
     pol = None
     if args.policy:
         try:
@@ -122,7 +157,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         raise UsageError("give the log's verifier key: --vkey, or a --policy with a `log` line")
     try:
-        done = audit.audit(args.log, verifiers, args.events, Path(args.state) if args.state else None, pol=pol)
+        done = audit.audit(args.log, verifiers, args.events, Path(args.state) if args.state else None, pol=pol,
+                           stamps=stamps)
     except audit.AuditFailed as err:
         print(f"tlog audit FAILED: {err}")
         return 1
@@ -146,6 +182,8 @@ def register(sub) -> None:
     s = ts.add_parser("prove", help="an event's inclusion proof (C2SP tlog-proof)")
     s.add_argument("event_id")
     s.add_argument("--out", default=None, metavar="F", help="write the proof to F (a .tlog-proof file)")
+    s.add_argument("--timestamp", default=None, metavar="F",
+                   help="write the RFC 3161 timestamp of the proof's checkpoint to F (DER, a .tsr), if it has one")
     add_root(s)
     s.set_defaults(func=cmd_prove)
     s = ts.add_parser("consistency", help="a consistency proof between two sizes of the log")
@@ -159,6 +197,11 @@ def register(sub) -> None:
     s.add_argument("--vkey", default=None, help="the log's verifier key, or a file of them (default: --policy's logs)")
     s.add_argument("--policy", default=None, metavar="F",
                    help="a C2SP tlog-policy file: the checkpoint must carry its quorum of witness cosignatures")
+    s.add_argument("--tsa-certs", default=None, metavar="PEM",
+                   help="a time-stamping authority's root (and intermediate) certificates: every RFC 3161 timestamp "
+                        "of the log must check")
+    s.add_argument("--require-timestamps", action="store_true",
+                   help="with --tsa-certs: fail unless the audited checkpoint has a valid timestamp")
     s.add_argument("--events", required=True, metavar="DIR", help="the published tables: a root, or an export")
     s.add_argument("--state", default=None, metavar="DIR",
                    help="where the checkpoints audited before are kept (default $XDG_STATE_HOME/runledger/tlog)")

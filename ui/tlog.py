@@ -1,6 +1,7 @@
 """The transparency log's public files, served as C2SP tlog-tiles names them: `/tlog/checkpoint`,
 `/tlog/tile/<L>/<N>[.p/<W>]`, `/tlog/tile/entries/<N>[.p/<W>]` (a partitioned ledger's under
-`/tlog/p{N}/`), so any tile client reads the log over HTTP. Static, size-bounded reads meant for
+`/tlog/p{N}/`), so any tile client reads the log over HTTP, and the checkpoints' RFC 3161 timestamps
+`/tlog/timestamp/<size>.tsr`. Static, size-bounded reads meant for
 anyone: no token, no header (runledger.ui.access lets every path outside /api/ through), any origin
 may read them (CORS *). Nothing else under the root is reachable: the path must be one of those names."""
 
@@ -14,7 +15,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from runledger.ledger.tlog import log, proofs, tiles
 
-PATH = re.compile(r"^(p\d{1,4}/)?(checkpoint|tile/(\d{1,2}|entries)/(x\d{3}/)*\d{3}(\.p/\d{1,3})?)$")
+PATH = re.compile(r"^(p\d{1,4}/)?(checkpoint|tile/(\d{1,2}|entries)/(x\d{3}/)*\d{3}(\.p/\d{1,3})?|timestamp/\d{1,20}\.tsr)$")
 IMMUTABLE = "public, max-age=31536000, immutable"  # tlog-tiles: tiles and bundles never change
 MUTABLE = "public, max-age=2"  # tlog-tiles: the checkpoint SHOULD not be cached beyond a few seconds
 
@@ -35,7 +36,8 @@ def tlog_route(root: str | Path):
         if len(data) > tiles.MAX_READ:
             return PlainTextResponse("larger than any tile", status_code=404)
         checkpoint = rel.endswith(tiles.CHECKPOINT)
-        return Response(data, media_type="text/plain; charset=utf-8" if checkpoint else "application/octet-stream",
+        kind = "application/timestamp-reply" if rel.endswith(".tsr") else "application/octet-stream"
+        return Response(data, media_type="text/plain; charset=utf-8" if checkpoint else kind,
                         headers={"cache-control": MUTABLE if checkpoint else IMMUTABLE,
                                  "access-control-allow-origin": "*"})
 

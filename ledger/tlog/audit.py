@@ -5,8 +5,11 @@ log (kept in the user's state folder, $XDG_STATE_HOME/runledger/tlog/, as the go
 checksum database's tree heads); rebuild the tree from the entry bundles and the tiles; match leaves
 and events both ways (the leaves of a deleted run excepted, by name); and recompute every event hash
 and chain link (runledger.ledger.check). With a C2SP tlog-policy, the checkpoint must also carry the
-policy's quorum of valid witness cosignatures (runledger.ledger.tlog.cosignature). The first difference
-is named."""
+policy's quorum of valid witness cosignatures (runledger.ledger.tlog.cosignature). With a time-stamping
+authority's certificates, every RFC 3161 token the log holds (`timestamp/<size>.tsr`: each one of a local
+folder, the audited checkpoint's over HTTP) must check over the checkpoint of its size, recomputed from the
+tiles (runledger.ledger.tlog.timestamps); a missing one is said, and fails only when timestamps are
+required. The first difference is named."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runledger.ledger.tlog import checkpoint, cosignature, merkle, note, policy, tiles
+from runledger.ledger.tlog import checkpoint, cosignature, merkle, note, policy, tiles, timestamps
 from runledger.ledger.tlog.log import key_of
 
 Key = tuple[str, str, int, int]  # (run_id, producer, attempt, seq)
@@ -31,11 +34,13 @@ class Audited:
     events: int = 0
     deleted_runs: list[str] = field(default_factory=list)  # runs whose leaves have no events: tombstoned
     cosigned: dict[str, list[str]] = field(default_factory=dict)  # origin -> the policy's witnesses that cosigned
+    stamped: dict[str, str] = field(default_factory=dict)  # origin -> what its timestamps showed, said
 
     def text(self) -> str:
         lines = [f"log {cp.origin}: size {cp.size}, root {cp.text().split(chr(10))[2]}"
                  + (f", cosigned by {', '.join(self.cosigned[cp.origin]) or 'no witness'}"
-                    if cp.origin in self.cosigned else "") for cp in self.logs]
+                    if cp.origin in self.cosigned else "")
+                 + (f", {self.stamped[cp.origin]}" if cp.origin in self.stamped else "") for cp in self.logs]
         lines.append(f"ok: {self.events} events, each a leaf of a signed checkpoint and each leaf an event"
                      + (f"; leaves of deleted runs: {', '.join(self.deleted_runs)}" if self.deleted_runs else ""))
         return "\n".join(lines)
@@ -62,10 +67,10 @@ def logs_in(where: str) -> list[str]:
 
 
 def audit_log(where: str, verifiers: list[note.Verifier], seen: Path, pol: policy.Policy | None = None,
-              result: Audited | None = None) -> tuple[checkpoint.Checkpoint, list[bytes]]:
+              result: Audited | None = None, stamps: Stamps | None = None) -> tuple[checkpoint.Checkpoint, list[bytes]]:
     """Check one log: the signed checkpoint (with `pol`, its quorum of cosignatures), consistency with the
-    one audited before, the tree rebuilt from the entries and read from the tiles. Returns the checkpoint
-    and its entries; records it as seen."""
+    one audited before, the tree rebuilt from the entries and read from the tiles, (with `stamps`) its
+    timestamps. Returns the checkpoint and its entries; records it as seen."""
     reader = tiles.Tiles(where)
     try:
         signed = reader.checkpoint()
@@ -88,6 +93,10 @@ def audit_log(where: str, verifiers: list[note.Verifier], seen: Path, pol: polic
             raise AuditFailed(f"{cp.origin}: the tiles do not give the checkpoint's root (size {cp.size})")
     except tiles.TileMissing as err:
         raise AuditFailed(f"{cp.origin}: a tile of size {cp.size} is missing: {err}") from None
+    if stamps is not None:
+        said = check_timestamps(where, reader, cp, stamps)
+        if result is not None:
+            result.stamped[cp.origin] = said
     path = _seen_file(cp.origin, seen)
     if path.exists():
         try:
@@ -128,6 +137,54 @@ def check_quorum(signed: str, cp: checkpoint.Checkpoint, pol: policy.Policy) -> 
     return sorted(names)
 
 
+@dataclass(frozen=True)
+class Stamps:
+    """How the audit takes timestamps: the authority whose tokens check (None: found tokens are only
+    counted), and whether the audited checkpoint must carry a valid one."""
+
+    authority: timestamps.Authority | None = None
+    required: bool = False
+
+
+def check_timestamps(where: str, reader: tiles.Tiles, cp: checkpoint.Checkpoint, stamps: Stamps) -> str:
+    """Check every token of the log at `where` up to `cp` (a folder's every one; over HTTP, `cp`'s) over the
+    checkpoint of its size, whose root is read from the tiles; AuditFailed naming the first refused, or
+    the missing one when required. Returns what they showed, said in a few words."""
+    local = not reader.http
+    sizes = [s for s in timestamps.sizes_in(Path(where)) if s <= cp.size] if local else [cp.size]
+    found: dict[int, bytes] = {}
+    for size in sizes:
+        try:
+            found[size] = reader.read(timestamps.path_of(size))
+        except tiles.TileMissing:
+            continue
+    if stamps.authority is None:
+        if stamps.required:
+            raise AuditFailed(f"{cp.origin}: timestamps are required, but no authority's certificates were given")
+        return f"{len(found)} timestamp(s) not checked (no authority's certificates given)" if found else "no timestamp"
+    checked: dict[int, timestamps.Stamp] = {}
+    node = reader.node(cp.size)
+    for size, reply in found.items():
+        text = checkpoint.Checkpoint(cp.origin, size, merkle.tree_hash(node, size)).text()
+        try:
+            checked[size] = stamps.authority.check(reply, text, size)
+        except timestamps.TimestampRefused as err:
+            raise AuditFailed(f"{cp.origin}: the timestamp of checkpoint size {size} is refused: {err}") from None
+    latest = checked.get(cp.size)
+    if latest is None:
+        before = max(checked, default=None)
+        why = f"checkpoint size {cp.size} has no timestamp" + (
+            f" (the latest stamped: size {before}, {_when(checked[before])})" if before is not None else "")
+        if stamps.required:
+            raise AuditFailed(f"{cp.origin}: {why}; timestamps are required")
+        return why
+    return f"timestamped {_when(latest)} ({len(checked)} timestamp(s) checked)"
+
+
+def _when(stamp: timestamps.Stamp) -> str:
+    return f"{stamp.gen_time.strftime('%Y-%m-%dT%H:%M:%SZ')} by {stamp.authority}"
+
+
 def _b64(h: bytes) -> str:
     import base64
 
@@ -163,15 +220,15 @@ def read_published(events: Path) -> tuple[dict[Key, str], set[str]]:
 
 
 def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Path | None = None,
-          check_chains: bool = True, pol: policy.Policy | None = None) -> Audited:
-    """The whole audit (with `pol`, each checkpoint must carry its quorum of cosignatures); AuditFailed
-    with the first difference."""
+          check_chains: bool = True, pol: policy.Policy | None = None, stamps: Stamps | None = None) -> Audited:
+    """The whole audit (with `pol`, each checkpoint must carry its quorum of cosignatures; with `stamps`,
+    its timestamps are checked); AuditFailed with the first difference."""
     seen = seen or state_dir()
     events = Path(events)
     result = Audited()
     leaves: dict[Key, tuple[str, int, str]] = {}  # key -> (hash, index, origin)
     for where in logs_in(log):
-        cp, entries = audit_log(where, verifiers, seen, pol, result)
+        cp, entries = audit_log(where, verifiers, seen, pol, result, stamps)
         result.logs.append(cp)
         for i, e in enumerate(entries):
             try:

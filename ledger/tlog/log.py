@@ -143,6 +143,7 @@ class Log:
         self._last_sign = 0.0
         self._signed_size = -1
         self.witnessing = None  # runledger.ledger.tlog.witnessing.Witnessing: asked after each signature
+        self.timestamping = None  # runledger.ledger.tlog.timestamping.Timestamping: asked after each signature
 
     def _origin(self) -> str | None:
         if self.signer is None:
@@ -336,6 +337,8 @@ class Log:
         self._signed_size, self._last_sign = self.size, time.monotonic()
         if self.witnessing is not None:
             self.witnessing.submit(signed)
+        if self.timestamping is not None:
+            self.timestamping.submit(signed)
         return signed
 
     def attach_cosignatures(self, signed: str, lines: list[str]) -> bool:
@@ -362,14 +365,17 @@ def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str
     the log is off ($RUNLEDGER_TLOG=off)."""
     if not enabled():
         return None
-    from runledger.ledger.tlog import witnessing
+    from runledger.ledger.tlog import timestamping, witnessing
 
     lg = Log(root, part, load_or_make_key())
     _check_one_log_per_key(Path(root))
     lg.witnessing = witnessing.from_env(lg.dir, lg.signer.verifier, lg.attach_cosignatures)
+    lg.timestamping = timestamping.for_log(lg.dir, write_file)
     lg.open(stored)
-    if lg.witnessing is not None and (lg.dir / tiles.CHECKPOINT).exists():  # (signed before this start: asked again)
-        lg.witnessing.submit((lg.dir / tiles.CHECKPOINT).read_text())
+    if (lg.dir / tiles.CHECKPOINT).exists():  # (signed before this start: asked again)
+        for asked in (lg.witnessing, lg.timestamping):
+            if asked is not None:
+                asked.submit((lg.dir / tiles.CHECKPOINT).read_text())
     return lg
 
 
