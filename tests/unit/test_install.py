@@ -10,17 +10,6 @@ from a clone does, nothing of this checkout's own venv is used.
 from __future__ import annotations
 
 
-def test_the_faces_name_what_outside_code_imports():
-    import runledger.ledger
-    import runledger.queries
-    import runledger.training
-
-    assert runledger.ledger.Emitter.__name__ == "Emitter"
-    assert callable(runledger.training.capacities) and callable(runledger.training.forecast)
-    assert runledger.training.Curve.__name__ == "Curve"
-    assert callable(runledger.queries.connect)
-
-
 def test_the_wheel_lists_every_package_folder():
     """Each folder of the package (an __init__.py) is in pyproject's packages, so `pip install .` ships it
     (a folder left out installs fine and fails on its first import: the transparency log once did)."""
