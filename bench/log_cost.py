@@ -5,6 +5,7 @@ floor (one buffered write of the same bytes); a whole first process; and a SIGKI
     python -m bench.log_cost [--rounds 3] [--steps 1000] [--names 20] [--step-ms 20] [--work sleep|matmul]
     python -m bench.log_cost --first [--rounds 3]        # import + init + one log + finish, cold and warm root
     python -m bench.log_cost --kill                      # SIGKILL 0.5 s after the last log: what is kept
+    python -m bench.log_cost --heads [--rounds 3]        # signed chain heads on against off: log, and a first process
     python -m bench.log_cost ... --code DIR              # another checkout's runledger (see bench.at_rest)
 
 per call  each tool in a fresh process, one after the other, the order rotating per round: N steps, each
@@ -17,6 +18,9 @@ per call  each tool in a fresh process, one after the other, the order rotating 
 --first   a fresh process: `import X`, init, one log of 20 names, finish; wall (and the child's CPU) per
           tool: runledger on a cold root (no server running: init starts one) and on a warm one (its
           supervisor up), Trackio (a fresh and a used directory), W&B offline.
+--heads   runledger alone, with signed chain heads on ($RUNLEDGER_HEADS=on: a head every 1,000 events, 30 s,
+          and at finish) and off, the order alternating per round: `log` per call as above, then a first
+          process (import + init on a cold root + one log + finish); the ratios are on/off.
 --kill    a fresh process logs N steps, prints after the last `log`, and is SIGKILLed 0.5 s later; then
           what each store holds of it is counted (runledger: `runledger sql` on the root; Trackio: its
           SQLite file).
@@ -203,6 +207,34 @@ def first(args) -> None:
           f"runledger warm / trackio warm {med['runledger warm'] / med['trackio warm']:.2f}x; load {load()}")
 
 
+def heads(args) -> None:
+    print(f"signed chain heads on against off: {args.names} names, {args.steps} steps, {args.step_ms:g} ms of "
+          f"{args.work} a step, then a first process on a cold root; {args.rounds} rounds; load {load()}")
+    calls: dict[str, list] = {"on": [], "off": []}
+    walls: dict[str, list] = {"on": [], "off": []}
+    code = RUNLEDGER.format(setup=SETUP[args.work], work=WORK[args.work])
+    for r in range(args.rounds):
+        for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
+                env = {**envs(Path(d), args.code), "RUNLEDGER_HEADS": mode}
+                _, _, out = child(code, [str(args.steps), str(args.names), str(args.step_ms), args.work], env, Path(d))
+                down(Path(d), env)
+            calls[mode] += [c / 1e3 for c in json.loads(out.strip().splitlines()[-1])["calls"]]
+            with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
+                env = {**envs(Path(d), args.code), "RUNLEDGER_HEADS": mode}
+                walls[mode].append(child(FIRST["runledger"], [], env, Path(d))[:2])
+                down(Path(d), env)
+    for mode in ("on", "off"):
+        v = calls[mode]
+        print(f"heads {mode:3s} log per call: median {statistics.median(v):7.1f} us  mean {statistics.fmean(v):7.1f} us  "
+              f"p99 {sorted(v)[int(len(v) * 0.99)]:7.1f} us; first process wall median "
+              f"{statistics.median(w for w, _ in walls[mode]):.2f} s (rounds {', '.join(f'{w:.2f}' for w, _ in walls[mode])}), "
+              f"CPU median {statistics.median(c for _, c in walls[mode]):.2f} s")
+    print(f"on/off: log median {statistics.median(calls['on']) / statistics.median(calls['off']):.2f}x, mean "
+          f"{statistics.fmean(calls['on']) / statistics.fmean(calls['off']):.2f}x; first process wall "
+          f"{statistics.median(w for w, _ in walls['on']) / statistics.median(w for w, _ in walls['off']):.2f}x; load {load()}")
+
+
 KILLED = textwrap.dedent("""
     import sys, time
     steps, tool = int(sys.argv[1]), sys.argv[2]
@@ -261,9 +293,10 @@ def main() -> None:
     p.add_argument("--work", choices=sorted(WORK), default="sleep")
     p.add_argument("--first", action="store_true")
     p.add_argument("--kill", action="store_true")
+    p.add_argument("--heads", action="store_true")
     p.add_argument("--code", default=None)
     args = p.parse_args()
-    first(args) if args.first else kill(args) if args.kill else per_call(args)
+    first(args) if args.first else kill(args) if args.kill else heads(args) if args.heads else per_call(args)
 
 
 if __name__ == "__main__":

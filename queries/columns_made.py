@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = 'd6af2d1de77e66530698dbf71d33860e'
+DIGEST = '056f6cfabe6ee9e8b9c11e817956a58f'
 LAYOUT = r"""
 {
  "kinds": {
@@ -26,7 +26,8 @@ LAYOUT = r"""
   "media": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["key", "VARCHAR"], ["sha256", "VARCHAR"], ["bytes", "BIGINT"], ["type", "VARCHAR"], ["name", "VARCHAR"], ["caption", "VARCHAR"], ["width", "BIGINT"], ["height", "BIGINT"]],
   "console": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["stream", "VARCHAR"], ["first", "BIGINT"], ["lines", "VARCHAR"], ["dropped", "BIGINT"], ["cut", "BIGINT"]],
   "heartbeat": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["host", "VARCHAR"], ["pid", "BIGINT"], ["interval_s", "DOUBLE"]],
-  "tombstone": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["chains", "VARCHAR"], ["events", "BIGINT"], ["by", "VARCHAR"], ["authority", "VARCHAR"], ["reason", "VARCHAR"]]
+  "tombstone": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["chains", "VARCHAR"], ["events", "BIGINT"], ["by", "VARCHAR"], ["authority", "VARCHAR"], ["reason", "VARCHAR"]],
+  "chain_head": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["upto_seq", "BIGINT"], ["head", "VARCHAR"], ["note", "VARCHAR"], ["attempt_key", "VARCHAR"], ["user_key", "VARCHAR"], ["vouch", "VARCHAR"]]
  },
  "envelope": ["event_id", "run_id", "producer", "attempt", "seq", "kind", "time", "ts", "step", "schema_version", "prev_hash", "hash", "payload", "stream_seq", "ingested_at"],
  "quarantine": [["stream_seq", "BIGINT"], ["subject", "VARCHAR"], ["reason", "VARCHAR"], ["raw", "BLOB"], ["received_at", "TIMESTAMPTZ"], ["event_id", "VARCHAR"]],
@@ -52,7 +53,8 @@ LAYOUT = r"""
   "media": "media",
   "console": "console",
   "heartbeat": "heartbeats",
-  "tombstone": "tombstones"
+  "tombstone": "tombstones",
+  "chain_head": "chain_heads"
  }
 }
 """

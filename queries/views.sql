@@ -63,6 +63,10 @@ create or replace macro run_of(run) as (
     from run_names
     where run_id = run or name = run);
 
+-- the `chain_head` events: each producer's signature over its chain so far (runledger.ledger.tlog.chainheads)
+create or replace view chain_heads as
+select * from {{kind:chain_head}};
+
 -- the `heartbeat` events of live processes (runledger.init's run, the trainer's worker)
 create or replace view heartbeats as
 select * from {{kind:heartbeat}};

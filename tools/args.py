@@ -90,3 +90,26 @@ def warn_secrets(args: argparse.Namespace) -> None:
         if loose:
             print(f"runledger {args.command}: warning: {flag} {path} is readable by other users: "
                   f"`chmod 600 {path}`", file=sys.stderr)
+
+
+def producer_keys(path: str | None) -> set[str] | None:
+    """The trusted user keys of `--producer-keys FILE` (verifier keys, one a line), or None."""
+    if path is None:
+        return None
+    from runledger.ledger.check.signed import read_trusted
+    from runledger.ledger.tlog.note import NoteError
+
+    try:
+        return read_trusted(path)
+    except (OSError, NoteError) as err:
+        raise UsageError(f"cannot read the producer keys {path}: {err}") from None
+
+
+def add_signed_args(s: argparse.ArgumentParser) -> None:
+    """--require-signed and --producer-keys: the chain heads (verify, tlog audit)."""
+    s.add_argument("--require-signed", action="store_true",
+                   help="a chain without a signed chain head (written before heads, imported, `runledger publish`'s) "
+                        "is a problem; without it, such chains are counted as unsigned")
+    s.add_argument("--producer-keys", metavar="FILE", type=checks.line, default=None,
+                   help="the user keys (verifier keys, one a line) that may vouch for chain heads; without it, "
+                        "any, and their keys are named")

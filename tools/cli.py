@@ -19,7 +19,8 @@ from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
 from runledger.ledger.storing import say_still_storing
 from runledger.tools import checks
-from runledger.tools.args import RUN_HELP, UsageError, add_nats, add_root, resolve_nats, warn_secrets
+from runledger.tools.args import (RUN_HELP, UsageError, add_nats, add_root, add_signed_args, producer_keys, resolve_nats,
+                                  warn_secrets)
 
 log = logging.getLogger("runledger")
 
@@ -411,11 +412,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.assume_unchanged and not args.since:
         raise UsageError("--assume-unchanged goes with --since FILE (the files it assumes unchanged are FILE's)")
     record_to = args.record or args.since
+    trusted = producer_keys(args.producer_keys)
     started = time.monotonic()
     with _progress_bar("verifying (rows checked + chains walked)") as progress:
         try:
             report = verify(args.root, since=since, jobs=args.jobs, progress=progress, record=record_to is not None,
-                            snapshot=args.snapshot, assume_unchanged=args.assume_unchanged)
+                            snapshot=args.snapshot, assume_unchanged=args.assume_unchanged,
+                            require_signed=args.require_signed, trusted=trusted)
         except SnapshotGone as err:
             raise UsageError(str(err)) from None
     seconds = time.monotonic() - started
@@ -618,6 +621,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="processes checking rows (default: the cores usable)")
     s.add_argument("--snapshot", type=checks.count, default=None, metavar="N",
                    help="check ledger snapshot N (see `sql --snapshot`), not the current one (its heads are not checked)")
+    add_signed_args(s)
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("schema", help="JSON Schema of every event kind")

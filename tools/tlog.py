@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from runledger.tools.args import UsageError, add_root
+from runledger.tools.args import UsageError, add_root, add_signed_args, producer_keys
 
 
 def _logs(root: str) -> list[Path]:
@@ -158,7 +158,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise UsageError("give the log's verifier key: --vkey, or a --policy with a `log` line")
     try:
         done = audit.audit(args.log, verifiers, args.events, Path(args.state) if args.state else None, pol=pol,
-                           stamps=stamps)
+                           stamps=stamps, require_signed=args.require_signed, trusted=producer_keys(args.producer_keys))
     except audit.AuditFailed as err:
         print(f"tlog audit FAILED: {err}")
         return 1
@@ -205,4 +205,5 @@ def register(sub) -> None:
     s.add_argument("--events", required=True, metavar="DIR", help="the published tables: a root, or an export")
     s.add_argument("--state", default=None, metavar="DIR",
                    help="where the checkpoints audited before are kept (default $XDG_STATE_HOME/runledger/tlog)")
+    add_signed_args(s)
     s.set_defaults(func=cmd_audit)

@@ -303,7 +303,7 @@ def _emitter(run_id: str, producer: str, url: str, spool: Path) -> Emitter:
     deadline = time.monotonic() + BUSY_WAIT_S
     while True:
         try:
-            return Emitter(run_id, producer, ATTEMPT, url, spool)
+            return Emitter(run_id, producer, ATTEMPT, url, spool, heads=False)  # (an imported run is unsigned)
         except locks.Busy:
             if time.monotonic() > deadline:
                 raise

@@ -6,7 +6,8 @@ and the canonical payload text, the payload valid for its kind, the typed column
 rule, the file's partition, the ledger's digest of its own columns); per chain, the walk of a stored root
 (`chainwalk.ChainWalk`: seqs gapless from 0, each prev_hash the hash before it, no event twice), each chain
 ending at the head the manifest names; per file, the bytes the manifest lists (a file missing, added or
-changed is a problem). Nothing of the source root is read. A CSV export is not checked here (its typed
+changed is a problem); the chains' signed heads, as for a root (`runledger.ledger.check.signed`). Nothing of the
+source root is read. A CSV export is not checked here (its typed
 columns are not kept); its hashes are recomputed the same way from its envelope columns and payload text.
 """
 
@@ -17,14 +18,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from runledger.ledger.check import chainwalk, rowcheck
+from runledger.ledger.check import chainwalk, rowcheck, signed
 from runledger.ledger.check.verify import Report
 from runledger.ledger.contract.events import KINDS
 from runledger.ledger.storage import export
 from runledger.ledger.storage.objects import source
+from runledger.ledger.tlog import chainheads
 
 
-def verify_export(folder: str | Path) -> Report:
+def verify_export(folder: str | Path, require_signed: bool = False, trusted: set[str] | None = None) -> Report:
     """Check the export in `folder` (see the module docstring); ValueError (one line) if it holds none, or a CSV one."""
     folder = Path(folder)
     manifest = export.read_manifest(folder)
@@ -58,6 +60,11 @@ def verify_export(folder: str | Path) -> Report:
             walk.take(table.sort_by([("producer", "ascending"), ("attempt", "ascending"), ("seq", "ascending")]))
     walk.finish()
     report.problems += walk.problems()
+    of_kind = {k: [p for p in on_disk.values() if p.parent.parent.name == f"kind={k}"] for k in (chainheads.KIND, "run_finished")}
+    report.signed = signed.check_signed(of_kind[chainheads.KIND], of_kind["run_finished"],
+                                        {key: c.next_seq - 1 for key, c in walk.chains.items() if c.max_seq >= 0},
+                                        trusted, require_signed)
+    report.problems += report.signed.problems
     for run_id, chains in sorted((manifest.get("heads") or {}).items()):
         for c in chains:
             chain = walk.chains.get((run_id, c["producer"], c["attempt"]))

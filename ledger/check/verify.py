@@ -9,7 +9,10 @@ and each prev_hash equal to the previous event's hash. Across the ledger: no eve
 Quarantined input is counted and summarised (it is not a problem of the ledger: it was refused and kept).
 Per chain: at most one `run_started` (two are two starts that shared one attempt). Every blob a `media`
 event names (`{root}/media/{sha256}`, `runledger.ledger.storage.media`) is there, a plain file, and its bytes'
-SHA-256 is its name: the blobs are hashed on every verify, `since` or not.
+SHA-256 is its name: the blobs are hashed on every verify, `since` or not. Every signed chain head
+(`runledger.ledger.check.signed`): its vouch and signature, that it signs the stored chain, and no event of a
+finished chain after its last head; chains without heads are counted as unsigned (a problem with
+`require_signed`), and the user keys that vouched for them named (or held to `trusted`).
 
 The table other engines read is the table verified: a delete file in the snapshot (which the ledger
 never writes, and Iceberg engines apply), a manifest entry whose row count or partition is not its
@@ -61,12 +64,14 @@ from typing import Callable
 import pyarrow.parquet as pq
 
 from runledger.ledger.check import chainwalk, rowcheck, verified, workers
+from runledger.ledger.check import signed as signed_heads
 from runledger.ledger.storage import heads, locks, media, paths, recovery, streams
 from runledger.ledger.storage.compaction import drop_identical_duplicates
 from runledger.ledger.storage.reads import CONFLICT, read_events, stored_conflicts, stray_files
 from runledger.ledger.contract.events import KINDS, make_event_id
 from runledger.ledger.storage import objects
 from runledger.ledger.storage.objects import source
+from runledger.ledger.tlog import chainheads
 
 MAX_LISTED = 50
 PART_ROWS = 1 << 20  # rows of one unit of work (whole row groups): enough to pay for handing it to a process
@@ -90,6 +95,7 @@ class Report:
     checked_files: int = 0
     since: str | None = None  # when the verify this one continued was done
     record: verified.Record | None = field(default=None, repr=False)  # what this one checked, if it passed
+    signed: signed_heads.Signed | None = None  # the chains' signed heads
 
     @property
     def ok(self) -> bool:
@@ -99,7 +105,8 @@ class Report:
         return {"ok": self.ok, "events": self.events, "files": self.files, "chains": self.chains,
                 "quarantined": self.quarantined, "problems": self.problems, "heads": self.heads,
                 "tombstones": self.tombstones,
-                "checked_events": self.checked, "checked_files": self.checked_files, "since": self.since}
+                "checked_events": self.checked, "checked_files": self.checked_files, "since": self.since,
+                **(self.signed.summary() if self.signed else {})}
 
     def text(self) -> str:
         lines = [f"{self.events} events in {self.files} files, {self.chains} chains; "
@@ -110,6 +117,8 @@ class Report:
         for reason, n in self.quarantine_reasons.most_common(10):
             lines.append(f"  quarantine: {n} × {reason}")
         lines += [f"  deleted: {t}" for t in self.tombstones]
+        if self.signed is not None:
+            lines.append(self.signed.text())
         if self.problems:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [f"  - {p}" for p in self.problems[:MAX_LISTED]]
@@ -135,7 +144,7 @@ def _files_now(root: Path) -> list[tuple[str, int]] | None:
 
 def verify(root: str | Path, since: verified.Record | None = None, jobs: int | None = None,
            progress: Progress | None = None, record: bool = False, snapshot: int | None = None,
-           assume_unchanged: bool = False) -> Report:
+           assume_unchanged: bool = False, require_signed: bool = False, trusted: set[str] | None = None) -> Report:
     """Check a root (see the module docstring); with `since`, only what was added after that record.
     With `record`, a report that passes carries what a later `since` starts from (`report.record`;
     every file checked is hashed too). `jobs`: processes checking rows (default: the cores usable).
@@ -145,7 +154,8 @@ def verify(root: str | Path, since: verified.Record | None = None, jobs: int | N
     expired), not the current one; its chains cannot be held to the heads recorded since, so the
     heads are not checked then. `assume_unchanged` (with `since`): a file checked before whose size and
     mtime are as recorded is not read again (its bytes are not hashed): a check that costs only what is
-    new, which an edit that keeps a file's size and restores its mtime gets past."""
+    new, which an edit that keeps a file's size and restores its mtime gets past. `require_signed`: a chain
+    without a signed head is a problem; `trusted`: the user keys a chain head may be vouched for by."""
     root = Path(root)
     paths.check_root(root)
     jobs = jobs or len(os.sched_getaffinity(0))
@@ -153,10 +163,12 @@ def verify(root: str | Path, since: verified.Record | None = None, jobs: int | N
     if snapshot is not None:
         if not paths.is_tables(root):
             raise paths.SnapshotGone(f"{root} keeps no snapshots: nothing is stored there yet")
-        return _verify_once(root, since, jobs, progress, record, paths.cut(root, snapshot), assume_unchanged)
+        return _verify_once(root, since, jobs, progress, record, paths.cut(root, snapshot), assume_unchanged,
+                            require_signed, trusted)
     for _ in range(VERIFY_TRIES):
         before = _files_now(root)
-        report = _verify_once(root, since, jobs, progress, record, assume_unchanged=assume_unchanged)
+        report = _verify_once(root, since, jobs, progress, record, assume_unchanged=assume_unchanged,
+                              require_signed=require_signed, trusted=trusted)
         if before is not None and before == _files_now(root):
             break
     return report
@@ -258,7 +270,8 @@ def _file_rows(path: Path) -> int:
 
 
 def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress: Progress | None, record: bool,
-                 at: paths.Cut | None = None, assume_unchanged: bool = False) -> Report:
+                 at: paths.Cut | None = None, assume_unchanged: bool = False, require_signed: bool = False,
+                 trusted: set[str] | None = None) -> Report:
     report = Report(since=since.written_at if since else None)
     for path in stray_files(root):  # the views read exactly the files verify reads (paths.event_files)
         report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
@@ -329,6 +342,11 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
     report.problems += _rechecked(root, walk)
     report.problems += _started_twice([f for f in files if _kind_of(f) == "run_started"])
     report.problems += media.problems(root, [f for f in files if _kind_of(f) == "media"])  # every blob named, hashed
+    report.signed = signed_heads.check_signed([f for f in files if _kind_of(f) == chainheads.KIND],
+                                              [f for f in files if _kind_of(f) == "run_finished"],
+                                              {key: c.next_seq - 1 for key, c in walk.chains.items() if c.max_seq >= 0},
+                                              trusted, require_signed)
+    report.problems += report.signed.problems
     if at is None:  # (a past snapshot's chains cannot be held to the heads recorded since)
         _check_heads(root, walk, recorded, unreadable, since, plan, report)
     for (run_id, producer, attempt), seqs in sorted(stored_conflicts(root, at).items()):

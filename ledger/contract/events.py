@@ -645,6 +645,23 @@ class ConfigUpdated(Payload):
     config: Json
 
 
+class ChainHeadSigned(Payload):
+    """A producer's signature over its chain so far (runledger.ledger.tlog.chainheads): `note` is a C2SP signed
+    note whose text is `runledger/chain-head/v1`, then the run, producer, attempt, `upto_seq` and the
+    base64 of `head` (the hash of the event at upto_seq: the one just before this event), one a line, signed by
+    the attempt's own Ed25519 key. The chain's first head also carries that key (`attempt_key`, a verifier key)
+    and `vouch`: a signed note by the user's key (`user_key`) whose text is `runledger/chain-key/v1`, the run,
+    producer, attempt and the attempt key. A chain whose producer opened it again carries a new attempt key,
+    vouched for by the same user key, in the first head after it."""
+
+    upto_seq: NonNeg
+    head: Annotated[str, Field(pattern=HASH_RE.pattern)]
+    note: Annotated[str, Field(max_length=4096)]
+    attempt_key: Annotated[str, Field(max_length=512)] | None = None
+    user_key: Annotated[str, Field(max_length=512)] | None = None
+    vouch: Annotated[str, Field(max_length=4096)] | None = None
+
+
 class CoveredChain(Payload):
     """One chain a tombstone covers: its events from seq 0 up to `seq`, whose hash is `hash`."""
 
@@ -702,6 +719,7 @@ REGISTRY: dict[str, Kind] = {
     "console": Kind(ConsoleLogged, "console", ("worker",)),  # lines one a row: console_lines
     "heartbeat": Kind(Heartbeat, "heartbeats", ("worker",)),  # a worker's for its own run (liveness)
     "tombstone": Kind(RunDeleted, "tombstones", ("admin",)),  # `runledger delete`: see runledger.ledger.storage.removal
+    "chain_head": Kind(ChainHeadSigned, "chain_heads", ("worker", "agent", "notify", "admin")),  # any producer's own chain
 }
 KINDS: dict[str, type[Payload]] = {kind: k.model for kind, k in REGISTRY.items()}
 VIEWS: dict[str, str] = {kind: k.view for kind, k in REGISTRY.items()}

@@ -30,10 +30,11 @@ from runledger.ledger.contract.events import STREAM
 from runledger.ledger.storage import locks
 from runledger.ledger.emit.chains import next_attempt
 from runledger.ledger.emit.publisher import Publisher
-from runledger.ledger.emit.sealing import utc_now
+from runledger.ledger.emit.sealing import seal, utc_now
 from runledger.ledger.emit.sink import ChainSink
 from runledger.ledger import settings
 from runledger.ledger.emit.spool import Spool, SpoolFull, chain_dir
+from runledger.ledger.tlog import chainheads
 
 __all__ = ["Emitter", "SpoolFull", "origin", "prune_stored", "send_leftovers", "unique_producer"]
 
@@ -57,7 +58,7 @@ class Emitter(ChainSink):
     def __init__(
         self, run_id: str, producer: str | None = None, attempt: int | None = 0, nats_url: str | None = bus.DEFAULT_URL,
         spool_dir: str | Path = "./runledger-data/spool", max_spool_bytes: int = 512 << 20,
-        batch: bool = True, confirm: bool = True,
+        batch: bool = True, confirm: bool = True, heads: bool | None = None,
     ) -> None:
         if producer is None:  # a fresh unique name has no chain anywhere yet: attempt 0
             producer, attempt = unique_producer(), 0
@@ -70,6 +71,15 @@ class Emitter(ChainSink):
         super().__init__(run_id, producer, attempt, self.spool.seq, self.spool.prev_hash)
         self._lock = _ChainLock(self)  # one lock for the chain: sealing and spooling are one step
         self.publisher = Publisher(self.spool, run_id, producer, attempt, nats_url, batch)
+        # signed chain heads (runledger.ledger.tlog.chainheads): on the publisher's thread, and at close
+        self.heads = chainheads.enabled() if heads is None else heads
+        self._head_every, self._head_s = chainheads.every()
+        self._head_next = self.spool.seq  # the seq after the last head (a reopened chain: nothing new yet)
+        self._head_time = time.monotonic()
+        self._head_signer: chainheads.HeadSigner | None = None  # made at the first head, off `log`'s thread
+        self._head_introduced = False  # a head of this attempt key is sealed (the first carries the key and its vouch)
+        if self.heads:
+            self.publisher.on_round = self._head_due
         if nats_url is not None:  # None: offline, the spool only (sent later: `runledger sync`, send_leftovers)
             self.spool.open_intake()  # (for `accept`: made here, not in the first `log`)
             self.publisher.start()
@@ -98,6 +108,7 @@ class Emitter(ChainSink):
         in flight gets its acknowledgement for up to a second), and free the chain, leaving the rest for
         whoever opens it next (the root's supervisor sends it: `send_leftovers`)."""
         self.spool.seal_accepted()
+        self.sign_head()
         if self.nats_url is not None:
             self.publisher.stop(None, 2.0)
         (self.dir / settings.HANDED_OVER).touch()  # (the commands that read the root wait for it: runledger.ledger.storing)
@@ -144,6 +155,7 @@ class Emitter(ChainSink):
         `timeout`, if a ledger answers), then stop and free the chain. True only if JetStream has every
         event and the ledger has reported no conflict; unacknowledged events stay in the spool."""
         deadline = time.monotonic() + timeout
+        self.sign_head()
         ok = self.flush(timeout)
         if self.nats_url is not None:
             self.publisher.stop(deadline if ok and self.confirm else None, max(10.0, deadline - time.monotonic() + 5))
@@ -159,6 +171,37 @@ class Emitter(ChainSink):
                       "chain too; see `runledger verify`", self.run_id, self.producer, self.attempt,
                       _ranges(sorted(self.conflicts)))
         return ok and not self.conflicts
+
+    def _head_due(self) -> None:
+        """The publisher's round: a head once EVERY events, or INTERVAL_S seconds with events, followed the last."""
+        new = self.spool.seq - self._head_next
+        if new >= self._head_every or (new > 0 and time.monotonic() - self._head_time >= self._head_s):
+            self.sign_head()
+
+    def sign_head(self) -> None:
+        """Seal a `chain_head` over the chain so far, if heads are on and an event followed the last head
+        (a reopened chain's first head carries its new attempt key). A head that cannot be signed (the
+        user's key unreadable) is said once and heads stop: the events go on unsigned."""
+        if not self.heads:
+            return
+        try:
+            with self._lock:  # (the chain lock: what was accepted is sealed first, so the head follows it)
+                seq, prev = self._seq, self._prev_hash
+                if seq <= self._head_next:
+                    return
+                if self._head_signer is None:
+                    self._head_signer = chainheads.HeadSigner(self.run_id, self.producer, self.attempt)
+                payload = self._head_signer.payload(seq - 1, prev, not self._head_introduced)
+                env, text = seal(self.run_id, self.producer, self.attempt, seq, chainheads.KIND, payload, None, prev)
+                self._keep(chainheads.KIND, [env["event_id"]], [env["hash"]], [text.encode()])
+                self._seq, self._prev_hash = seq + 1, env["hash"]
+                self._head_next, self._head_time, self._head_introduced = seq + 1, time.monotonic(), True
+        except Exception as err:  # (a full spool raises here too: the head comes later, with the next events)
+            if isinstance(err, SpoolFull):
+                return
+            self.heads = False
+            log.warning("chain %s:%s:%d: no signed chain heads from now on: %s", self.run_id, self.producer,
+                        self.attempt, err)
 
     def __enter__(self) -> "Emitter":
         return self
@@ -233,7 +276,7 @@ def send_leftovers(spool_dir: str | Path, nats_url: str, run_id: str | None = No
         if unopenable is not None and (run, producer, attempt) in unopenable:
             continue
         try:
-            em = Emitter(run, producer, attempt, nats_url, spool_dir, confirm=False)
+            em = Emitter(run, producer, attempt, nats_url, spool_dir, confirm=False, heads=False)  # (it signs nothing)
         except locks.Busy:  # its producer came back meanwhile
             continue
         except (OSError, ValueError) as err:

@@ -23,6 +23,7 @@ import itertools
 import logging
 import threading
 import time
+from typing import Callable
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.emit.chains import ask_ledger
@@ -64,6 +65,7 @@ class Publisher:
         self.refused: set[str] = set()  # subjects the server refused us (see _on_error)
         self.published = 0  # messages acknowledged by JetStream (for progress and benches)
         self.connected_once = False  # it has reached the server (an offline run's finish waits only then)
+        self.on_round: Callable[[], None] | None = None  # after each round's sealing (the Emitter's chain heads)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._next_key = 0
@@ -103,6 +105,8 @@ class Publisher:
         while not self.closing.is_set():
             nc = url = None
             self.spool.seal_accepted()  # (what `log` accepted is sealed meanwhile)
+            if self.on_round is not None:
+                self.on_round()
             try:  # (nats-py's first connect to a server that is not there tries again forever, deaf to stop())
                 url = self.url()
                 if url is None:
@@ -167,6 +171,8 @@ class Publisher:
         try:
             while True:
                 spool.seal_accepted()  # what `log` accepted since the last round (Spool.accept)
+                if self.on_round is not None:
+                    self.on_round()
                 # send
                 while spool.pending and len(inflight) < MAX_INFLIGHT:
                     if not await self._send(js, self.take(), inflight, done):

@@ -9,7 +9,9 @@ policy's quorum of valid witness cosignatures (runledger.ledger.tlog.cosignature
 authority's certificates, every RFC 3161 token the log holds (`timestamp/<size>.tsr`: each one of a local
 folder, the audited checkpoint's over HTTP) must check over the checkpoint of its size, recomputed from the
 tiles (runledger.ledger.tlog.timestamps); a missing one is said, and fails only when timestamps are
-required. The first difference is named."""
+required. Every chain's signed heads are checked as `runledger verify` checks them (the same function); a
+chain without heads is counted as unsigned, and fails only when signed chains are required. The first
+difference is named."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class Audited:
     deleted_runs: list[str] = field(default_factory=list)  # runs whose leaves have no events: tombstoned
     cosigned: dict[str, list[str]] = field(default_factory=dict)  # origin -> the policy's witnesses that cosigned
     stamped: dict[str, str] = field(default_factory=dict)  # origin -> what its timestamps showed, said
+    signed: str | None = None  # the chains' signed heads, said (runledger.ledger.check.signed)
 
     def text(self) -> str:
         lines = [f"log {cp.origin}: size {cp.size}, root {cp.text().split(chr(10))[2]}"
@@ -43,6 +46,8 @@ class Audited:
                  + (f", {self.stamped[cp.origin]}" if cp.origin in self.stamped else "") for cp in self.logs]
         lines.append(f"ok: {self.events} events, each a leaf of a signed checkpoint and each leaf an event"
                      + (f"; leaves of deleted runs: {', '.join(self.deleted_runs)}" if self.deleted_runs else ""))
+        if self.signed:
+            lines.append(self.signed)
         return "\n".join(lines)
 
 
@@ -220,9 +225,11 @@ def read_published(events: Path) -> tuple[dict[Key, str], set[str]]:
 
 
 def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Path | None = None,
-          check_chains: bool = True, pol: policy.Policy | None = None, stamps: Stamps | None = None) -> Audited:
+          check_chains: bool = True, pol: policy.Policy | None = None, stamps: Stamps | None = None,
+          require_signed: bool = False, trusted: set[str] | None = None) -> Audited:
     """The whole audit (with `pol`, each checkpoint must carry its quorum of cosignatures; with `stamps`,
-    its timestamps are checked); AuditFailed with the first difference."""
+    its timestamps are checked; `require_signed`, `trusted`: the chain heads, as `runledger verify`'s);
+    AuditFailed with the first difference."""
     seen = seen or state_dir()
     events = Path(events)
     result = Audited()
@@ -257,24 +264,25 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
                               f"behind the log, or stored after the last checkpoint)")
     result.events, result.deleted_runs = len(published), sorted(excused)
     if check_chains:
-        _check_chains(events)
+        result.signed = _check_chains(events, require_signed, trusted)
     return result
 
 
-def _check_chains(events: Path) -> None:
+def _check_chains(events: Path, require_signed: bool = False, trusted: set[str] | None = None) -> str | None:
     """Every event's hash recomputed and every chain link followed (what `runledger verify` checks)."""
     from runledger.ledger.storage import export
 
     if export.is_export(events):
         from runledger.ledger.check.exported import verify_export
 
-        report = verify_export(events)
+        report = verify_export(events, require_signed, trusted)
     else:
         from runledger.ledger.check.verify import verify
 
-        report = verify(events)
+        report = verify(events, require_signed=require_signed, trusted=trusted)
     if not report.ok:
         raise AuditFailed(f"{events}: {report.problems[0]}")
+    return report.signed.text() if report.signed else None
 
 
 def _name(key: Key) -> str:

@@ -71,8 +71,9 @@ def key_file() -> Path:
     return Path(base) / "runledger" / "tlog.key"
 
 
-def load_or_make_key(path: Path | None = None, name: str | None = None) -> note.Signer:
-    """The signer key at `path` (key_file()), made there (0600) on first use, saying where."""
+def load_or_make_key(path: Path | None = None, name: str | None = None,
+                     what: str = "the transparency log's signing key") -> note.Signer:
+    """The signer key at `path` (key_file()), made there (0600) on first use, saying where (and `what` it is)."""
     path = path or key_file()
     if path.exists():
         return note.read_key(path)
@@ -82,7 +83,7 @@ def load_or_make_key(path: Path | None = None, name: str | None = None) -> note.
         note.write_key(path, signer)
     except FileExistsError:  # made meanwhile by another process
         return note.read_key(path)
-    log.info("made the transparency log's signing key %s (0600); its verifier key: %s", path, signer.verifier.text())
+    log.info("made %s %s (0600); its verifier key: %s", what, path, signer.verifier.text())
     return signer
 
 
