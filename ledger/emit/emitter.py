@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -78,6 +79,7 @@ class Emitter(ChainSink):
         self._head_time = time.monotonic()
         self._head_signer: chainheads.HeadSigner | None = None  # made at the first head, off `log`'s thread
         self._head_introduced = False  # a head of this attempt key is sealed (the first carries the key and its vouch)
+        self._signer_lock = threading.Lock()
         if self.heads:
             self.publisher.on_round = self._head_due
         if nats_url is not None:  # None: offline, the spool only (sent later: `runledger sync`, send_leftovers)
@@ -173,25 +175,41 @@ class Emitter(ChainSink):
         return ok and not self.conflicts
 
     def _head_due(self) -> None:
-        """The publisher's round: a head once EVERY events, or INTERVAL_S seconds with events, followed the last."""
+        """The publisher's round: a head once EVERY events, or INTERVAL_S seconds with events, followed the last.
+        The first round makes the attempt's key (importing the signing code), so `log` never waits for it."""
+        if self._head_signer is None:
+            self._signer()
         new = self.spool.seq - self._head_next
         if new >= self._head_every or (new > 0 and time.monotonic() - self._head_time >= self._head_s):
             self.sign_head()
+
+    def _signer(self) -> chainheads.HeadSigner | None:
+        """The attempt's signer, made once (outside the chain lock: `accept` goes on meanwhile); None, heads
+        off, if it cannot be made (said once)."""
+        with self._signer_lock:
+            if self._head_signer is None and self.heads:
+                try:
+                    self._head_signer = chainheads.HeadSigner(self.run_id, self.producer, self.attempt)
+                except Exception as err:  # (the user's key unreadable, or readable by others)
+                    self.heads = False
+                    log.warning("chain %s:%s:%d: no signed chain heads: %s", self.run_id, self.producer, self.attempt, err)
+            return self._head_signer
 
     def sign_head(self) -> None:
         """Seal a `chain_head` over the chain so far, if heads are on and an event followed the last head
         (a reopened chain's first head carries its new attempt key). A head that cannot be signed (the
         user's key unreadable) is said once and heads stop: the events go on unsigned."""
-        if not self.heads:
+        if not self.heads or self.spool.next_seq <= self._head_next:
+            return
+        signer = self._signer()
+        if signer is None:
             return
         try:
             with self._lock:  # (the chain lock: what was accepted is sealed first, so the head follows it)
                 seq, prev = self._seq, self._prev_hash
                 if seq <= self._head_next:
                     return
-                if self._head_signer is None:
-                    self._head_signer = chainheads.HeadSigner(self.run_id, self.producer, self.attempt)
-                payload = self._head_signer.payload(seq - 1, prev, not self._head_introduced)
+                payload = signer.payload(seq - 1, prev, not self._head_introduced)
                 env, text = seal(self.run_id, self.producer, self.attempt, seq, chainheads.KIND, payload, None, prev)
                 self._keep(chainheads.KIND, [env["event_id"]], [env["hash"]], [text.encode()])
                 self._seq, self._prev_hash = seq + 1, env["hash"]

@@ -171,6 +171,7 @@ MINIMAL = {
     "media": {"key": "sample", "sha256": "0" * 64, "bytes": 7, "type": "image/png", "caption": "step 1"},
     "tombstone": {"chains": [{"producer": "worker-0", "attempt": 0, "seq": 3, "hash": "b" * 64}], "events": 4,
                   "by": "alice", "authority": "os_user"},
+    "chain_head": {"upto_seq": 0, "head": "c" * 64, "note": "runledger/chain-head/v1\n"},
 }
 
 

@@ -19,6 +19,11 @@ from runledger.ledger.tlog.chainheads import Head, HeadSigner, check_chain
 RUN, PRODUCER = "r1", "worker-0"
 
 
+@pytest.fixture(autouse=True)
+def heads_on(monkeypatch):
+    monkeypatch.setenv(chainheads.HEADS_ENV, "on")  # (the suite's default is off: tests/conftest.py)
+
+
 def _spooled(spool: Path, attempt: int = 0) -> list[dict]:
     return [json.loads(line) for f in sorted((spool / RUN / PRODUCER / str(attempt)).glob("seg-*.jsonl"))
             for line in f.read_text().splitlines()]
