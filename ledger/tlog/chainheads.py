@@ -78,10 +78,9 @@ class HeadSigner:
 
     def __init__(self, run_id: str, producer: str, attempt: int, user=None) -> None:
         from runledger.ledger.tlog import note
-        from runledger.ledger.tlog.log import load_or_make_key
 
         self.run_id, self.producer, self.attempt = run_id, producer, attempt
-        self.user = user or load_or_make_key(user_key_file(), what="the user's key that vouches for producers' chain heads")
+        self.user = user or note.load_or_make_key(user_key_file(), what="the user's key that vouches for producers' chain heads")
         self.key = note.Signer.generate(f"{run_id}/{producer}/{attempt}")
         self.attempt_key = self.key.verifier.text()
         self.vouch = note.sign(vouch_text(run_id, producer, attempt, self.attempt_key), self.user)

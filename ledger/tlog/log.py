@@ -20,11 +20,9 @@ made on first use and said where).
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
-import secrets
 import time
 from pathlib import Path
 from typing import Iterable
@@ -71,20 +69,9 @@ def key_file() -> Path:
     return Path(base) / "runledger" / "tlog.key"
 
 
-def load_or_make_key(path: Path | None = None, name: str | None = None,
-                     what: str = "the transparency log's signing key") -> note.Signer:
-    """The signer key at `path` (key_file()), made there (0600) on first use, saying where (and `what` it is)."""
-    path = path or key_file()
-    if path.exists():
-        return note.read_key(path)
-    user = "".join(c for c in getpass.getuser() if c.isalnum() or c in "-_.") or "user"
-    signer = note.Signer.generate(name or f"runledger.local/{user}-{secrets.token_hex(4)}")
-    try:
-        note.write_key(path, signer)
-    except FileExistsError:  # made meanwhile by another process
-        return note.read_key(path)
-    log.info("made %s %s (0600); its verifier key: %s", what, path, signer.verifier.text())
-    return signer
+def load_or_make_key(path: Path | None = None, name: str | None = None) -> note.Signer:
+    """The log's signer key at `path` (key_file()), made there (0600) on first use, saying where."""
+    return note.load_or_make_key(path or key_file(), name, "the transparency log's signing key")
 
 
 def log_dir(root: Path, part: str | None = None) -> Path:

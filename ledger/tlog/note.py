@@ -6,9 +6,12 @@ holds the private key as Go's golang.org/x/mod/sumdb/note writes it
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
+import logging
 import os
 import re
+import secrets
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +19,8 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+log = logging.getLogger(__name__)
 
 ED25519 = 0x01  # the signature type of signed-note's Ed25519 keys
 COSIGNATURE_V1 = 0x04  # the signature type of tlog-cosignature's Ed25519 keys (a witness's)
@@ -224,3 +229,19 @@ def read_secret(path: str | Path) -> str:
 def read_key(path: str | Path) -> Signer:
     """The signer key in `path` (read_secret's rule)."""
     return Signer.parse(read_secret(path))
+
+
+def load_or_make_key(path: str | Path, name: str | None = None, what: str = "a signing key") -> Signer:
+    """The signer key at `path`, made there (0600) on first use, saying where and `what` it is (the log's key:
+    runledger.ledger.tlog.log; the user's key that vouches for chain heads: runledger.ledger.tlog.chainheads)."""
+    path = Path(path)
+    if path.exists():
+        return read_key(path)
+    user = "".join(c for c in getpass.getuser() if c.isalnum() or c in "-_.") or "user"
+    signer = Signer.generate(name or f"runledger.local/{user}-{secrets.token_hex(4)}")
+    try:
+        write_key(path, signer)
+    except FileExistsError:  # made meanwhile by another process
+        return read_key(path)
+    log.info("made %s %s (0600); its verifier key: %s", what, path, signer.verifier.text())
+    return signer

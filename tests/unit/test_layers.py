@@ -18,7 +18,10 @@ RANK = {"runledger.ledger": 0, "runledger.queries": 1, "runledger.training": 2, 
         "runledger.ui": 2, "runledger.interop": 2, "runledger.tools": 3, "bench": 4}
 # inside runledger.ledger: its concept folders, and its top modules (settings, redact, local, storing) by name
 LEDGER_RANK = {"redact": 0, "contract": 1, "settings": 1, "storage": 2, "bus": 2, "emit": 3, "check": 3,
-               "tlog": 4, "decisions": 5, "ingest": 5, "push": 5, "local": 6, "storing": 7}
+               "tlog": 4, "decisions": 5, "ingest": 5, "push": 5, "local": 6, "storing": 7,
+               # the transparency log's signed notes and the chain heads signed with them import nothing of the
+               # ledger: below emit (producers sign their chains) and check (verify checks them)
+               "tlog.note": 2, "tlog.chainheads": 2.5}
 ENTRY = "runledger.tools.cli"  # the command line: what a user runs, imported by no module
 
 
@@ -77,6 +80,8 @@ def test_imports_run_down_the_layers(graph):
 def ledger_part(module: str) -> str | None:
     """A runledger.ledger module's concept folder (or its top module's name); None outside the ledger."""
     parts = module.split(".")
+    if parts[:2] == ["runledger", "ledger"] and ".".join(parts[2:4]) in LEDGER_RANK:  # (a module ranked apart from its folder)
+        return ".".join(parts[2:4])
     return parts[2] if parts[:2] == ["runledger", "ledger"] and len(parts) > 2 else None
 
 
