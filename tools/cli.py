@@ -380,7 +380,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if is_export(args.root):  # an export (`runledger export`): checked from its own files
         from runledger.tools.export import cmd_verify_export
 
-        return cmd_verify_export(args.root, args.format)
+        return cmd_verify_export(args.root, args.format, args.require_signed, producer_keys(args.producer_keys))
 
     if not args.since:  # (--since checks only what is new: too little to guess from the root's size)
         workers.start_early(args.root, args.jobs)  # (its imports then run beside this process's next ones)

@@ -147,3 +147,16 @@ def test_chains_without_heads_are_unsigned_and_fail_only_when_signatures_are_req
     assert _audit(root, capsys)[0] == 0
     rc, out = _audit(root, capsys, "--require-signed")
     assert rc == 1 and "chain old-run:worker-0:0: no signed chain head" in out
+
+
+def test_an_export_is_checked_as_its_root_is(root, tmp_path, capsys):
+    genuine = _chain(_signer())
+    _store(root, _chain(None, changed=7, heads_from=genuine))
+    out_dir = tmp_path / "export"
+    assert main(["export", "--all", "--root", str(root), "--out", str(out_dir)]) == 0
+    rc, out = _verify(out_dir, capsys)
+    assert rc == 1 and f"{RUN}:{PRODUCER}:0:10: not the event the chain head {RUN}:{PRODUCER}:0:11 signed" in out
+    capsys.readouterr()  # the audit of the export: the same check
+    vkey = note.read_key(tlog.key_file()).verifier.text()
+    rc = main(["tlog", "audit", "--log", str(root / "tlog"), "--vkey", vkey, "--events", str(out_dir)])
+    assert rc == 1 and "not the event the chain head" in capsys.readouterr().out

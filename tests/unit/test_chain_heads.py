@@ -158,3 +158,18 @@ def test_a_first_head_without_its_key_is_named():
     first["payload"] = {k: v for k, v in first["payload"].items() if k not in ("attempt_key", "user_key", "vouch")}
     problems = _problems(events)
     assert problems[0].startswith(f"{RUN}:{PRODUCER}:0:{first['seq']}: a chain head signed by a key no user key vouched for")
+
+
+def test_a_head_comes_after_t_seconds_with_events_and_not_without(tmp_path, monkeypatch):
+    monkeypatch.setenv(chainheads.INTERVAL_ENV, "0.001")
+    em = Emitter(RUN, PRODUCER, 0, None, tmp_path / "spool")
+    em._head_due()  # the publisher's round: nothing logged yet, no head (the attempt's key is made)
+    assert em._head_signer is not None and em.next_seq == 0
+    em.emit_dict("metrics", {"metrics": {"x": 1.0}})
+    em._head_time -= 1.0  # (its interval passed)
+    em._head_due()
+    assert em.next_seq == 2
+    em._head_time -= 1.0
+    em._head_due()  # no event since the last head: none
+    em.close()
+    assert [e["kind"] for e in _spooled(tmp_path / "spool")] == ["metrics", chainheads.KIND]
