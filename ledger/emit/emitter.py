@@ -13,6 +13,10 @@ other as a conflict, and `close()` asks the ledger so that both producers are to
 and `conflicts` names the seqs. Once the ledger said it stored the whole chain, `close()` lets go
 of its spool lines (`Spool.close(stored=True)`). Without a producer name the Emitter makes a unique one (host, pid,
 random suffix); without an attempt it asks the ledger for the next one (`runledger.ledger.emit.chains.next_attempt`).
+
+Signed chain heads (`runledger.ledger.tlog.chainheads`): the publisher's rounds seal a `chain_head` once EVERY events
+or INTERVAL_S seconds with events followed the last one, and `close` / `hand_over` one over the rest (an offline
+Emitter, which has no publisher, signs only there); `heads=False` (importers, `send_leftovers`) signs nothing.
 """
 
 from __future__ import annotations
