@@ -1,0 +1,35 @@
+"""Helpers of the attestation tests: a small checkpoint-like folder, and attesting it with the test's key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runledger.ledger import attest
+
+SOURCES = [{"domain": "web", "path": "web/00.txt", "sha256": "ab" * 32, "byte_start": 0, "byte_end": 4096}]
+CONFIG = {"model": {"d_model": 32}, "optim": {"peak_lr": 3e-4}, "seed": 0}
+
+
+def model_folder(where: Path) -> Path:
+    """A folder shaped like an orbax checkpoint: state/ with a few files, meta.json beside it."""
+    (where / "state" / "d").mkdir(parents=True)
+    (where / "state" / "d" / "0.data").write_bytes(os.urandom(4096))
+    (where / "state" / "_METADATA").write_text('{"tree": "params"}')
+    (where / "meta.json").write_text('{"step": 4}')
+    return where
+
+
+def attest_folder(folder: Path, root: Path | None = None, key: Path | None = None, run_id: str = "r1",
+                  config: dict = CONFIG):
+    key = key or attest.load_or_make_key()
+    return attest.attest(folder, key=key, root=root, config=config, config_hash="c" * 64, data_sources=SOURCES,
+                         code_commit="0123456789abcdef0123456789abcdef01234567",
+                         run={"run_id": run_id, "producer": "worker-0", "attempt": 0, "step": 4, "tokens_seen": 512},
+                         started=1_800_000_000.0, content_hash="f" * 64)
+
+
+def flip_a_byte(path: Path, at: int = 100) -> None:
+    data = bytearray(path.read_bytes())
+    data[at % len(data)] ^= 0x01
+    path.write_bytes(bytes(data))
