@@ -357,7 +357,7 @@ def verify(folder: str | Path, *, public: bytes, root: Path | None) -> str:
 
 def _one_line(err: Exception) -> str:
     """model signing's refusal in a line: the files whose hash differs, else its own words, cut short."""
-    changed = re.findall(r"Hash mismatch for '([^']+)'", str(err))
+    changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", str(err))  # (inside a list's repr: quotes escaped)
     if changed:
         return f"{', '.join(changed)}: not the bytes signed"
     text = " ".join(str(err).split())
