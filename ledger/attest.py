@@ -352,7 +352,37 @@ def verify(folder: str | Path, *, public: bytes, root: Path | None) -> str:
         raise AttestFailed(f"event {event_id}: its subject {payload.get('subject_sha256', '')[:12]}… is not the folder's")
     if payload.get("key_id") != key_id(public):
         raise AttestFailed(f"event {event_id}: signed with key {payload.get('key_id', '')[:12]}…, not the key given")
-    return f"ok: {folder} signed (subject {subject[:12]}…), statement {digest[:12]}… = event {event_id}"
+    logged = check_log_checkpoints(st, Path(root))
+    return f"ok: {folder} signed (subject {subject[:12]}…), statement {digest[:12]}… = event {event_id}{logged}"
+
+
+def check_log_checkpoints(st: dict, root: Path) -> str:
+    """The log checkpoints a statement names are checkpoints of the root's log (their tree is the log's at
+    their size, same origin); what to add to the summary. AttestFailed names the first that is not."""
+    from runledger.ledger.tlog import merkle, proofs, tiles
+
+    said = []
+    for bp in st["predicate"]["runDetails"].get("byproducts", []):
+        name = bp.get("name", "")
+        if not name.startswith(tlog_log.PUBLIC_DIR + "/"):
+            continue
+        try:
+            signed = base64.b64decode(bp["content"], validate=True)
+            if hashlib.sha256(signed).hexdigest() != bp["digest"]["sha256"]:
+                raise AttestFailed(f"the statement's {name}: its content is not its digest")
+            cp = tlog_checkpoint.Checkpoint.parse(proofs.text_of(signed.decode()))
+            reader = tiles.Tiles((root / name).parent)
+            now = tlog_checkpoint.Checkpoint.parse(proofs.text_of(reader.checkpoint()))
+        except AttestFailed:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, tiles.TileMissing) as err:
+            raise AttestFailed(f"the statement's {name} cannot be checked against {root}: {_one_line(err)}") from None
+        if cp.origin != now.origin or cp.size > now.size or \
+                merkle.tree_hash(reader.node(now.size), cp.size) != cp.root:
+            raise AttestFailed(f"the statement's {name} (log {cp.origin}, size {cp.size}) is not a checkpoint of "
+                               f"{root}'s log ({now.origin}, size {now.size})")
+        said.append(f"{name} size {cp.size}")
+    return f"; its log checkpoint is the root's log's ({', '.join(said)})" if said else "; it names no log checkpoint"
 
 
 def _one_line(err: Exception) -> str:

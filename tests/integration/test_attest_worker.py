@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root,
     assert rows and all(r[2] == r[3] for r in rows)  # each attests the checkpoint its `checkpoint` event names
     folder = Path(rows[-1][0])
     assert runledger_main(["attest", "verify", str(folder), "--root", str(root)]) == 0
-    assert "ok: " in capsys.readouterr().out
+    assert "its log checkpoint is the root's log's (tlog/checkpoint size" in capsys.readouterr().out
 
     st = json.loads((folder / attest.STATEMENT).read_bytes())
     build = st["predicate"]["buildDefinition"]
@@ -48,6 +49,13 @@ def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root,
     signed = base64.b64decode(tlog_cp["content"]).decode()
     cp = checkpoint.open_signed(signed, [note.read_key(log.key_file()).verifier])  # the log's key signed it
     assert cp.size == tlog_cp["annotations"]["size"] == rows[-1][4]
+    # a log checkpoint that is not the root's log's (another tree at that size) is refused
+    forged = signed.split("\n")
+    forged[2] = base64.b64encode(bytes(32)).decode()
+    forged = "\n".join(forged).encode()
+    tlog_cp.update(content=base64.b64encode(forged).decode(), digest={"sha256": hashlib.sha256(forged).hexdigest()})
+    with pytest.raises(attest.AttestFailed, match="is not a checkpoint of"):
+        attest.check_log_checkpoints(st, root)
 
     flip_a_byte(next(p for p in (folder / "state").rglob("*") if p.is_file() and p.stat().st_size > 64))
     from model_signing import verifying
