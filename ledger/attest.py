@@ -278,11 +278,11 @@ class Attester:
                     event = attest(folder, key=self.key, root=self.root,
                                    run={**self.run, "step": step, "tokens_seen": tokens},
                                    started=self.started, **saved, **self.args)
+                    self.sink.emit(event, step=step)  # (sinks are thread-safe: the heartbeat's thread emits too)
                 except Exception as err:  # a checkpoint left unattested never stops the run: said, no event
                     log.error("checkpoint %s not attested: %s: %s", folder, type(err).__name__, err)
                     continue
                 self.done.append(event)
-                self.sink.emit(event, step=step)
             finally:
                 self._queue.task_done()
 

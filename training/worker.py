@@ -188,9 +188,13 @@ def attester_for(sink: EventSink, attest: bool, root: str | Path | None, run_id:
         log.info("%s: checkpoints are not attested: %s", run_id, why)
         return None
     producer = sink.producer if isinstance(sink.producer, str) else None
-    return attesting.Attester(sink, root=Path(root) if root is not None else None,
-                              run={"run_id": run_id, "producer": producer, "attempt": attempt},
-                              data_sources=sources, code_commit=code_commit())
+    try:
+        return attesting.Attester(sink, root=Path(root) if root is not None else None,
+                                  run={"run_id": run_id, "producer": producer, "attempt": attempt},
+                                  data_sources=sources, code_commit=code_commit())
+    except (OSError, ValueError) as err:  # (its key unreadable, or readable by others: said, and training goes on)
+        log.error("%s: checkpoints are not attested: %s", run_id, err)
+        return None
 
 
 def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSink = NullSink(), start: Start = Start(),

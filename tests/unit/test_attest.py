@@ -88,3 +88,21 @@ def test_the_attestation_kind_is_the_workers():
     assert KINDS["attestation"] is CheckpointAttested and REGISTRY["attestation"].publishers == ("worker",)
     with pytest.raises(ValueError):
         CheckpointAttested(path="p", subject_sha256="x", statement_sha256="0" * 64, key_id="0" * 64)
+
+
+def test_the_attester_emits_in_the_background_and_a_failure_is_said_not_raised(tmp_path, user_data, caplog):
+    from runledger.ledger.emit.sink import ListSink
+
+    rec = ListSink("worker-0")
+    attester = attest.Attester(rec, root=None, run={"run_id": "r1", "producer": "worker-0", "attempt": 0},
+                               data_sources=SOURCES, code_commit=None)
+    good = model_folder(tmp_path / "step_00000002")
+    attester.submit(tmp_path / "step_00000001", 1, config=CONFIG, config_hash="c" * 64, content_hash=None)  # (no folder)
+    attester.submit(good, 2, config=CONFIG, config_hash="c" * 64, content_hash="f" * 64, tokens_seen=64)
+    attester.close()
+    assert [(s, p["path"]) for s, p in rec.payloads("attestation")] == [(2, str(good.resolve()))]
+    assert any("step_00000001 not attested" in r.getMessage() for r in caplog.records)
+    st = json.loads((good / attest.STATEMENT).read_bytes())
+    internal = st["predicate"]["buildDefinition"]["internalParameters"]
+    assert internal["step"] == 2 and internal["tokens_seen"] == 64 and internal["code_commit"] is None
+    assert all(d["name"] != "code" for d in st["predicate"]["buildDefinition"]["resolvedDependencies"])
