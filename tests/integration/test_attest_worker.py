@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -20,7 +21,7 @@ from runledger.ledger.emit.sink import ListSink
 from runledger.ledger.tlog import checkpoint, log, note
 from runledger.tools.cli import main as runledger_main
 from runledger.training.config import PRESETS, config_hash
-from support.attesting import flip_a_byte
+from support.attesting import flip_a_byte, read_as_in_toto
 from support.reading import reader, wait_for_count
 
 pytest.importorskip("model_signing", reason="the [attest] extra")
@@ -45,6 +46,8 @@ def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root,
     assert build["externalParameters"]["config_hash"] == started[0] == config_hash(PRESETS["tiny"])
     assert build["externalParameters"]["config"] == json.loads(started[1])
     assert any(d["name"].startswith("data/") for d in build["resolvedDependencies"])
+    if importlib.util.find_spec("in_toto_attestation"):
+        assert len(read_as_in_toto(st).run_details.byproducts) == 1
     (tlog_cp,) = st["predicate"]["runDetails"]["byproducts"]
     signed = base64.b64decode(tlog_cp["content"]).decode()
     cp = checkpoint.open_signed(signed, [note.read_key(log.key_file()).verifier])  # the log's key signed it

@@ -33,3 +33,19 @@ def flip_a_byte(path: Path, at: int = 100) -> None:
     data = bytearray(path.read_bytes())
     data[at % len(data)] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+def read_as_in_toto(st: dict):
+    """`st` read by in-toto's reference protos (in-toto-attestation): the statement validated, every resource
+    descriptor of its SLSA provenance valid; the provenance proto (ParseError on an unknown field)."""
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1 import statement_pb2
+    from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
+    from in_toto_attestation.v1.statement import Statement
+
+    Statement.copy_from_pb(json_format.ParseDict(st, statement_pb2.Statement())).validate()
+    prov = json_format.ParseDict(st["predicate"], provenance_pb2.Provenance())
+    for rd in [*prov.build_definition.resolved_dependencies, *prov.run_details.byproducts]:
+        ResourceDescriptor.copy_from_pb(rd).validate()
+    return prov

@@ -12,7 +12,7 @@ import pytest
 
 from runledger.ledger import attest
 from runledger.ledger.contract.events import KINDS, REGISTRY, CheckpointAttested
-from support.attesting import CONFIG, SOURCES, attest_folder, flip_a_byte, model_folder
+from support.attesting import CONFIG, SOURCES, attest_folder, flip_a_byte, model_folder, read_as_in_toto
 
 pytest.importorskip("model_signing", reason="the [attest] extra")
 
@@ -106,3 +106,12 @@ def test_the_attester_emits_in_the_background_and_a_failure_is_said_not_raised(t
     internal = st["predicate"]["buildDefinition"]["internalParameters"]
     assert internal["step"] == 2 and internal["tokens_seen"] == 64 and internal["code_commit"] is None
     assert all(d["name"] != "code" for d in st["predicate"]["buildDefinition"]["resolvedDependencies"])
+
+
+def test_the_statement_parses_as_in_totos_own_statement_and_slsa_provenance(tmp_path, user_data):
+    """in-toto's reference protos read it as written: no unknown field, every resource descriptor valid."""
+    pytest.importorskip("in_toto_attestation")
+    folder = model_folder(tmp_path / "step_00000004")
+    attest_folder(folder)
+    prov = read_as_in_toto(json.loads((folder / attest.STATEMENT).read_bytes()))
+    assert prov.build_definition.build_type == attest.BUILD_TYPE and prov.run_details.metadata.started_on.seconds
