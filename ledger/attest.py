@@ -356,6 +356,20 @@ def verify(folder: str | Path, *, public: bytes, root: Path | None) -> str:
     return f"ok: {folder} signed (subject {subject[:12]}…), statement {digest[:12]}… = event {event_id}{logged}"
 
 
+def verify_run(root: Path, run_id: str, *, public: bytes) -> list[str]:
+    """`verify` of every checkpoint folder a `checkpoint` event of the run names, in step order, as far as
+    the first that fails (AttestFailed, naming it); their summaries."""
+    from runledger.ledger.storage.reads import read_events
+
+    t = read_events(Path(root), kind="checkpoint", run_id=run_id, columns=["step", "payload"])
+    paths = dict.fromkeys(json.loads(p)["path"] for _, p in sorted(zip(t.column("step").to_pylist(),
+                                                                       t.column("payload").to_pylist()),
+                                                                   key=lambda r: (r[0] is None, r[0] or 0)))
+    if not paths:
+        raise AttestFailed(f"run {run_id!r} has no checkpoint event in {root}")
+    return [verify(p, public=public, root=Path(root)) for p in paths]
+
+
 def check_log_checkpoints(st: dict, root: Path) -> str:
     """The log checkpoints a statement names are checkpoints of the root's log (their tree is the log's at
     their size, same origin); what to add to the summary. AttestFailed names the first that is not."""

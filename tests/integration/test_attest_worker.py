@@ -39,6 +39,8 @@ def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root,
     folder = Path(rows[-1][0])
     assert runledger_main(["attest", "verify", str(folder), "--root", str(root)]) == 0
     assert "its log checkpoint is the root's log's (tlog/checkpoint size" in capsys.readouterr().out
+    assert runledger_main(["attest", "verify", "--run", "attested", "--root", str(root)]) == 0  # each checkpoint
+    assert capsys.readouterr().out.count("ok: ") == len(rows)
 
     st = json.loads((folder / attest.STATEMENT).read_bytes())
     build = st["predicate"]["buildDefinition"]
@@ -68,6 +70,8 @@ def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root,
             folder, folder / attest.SIGNATURE)
     assert runledger_main(["attest", "verify", str(folder), "--root", str(root)]) == 1
     assert capsys.readouterr().err.startswith("FAILED: model signing refuses")
+    assert runledger_main(["attest", "verify", "--run", "attested", "--root", str(root)]) == 1
+    assert f"FAILED: model signing refuses {folder}" in capsys.readouterr().err
     assert ledger_process.terminate() == 0
 
 
