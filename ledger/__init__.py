@@ -7,6 +7,7 @@ tables of Parquet files. Its folders run as its layers do:
     emit/       the producer's side: sealing, the spool, the publisher, `Emitter`
     check/      verify, the row checks, the chain walk, replay
     decisions/  what a run must follow, and a person's review
+    attest.py   model checkpoints signed (OpenSSF model signing) with in-toto SLSA provenance, and the check
     ingest/     the ledger service, and partitioned ingest
     local.py    the embedded default (`runledger.init` with no server starts one)
 

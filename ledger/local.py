@@ -243,8 +243,10 @@ def down(root: str | Path, timeout: float = 60.0) -> bool:
     if not d.is_dir():  # no supervisor ever ran here
         return False
     with locks.hold(d / "start.lock", f"the local server of {root}", wait_s=timeout):  # (no attach meanwhile)
-        deadline = time.monotonic() + timeout  # a supervisor still starting: up first, so that it stops in order
-        while starting(root) and running_url(root) is None and time.monotonic() < deadline:  # (its last sweep)
+        # a supervisor still starting: up first, so that it stops in order (its last sweep); state.json, written
+        # once it is up (and there even if damaged since), says it no longer starts
+        deadline = time.monotonic() + timeout
+        while starting(root) and not (d / "state.json").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         supervisors = _stop(_processes(root, _is_supervisor), timeout)
         servers = []

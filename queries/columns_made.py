@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '056f6cfabe6ee9e8b9c11e817956a58f'
+DIGEST = '30ea6557ae6f8350d7d34795f2869e5c'
 LAYOUT = r"""
 {
  "kinds": {
@@ -11,6 +11,7 @@ LAYOUT = r"""
   "eval": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["loss", "DOUBLE"], ["domain_losses", "VARCHAR"], ["tokens", "BIGINT"], ["split", "VARCHAR"]],
   "checkpoint": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["path", "VARCHAR"], ["bytes", "BIGINT"], ["seconds", "DOUBLE"], ["content_hash", "VARCHAR"], ["config_hash", "VARCHAR"], ["tokens_seen", "BIGINT"], ["reason", "VARCHAR"]],
   "data": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["sources", "VARCHAR"], ["tokens_per_domain", "VARCHAR"], ["mixture", "VARCHAR"], ["seed", "BIGINT"]],
+  "attestation": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["path", "VARCHAR"], ["subject_sha256", "VARCHAR"], ["statement_sha256", "VARCHAR"], ["key_id", "VARCHAR"], ["content_hash", "VARCHAR"], ["tlog_size", "BIGINT"], ["seconds", "DOUBLE"]],
   "forecast": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["target_run", "VARCHAR"], ["fraction", "DOUBLE"], ["target_tokens", "BIGINT"], ["target_flops", "DOUBLE"], ["projected_loss", "DOUBLE"], ["band_low", "DOUBLE"], ["band_high", "DOUBLE"], ["band_level", "DOUBLE"], ["fit", "VARCHAR"], ["rungs", "VARCHAR"], ["flags", "VARCHAR"], ["self_check_error", "DOUBLE"], ["method", "VARCHAR"], ["e_fixed", "DOUBLE"], ["revision", "BIGINT"], ["decision_id", "VARCHAR"], ["horizon_tokens", "BIGINT"], ["from_step", "BIGINT"], ["from_tokens", "BIGINT"], ["supported", "BOOLEAN"]],
   "alert": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["alert_id", "VARCHAR"], ["agent", "VARCHAR"], ["rule", "VARCHAR"], ["severity", "VARCHAR"], ["state", "VARCHAR"], ["message", "VARCHAR"], ["evidence", "VARCHAR"]],
   "decision": [["event_id", "VARCHAR"], ["run_id", "VARCHAR"], ["producer", "VARCHAR"], ["attempt", "BIGINT"], ["seq", "BIGINT"], ["kind", "VARCHAR"], ["time", "VARCHAR"], ["ts", "TIMESTAMPTZ"], ["step", "BIGINT"], ["schema_version", "BIGINT"], ["prev_hash", "VARCHAR"], ["hash", "VARCHAR"], ["payload", "VARCHAR"], ["stream_seq", "BIGINT"], ["ingested_at", "TIMESTAMPTZ"], ["decision_id", "VARCHAR"], ["agent", "VARCHAR"], ["rule", "VARCHAR"], ["action", "VARCHAR"], ["params", "VARCHAR"], ["rationale", "VARCHAR"], ["evidence", "VARCHAR"], ["mode", "VARCHAR"]],
@@ -38,6 +39,7 @@ LAYOUT = r"""
   "eval": "eval_events",
   "checkpoint": "checkpoints",
   "data": "data",
+  "attestation": "attestations",
   "forecast": "forecasts",
   "alert": "alerts",
   "decision": "decisions",

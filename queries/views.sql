@@ -420,6 +420,11 @@ select * from {{kind:tombstone}};
 create or replace view config_updates as
 select * from {{kind:config}};
 
+-- checkpoints attested (`runledger.ledger.attest`): the folder, the digest model signing signed, and the
+-- SHA-256 of its in-toto SLSA provenance statement (what `runledger attest verify` matches the statement to)
+create or replace view attestations as
+select * from {{kind:attestation}};
+
 -- files a run saved (`runledger.save`, `log_artifact`): their path, SHA-256 and size when recorded
 create or replace view artifacts as
 select * from {{kind:artifact}};

@@ -525,7 +525,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "sql":  # only the parser of the command given, when it is `sql`: a query starts in the time DuckDB takes
         add_sql(sub)
         return p
-    from runledger.tools import agents, audit, chores, export, importing, ladder, mcp_server, notify, report, status, tlog, train, ui, witness
+    from runledger.tools import agents, attest, audit, chores, export, importing, ladder, mcp_server, notify, report, status, tlog, train, ui, witness
 
     s = sub.add_parser("demo", help="the main job, end to end on one machine")
     s.add_argument("--root", type=checks.folder, default=None,
@@ -637,7 +637,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--run", type=checks.run_id, default=None, metavar="RUN_ID", help="only this run's chains")
     s.set_defaults(func=cmd_sync)
 
-    for family in (train, ladder, audit, agents, report, ui, importing, notify, status, chores, export, mcp_server, tlog, witness):  # (light:
+    for family in (train, ladder, audit, agents, report, ui, importing, notify, status, chores, export, mcp_server, tlog, attest, witness):  # (light:
         family.register(sub)  # each imports what its commands need when one runs)
     return p
 

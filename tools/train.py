@@ -206,7 +206,7 @@ def run(args) -> int:
                        start=start, steps=args.steps, preset=args.preset, mesh=make_mesh(cfg),
                        nan_steps=frozenset(args.nan_at), should_stop=lambda: stop["now"],
                        decisions=source, planned_tokens_per_s=args.planned_tokens_per_s, thresholds=thresholds,
-                       slow=slow, extend=_pair(args.extend_context, int, int))
+                       slow=slow, extend=_pair(args.extend_context, int, int), tlog_root=args.root)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if feed is not None:

@@ -176,12 +176,33 @@ def evaluate(params, cfg: TrainConfig, heldout: dict, mesh=None) -> EvalComplete
     return EvalCompleted(loss=float(np.mean(list(losses.values()))), domain_losses=losses, tokens=tokens)
 
 
+def attester_for(sink: EventSink, attest: bool, root: str | Path | None, run_id: str, attempt: int,
+                 sources: list[dict]):
+    """The run's Attester (runledger.ledger.attest), or None: off, or the `[attest]` extra missing (said once)."""
+    if not attest:
+        return None
+    from runledger.ledger import attest as attesting
+
+    why = attesting.unavailable()
+    if why is not None:
+        log.info("%s: checkpoints are not attested: %s", run_id, why)
+        return None
+    producer = sink.producer if isinstance(sink.producer, str) else None
+    try:
+        return attesting.Attester(sink, root=Path(root) if root is not None else None,
+                                  run={"run_id": run_id, "producer": producer, "attempt": attempt},
+                                  data_sources=sources, code_commit=code_commit())
+    except (OSError, ValueError) as err:  # (its key unreadable, or readable by others: said, and training goes on)
+        log.error("%s: checkpoints are not attested: %s", run_id, err)
+        return None
+
+
 def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSink = NullSink(), start: Start = Start(),
           steps: int | None = None, preset: str | None = None, mesh=None, peak_flops: float | None = None,
           nan_steps: frozenset[int] = frozenset(), should_stop: Callable[[], bool] | None = None,
           decisions: Callable[[int], list[dict]] | None = None, planned_tokens_per_s: float | None = None,
           thresholds: dict | None = None, slow: tuple[int, float] | None = None,
-          extend: tuple[int, int] | None = None) -> TrainResult:
+          extend: tuple[int, int] | None = None, attest: bool = True, tlog_root: str | Path | None = None) -> TrainResult:
     """Run (or resume, or fork) a run up to step `steps` (default: the schedule's horizon in force).
 
     `decisions(step)` (optional) returns the decisions to carry out before the next update; see
@@ -192,7 +213,10 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
     a context extension (same tokens per step, longer sequences): for PROBE_LEAD steps before it,
     every PROBE_EVERY steps, drops are measured at the longer length and recorded as `drops` events
     with probe=True; a `hold_context_extension` decision holds it (probing goes on) until a
-    `release_context_extension` decision releases it.
+    `release_context_extension` decision releases it. `attest`: each checkpoint saved is attested in the
+    background (`runledger.ledger.attest`: signed, its provenance statement's digest an `attestation` event)
+    when the `[attest]` extra is installed; `tlog_root` is the ledger root whose signed log checkpoint the
+    statements name.
     """
     emit = sink.emit
     cfg = with_dispatch(cfg, start.dispatch or {})
@@ -227,8 +251,9 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
         hardware={**hardware(mesh), **who}, heartbeat_s=beat.interval if beat else None, peak_flops=peak, flops_per_token=fpt,
         resumed_from=None if start.parent else resumed_from, parent=start.parent,
     ), step=first - 1)
-    emit(DataRecorded.model_validate(
-        data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, max(last - first + 1, 0))), step=first - 1)
+    provenance = data.provenance(corpus, mixture, cfg.seed, cfg.batch_size, L, max(last - first + 1, 0))
+    emit(DataRecorded.model_validate(provenance), step=first - 1)
+    attester = attester_for(sink, attest, tlog_root, run_id, start.attempt, provenance["sources"])
 
     heldout = data.heldout_batches(corpus, cfg.seed, cfg.batch_size, L, cfg.eval_batches)
     result = TrainResult(state=state, final_step=first - 1, tokens_seen=(first - 1) * T)
@@ -241,6 +266,8 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
         return fn
 
     def save(k: int, reason: str) -> None:
+        if attester is not None and checkpoint.step_dir(ckpt_dir, k).exists():
+            attester.wait()  # (a folder saved again: its attestation first)
         info = checkpoint.save(ckpt_dir, k, state, {"run_id": run_id, "config_hash": chash, "schedule": schedule,
                                                     "dispatch": dispatch_fields(cfg), "tokens_seen": k * T,
                                                     "attempt": start.attempt})
@@ -248,6 +275,9 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
         emit(CheckpointSaved(path=info["path"], bytes=info["bytes"], seconds=info["seconds"],
                              content_hash=info["content_hash"], config_hash=chash, tokens_seen=k * T,
                              reason=reason), step=k)
+        if attester is not None:
+            attester.submit(info["path"], k, config=cfg.to_dict(), config_hash=config_hash(cfg),
+                            content_hash=info["content_hash"], tokens_seen=k * T)
 
     def roll_back(d: dict, k: int) -> tuple[int, dict]:
         """A rollback decision: restore the checkpoint at or before params.to_step; the next update."""
@@ -379,11 +409,15 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
         done = max(k - 1, 0)
         if beat is not None:
             beat.stop()
+        if attester is not None:
+            attester.close()
         emit(RunFinished(status="failed" if isinstance(err, Exception) else "stopped", final_step=done,
                          tokens_seen=done * T, reason=f"{type(err).__name__}: {err}"[:500]), step=done)
         raise
     if beat is not None:
         beat.stop()
+    if attester is not None:
+        attester.close()  # (the attestations are the run's before its run_finished)
     result.state, result.final_step, result.tokens_seen = state, k, k * T
     final_loss = next((v for s, v in sorted(result.losses.items(), reverse=True) if v is not None), None)
     emit(RunFinished(status=result.status, final_step=k, tokens_seen=k * T, final_loss=final_loss), step=k)

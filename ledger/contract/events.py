@@ -254,6 +254,25 @@ class CheckpointSaved(Payload):
     reason: Literal["periodic", "requested", "final", "rollback"] = "periodic"
 
 
+class CheckpointAttested(Payload):
+    """A saved checkpoint attested (`runledger.ledger.attest`): its folder signed with OpenSSF model signing
+    (a local EC key; the signature, `model.sig`, in the folder) and described by an in-toto Statement with a
+    SLSA Provenance v1 predicate (`provenance.intoto.json`, canonical JSON, in the folder). This event fixes
+    the statement's digest in the ledger, so a statement swapped afterwards no longer matches it."""
+
+    path: str = Field(description="the checkpoint folder on the producer's machine")
+    subject_sha256: Annotated[str, Field(pattern=HASH_RE.pattern)] = Field(
+        description="the folder's digest as model signing signed it (the statement's subject)")
+    statement_sha256: Annotated[str, Field(pattern=HASH_RE.pattern)] = Field(
+        description="SHA-256 of the statement's canonical JSON")
+    key_id: Annotated[str, Field(pattern=HASH_RE.pattern)] = Field(
+        description="SHA-256 of the signing key's public key (DER SubjectPublicKeyInfo)")
+    content_hash: str | None = Field(None, description="the checkpoint's content hash (its `checkpoint` event's)")
+    tlog_size: NonNeg | None = Field(None, description="the size of the log checkpoint the statement names "
+                                                       "(null: none was available)")
+    seconds: Finite | None = Field(None, description="how long hashing, signing and writing took")
+
+
 class DataSource(Payload):
     domain: str
     path: str
@@ -703,6 +722,7 @@ REGISTRY: dict[str, Kind] = {
     "eval": Kind(EvalCompleted, "eval_events", ("worker",)),  # evals adds `runledger.log` runs'
     "checkpoint": Kind(CheckpointSaved, "checkpoints", ("worker",)),
     "data": Kind(DataRecorded, "data", ("worker",)),
+    "attestation": Kind(CheckpointAttested, "attestations", ("worker",)),  # a checkpoint's signed provenance
     "forecast": Kind(ForecastMade, "forecasts", ()),  # the ladder's, on an open server
     "alert": Kind(AlertRaised, "alerts", ("agent", "worker")),  # a worker's on its own run (`runledger.alert`)
     "decision": Kind(DecisionMade, "decisions", ("agent",)),

@@ -162,6 +162,8 @@ MINIMAL = {
     "system": {"metrics": {"cpu/percent": 12.5}},
     "config": {"config": {"lr": 0.001}},
     "artifact": {"path": "/data/model.pt", "sha256": "0" * 64, "bytes": 7, "via": "save"},
+    "attestation": {"path": "/ckpt/run/step_00000008", "subject_sha256": "1" * 64, "statement_sha256": "2" * 64,
+                    "key_id": "3" * 64},
     "heartbeat": {"host": "node-1", "pid": 4242, "interval_s": 30.0},
     "alert_ack": {"alert_id": "loss-spike", "by": "alice", "via": "webhook"},
     "histogram": {"key": "grads", "edges": [-1.0, 0.0, 0.5], "counts": [3, 4], "count": 7, "min": -0.75, "max": 0.5,

@@ -18,7 +18,7 @@ RANK = {"runledger.ledger": 0, "runledger.queries": 1, "runledger.training": 2, 
         "runledger.ui": 2, "runledger.interop": 2, "runledger.tools": 3, "bench": 4}
 # inside runledger.ledger: its concept folders, and its top modules (settings, redact, local, storing) by name
 LEDGER_RANK = {"redact": 0, "contract": 1, "settings": 1, "storage": 2, "bus": 2, "emit": 3, "check": 3,
-               "tlog": 4, "decisions": 5, "ingest": 5, "push": 5, "local": 6, "storing": 7,
+               "tlog": 4, "attest": 5, "decisions": 5, "ingest": 5, "push": 5, "local": 6, "storing": 7,
                # the transparency log's signed notes and the chain heads signed with them import nothing of the
                # ledger: below emit (producers sign their chains) and check (verify checks them)
                "tlog.note": 2, "tlog.chainheads": 2.5}
