@@ -32,6 +32,9 @@ def suite_version(suite: str) -> str:
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
 
 
+CLOSE_WAIT_S = 30.0  # close(): how long an audit under way is waited for
+
+
 class Audits:
     """The audits of one ledger root's runs, kept by the files they read."""
 
@@ -45,10 +48,16 @@ class Audits:
         self._shared = threading.Lock()  # held while the snapshot's connection is used here (`close` waits for it)
         self.closed = False
 
-    def close(self) -> None:
-        """No more use of the snapshot's connection from here (a background audit stops before its next one)."""
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """No more use of the snapshot's connection from here (a background audit stops before its next one),
+        and no audit left running: one under way is waited for, up to `wait_s` (a daemon thread still inside
+        DuckDB when the interpreter exits aborts the process: "terminate called ... exception not rethrown")."""
         with self._shared:
             self.closed = True
+        if self._audit_lock.acquire(timeout=wait_s):
+            self._audit_lock.release()
+        else:
+            log.warning("an audit still runs after %.0fs; the dashboard stops anyway", wait_s)
 
     def files_of(self, run_id: str) -> list[str]:
         """The identities (path, size, mtime) of the files the run's audit reads: its own, its ladder peers'
@@ -95,6 +104,8 @@ class Audits:
             got = self.kept(run_id, suite)
             if got is not None and got["files"] == files:  # worked out meanwhile
                 return got
+            if self.closed:
+                raise RuntimeError("the dashboard is closing")
             t0 = time.perf_counter()
             audit = run_suite(self.snapshot.root, suite, run_id, threads=2)
             out = [{"name": r.name, "columns": r.columns, "rows": [[jsonable(v) for v in row] for row in r.rows]}
@@ -111,6 +122,8 @@ class Audits:
         try:
             self.compute(run_id, suite, files)
         except Exception as err:  # (a background audit: its failure shows on the next ask, which runs it again)
+            if self.closed:
+                return
             log.warning("the %s audit of %s failed: %s", suite, run_id, str(err).splitlines()[0] if str(err) else err)
         finally:
             with self._state_lock:

@@ -31,7 +31,7 @@ def attested(tmp_path, user_data):
     return root, folder
 
 
-def _audit(root, folder, *more) -> int:
+def _attest_verify(root, folder, *more) -> int:
     return runledger_main(["attest", "verify", str(folder), "--root", str(root), *more])
 
 
@@ -47,10 +47,10 @@ def _model_signing_accepts(folder, public_file) -> bool:
 
 def test_an_edited_checkpoint_file_fails_model_signing_and_the_audit(attested, capsys):
     root, folder = attested
-    assert _audit(root, folder) == 0
+    assert _attest_verify(root, folder) == 0
     flip_a_byte(folder / "state" / "d" / "0.data")
     assert not _model_signing_accepts(folder, attest.public_file(attest.key_file()))
-    assert _audit(root, folder) == 1
+    assert _attest_verify(root, folder) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("FAILED: model signing refuses") and "state/d/0.data" in err and "\n" not in err
 
@@ -59,7 +59,7 @@ def test_a_file_added_to_the_checkpoint_fails_both(attested):
     root, folder = attested
     (folder / "state" / "d" / "1.data").write_bytes(b"extra weights")
     assert not _model_signing_accepts(folder, attest.public_file(attest.key_file()))
-    assert _audit(root, folder) == 1
+    assert _attest_verify(root, folder) == 1
 
 
 def test_a_swapped_statement_does_not_match_the_ledgers_event(attested, capsys):
@@ -68,7 +68,7 @@ def test_a_swapped_statement_does_not_match_the_ledgers_event(attested, capsys):
     st["predicate"]["buildDefinition"]["externalParameters"]["config"]["seed"] = 1  # another config, same subject
     (folder / attest.STATEMENT).write_bytes(attest.statement_bytes(st))
     assert _model_signing_accepts(folder, attest.public_file(attest.key_file()))  # (the weights are untouched)
-    assert _audit(root, folder) == 1
+    assert _attest_verify(root, folder) == 1
     err = capsys.readouterr().err
     assert "is in no attestation event of run 'r1'" in err and "attests this folder with another statement" in err
 
@@ -88,7 +88,7 @@ def test_an_edited_checkpoint_re_signed_with_the_attackers_key_is_refused(attest
     mine = tmp_path / "attacker" / "attest.key"
     attest_folder(folder, key=attest.load_or_make_key(mine))  # a new signature and a statement that match the edit
     assert not _model_signing_accepts(folder, attest.public_file(attest.key_file()))  # not the worker's key
-    assert _audit(root, folder) == 1
+    assert _attest_verify(root, folder) == 1
     # even with the attacker's public key the ledger holds no event of its statement
-    assert _audit(root, folder, "--public-key", str(attest.public_file(mine))) == 1
+    assert _attest_verify(root, folder, "--public-key", str(attest.public_file(mine))) == 1
     assert "is in no attestation event" in capsys.readouterr().err.strip().splitlines()[-1]

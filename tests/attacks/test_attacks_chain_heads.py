@@ -17,12 +17,13 @@ from runledger.ledger.tlog import log as tlog
 from runledger.ledger.tlog.chainheads import HeadSigner
 from runledger.tools.cli import main
 from support.batches import batch_for
+from support.tlogs import tlog_audit
 
 RUN, PRODUCER = "run-1", "worker-0"
 STEP = {"grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}
 
 
-def _chain(signer: HeadSigner | None, n: int = 20, every: int = 5, changed: int | None = None,
+def _worker_chain(signer: HeadSigner | None, n: int = 20, every: int = 5, changed: int | None = None,
            heads_from: list[dict] | None = None) -> list[dict]:
     """A worker's chain: n steps, a head after every `every` (signed by `signer`, or copied from `heads_from`,
     as a forger who cannot sign copies the genuine ones), run_finished, a last head. `changed`: that
@@ -48,7 +49,7 @@ def _chain(signer: HeadSigner | None, n: int = 20, every: int = 5, changed: int 
     return out
 
 
-def _store(root: Path, events: list[dict]) -> None:
+def _store_events(root: Path, events: list[dict]) -> None:
     from runledger.ledger.contract.canonical import canonical_json
 
     msgs = [(subject_for(e["run_id"], e["kind"]), canonical_json(e).encode(), i + 1) for i, e in enumerate(events)]
@@ -64,44 +65,37 @@ def _verify(root: Path, capsys, *flags: str) -> tuple[int, str]:
     return rc, capsys.readouterr().out
 
 
-def _audit(root: Path, capsys, *flags: str) -> tuple[int, str]:
-    capsys.readouterr()
-    vkey = note.read_key(tlog.key_file()).verifier.text()
-    rc = main(["tlog", "audit", "--log", str(root / "tlog"), "--vkey", vkey, "--events", str(root), *flags])
-    return rc, capsys.readouterr().out
-
-
 def _signer() -> HeadSigner:
     return HeadSigner(RUN, PRODUCER, 0)  # the user's key: made on first use in this test's config folder
 
 
 def test_a_signed_chain_passes_verify_and_the_audit_naming_its_user_key(root, capsys):
     signer = _signer()
-    _store(root, _chain(signer))
+    _store_events(root, _worker_chain(signer))
     rc, out = _verify(root, capsys, "--require-signed")
     assert rc == 0, out
     assert f"chain heads: 1 chains signed by user keys {signer.user.verifier.text()} (1 chains), 0 unsigned" in out
-    rc, out = _audit(root, capsys, "--require-signed")
+    rc, out = tlog_audit(root, capsys, "--require-signed")
     assert rc == 0 and "chain heads: 1 chains signed" in out, out
 
 
 def test_an_event_written_in_the_workers_name_inside_a_signed_range_is_named(root, capsys):
-    genuine = _chain(_signer())
+    genuine = _worker_chain(_signer())
     # the attacker publishes the chain first, step 7 changed and every hash after it sealed again, the
     # producer's signed heads copied (it cannot sign new ones): the ledger keeps the first it got
-    forged = _chain(None, changed=7, heads_from=genuine)
+    forged = _worker_chain(None, changed=7, heads_from=genuine)
     assert forged[8]["hash"] != genuine[8]["hash"] and forged[9]["payload"] == genuine[9]["payload"]
-    _store(root, forged)
+    _store_events(root, forged)
     rc, out = _verify(root, capsys)
     assert rc == 1
     assert f"{RUN}:{PRODUCER}:0:10: not the event the chain head {RUN}:{PRODUCER}:0:11 signed" in out
     assert "an event in seqs 6..10 was written after it was signed" in out
-    rc, out = _audit(root, capsys)
+    rc, out = tlog_audit(root, capsys)
     assert rc == 1 and f"{RUN}:{PRODUCER}:0:10: not the event the chain head {RUN}:{PRODUCER}:0:11 signed" in out
 
 
 def test_a_head_signed_by_a_key_the_user_key_did_not_vouch_for_is_named(root, capsys):
-    genuine = _chain(_signer())
+    genuine = _worker_chain(_signer())
     # the attacker appends to the chain in the worker's name: a step and a head signed by a key of its own,
     # vouched for by a user key of its own
     mallory = HeadSigner(RUN, PRODUCER, 0, user=note.Signer.generate("mallory"))
@@ -111,31 +105,31 @@ def test_a_head_signed_by_a_key_the_user_key_did_not_vouch_for_is_named(root, ca
     env, _ = seal(RUN, PRODUCER, 0, len(genuine) + 1, chainheads.KIND, mallory.payload(env["seq"], env["hash"], True),
                   None, env["hash"])
     tail.append(env)
-    _store(root, [*genuine, *tail])
+    _store_events(root, [*genuine, *tail])
     eid = f"{RUN}:{PRODUCER}:0:{len(genuine) + 1}"
     rc, out = _verify(root, capsys)
     assert rc == 1
     assert f"{eid}: a chain head vouched for by the user key {mallory.user.verifier.text()}, not by the chain's" in out
     assert f"{RUN}:{PRODUCER}:0:{len(genuine)}: after the last signed chain head of a finished chain" in out
-    rc, out = _audit(root, capsys)
+    rc, out = tlog_audit(root, capsys)
     assert rc == 1 and eid in out
 
 
 def test_a_chain_signed_by_a_user_key_not_trusted_fails_only_with_producer_keys(root, tmp_path, capsys):
     mallory = HeadSigner(RUN, PRODUCER, 0, user=note.Signer.generate("mallory"))  # a whole chain forged and signed
-    _store(root, _chain(mallory))
+    _store_events(root, _worker_chain(mallory))
     rc, out = _verify(root, capsys)
     assert rc == 0 and mallory.user.verifier.text() in out  # without a list of keys: the key is named
     trusted = tmp_path / "producer-keys"
     trusted.write_text(f"# the team's keys\n{_signer().user.verifier.text()}\n")
     rc, out = _verify(root, capsys, "--producer-keys", str(trusted))
     assert rc == 1 and "not among the trusted producer keys" in out
-    rc, out = _audit(root, capsys, "--producer-keys", str(trusted))
+    rc, out = tlog_audit(root, capsys, "--producer-keys", str(trusted))
     assert rc == 1 and "not among the trusted producer keys" in out
 
 
 def test_chains_without_heads_are_unsigned_and_fail_only_when_signatures_are_required(root, capsys):
-    _store(root, [])
+    _store_events(root, [])
     ledger = service.Ledger(root)
     ledger.write(ledger.decode(batch_for(["old-run"], 10)))  # written before heads (or imported, or published)
     ledger.commit()
@@ -144,14 +138,14 @@ def test_chains_without_heads_are_unsigned_and_fail_only_when_signatures_are_req
     assert rc == 0 and "chain heads: 0 chains signed, 1 unsigned" in out, out
     rc, out = _verify(root, capsys, "--require-signed")
     assert rc == 1 and "chain old-run:worker-0:0: no signed chain head" in out
-    assert _audit(root, capsys)[0] == 0
-    rc, out = _audit(root, capsys, "--require-signed")
+    assert tlog_audit(root, capsys)[0] == 0
+    rc, out = tlog_audit(root, capsys, "--require-signed")
     assert rc == 1 and "chain old-run:worker-0:0: no signed chain head" in out
 
 
 def test_an_export_is_checked_as_its_root_is(root, tmp_path, capsys):
-    genuine = _chain(_signer())
-    _store(root, _chain(None, changed=7, heads_from=genuine))
+    genuine = _worker_chain(_signer())
+    _store_events(root, _worker_chain(None, changed=7, heads_from=genuine))
     out_dir = tmp_path / "export"
     assert main(["export", "--all", "--root", str(root), "--out", str(out_dir)]) == 0
     rc, out = _verify(out_dir, capsys)

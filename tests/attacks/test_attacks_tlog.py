@@ -17,9 +17,10 @@ from runledger.ledger.tlog import log as tlog
 from runledger.ledger.tlog import note
 from runledger.tools.cli import main
 from support.batches import batch_for
+from support.tlogs import tlog_audit
 
 
-def _store(root: Path, msgs, batches: int = 3) -> service.Ledger:
+def _store_in_batches(root: Path, msgs, batches: int = 3) -> service.Ledger:
     ledger = service.Ledger(root)
     size = -(-len(msgs) // batches)
     for i in range(0, len(msgs), size):
@@ -29,16 +30,9 @@ def _store(root: Path, msgs, batches: int = 3) -> service.Ledger:
     return ledger
 
 
-def _audit(root: Path, capsys) -> tuple[int, str]:
-    capsys.readouterr()
-    vkey = note.read_key(tlog.key_file()).verifier.text()
-    rc = main(["tlog", "audit", "--log", str(root / "tlog"), "--vkey", vkey, "--events", str(root)])
-    return rc, capsys.readouterr().out
-
-
 def test_the_audit_of_an_untouched_root_passes_and_names_size_and_root(root, capsys):
-    _store(root, batch_for(["run-1", "run-2"], 30))
-    rc, out = _audit(root, capsys)
+    _store_in_batches(root, batch_for(["run-1", "run-2"], 30))
+    rc, out = tlog_audit(root, capsys)
     assert rc == 0, out
     assert "size 60, root " in out and "ok: 60 events" in out
 
@@ -52,53 +46,53 @@ def _rewritten(root: Path) -> Path:
 
 
 def test_a_consistent_rewrite_resigned_with_the_same_key_is_caught(root, capsys):
-    _store(root, batch_for(["run-1", "run-2"], 30))
-    assert _audit(root, capsys)[0] == 0  # the auditor saw the log once
+    _store_in_batches(root, batch_for(["run-1", "run-2"], 30))
+    assert tlog_audit(root, capsys)[0] == 0  # the auditor saw the log once
     forged = _rewritten(root)  # whoever holds the root (and the key) rewrites it all: events, heads, digests, log
-    _store(forged, batch_for(["run-1", "run-2"], 30, loss=0.5))
+    _store_in_batches(forged, batch_for(["run-1", "run-2"], 30, loss=0.5))
     assert main(["verify", "--root", str(forged)]) == 0  # the rewritten root agrees with itself
-    rc, out = _audit(forged, capsys)
+    rc, out = tlog_audit(forged, capsys)
     assert rc == 1 and "the log was rewritten" in out and "size 60" in out, out
 
 
 def test_a_longer_rewrite_is_caught_too(root, capsys):
-    _store(root, batch_for(["run-1"], 20))
-    assert _audit(root, capsys)[0] == 0
+    _store_in_batches(root, batch_for(["run-1"], 20))
+    assert tlog_audit(root, capsys)[0] == 0
     forged = _rewritten(root)
-    _store(forged, batch_for(["run-1"], 40, loss=0.25))
-    rc, out = _audit(forged, capsys)
+    _store_in_batches(forged, batch_for(["run-1"], 40, loss=0.25))
+    rc, out = tlog_audit(forged, capsys)
     assert rc == 1 and "not consistent with size 20" in out, out
 
 
 def test_an_event_deleted_from_the_tables_with_its_leaf_left_is_caught(root, capsys):
-    _store(root, batch_for(["run-1"], 30))
+    _store_in_batches(root, batch_for(["run-1"], 30))
     last = paths.event_files(root, "step", "run-1")[-1]
     Tables(root).replace("step", [last], [])  # a commit that drops the chain's last file
-    rc, out = _audit(root, capsys)
+    rc, out = tlog_audit(root, capsys)
     assert rc == 1 and "which" in out and "does not hold" in out and "run-1/worker-0/0/20" in out, out
 
 
 def test_a_leaf_without_its_event_is_caught(root, capsys):
-    ledger = _store(root, batch_for(["run-1"], 10))
+    ledger = _store_in_batches(root, batch_for(["run-1"], 10))
     ledger.tlog.append([{"attempt": 0, "hash": "ab" * 32, "producer": "worker-0", "run_id": "run-9", "seq": 0}])
     ledger.tlog.sign()  # the log's holder logs an event the tables never held
-    rc, out = _audit(root, capsys)
+    rc, out = tlog_audit(root, capsys)
     assert rc == 1 and "leaf 10 logs event run-9/worker-0/0/0" in out, out
 
 
 def test_an_event_stored_behind_the_log_is_caught(root, capsys, monkeypatch):
-    _store(root, batch_for(["run-1"], 10))
+    _store_in_batches(root, batch_for(["run-1"], 10))
     monkeypatch.setenv("RUNLEDGER_TLOG", "off")  # a ledger that stores without logging
     _store_more = service.Ledger(root)
     _store_more.write(_store_more.decode(batch_for(["run-2"], 5, first_sseq=11)))  # (past the stream seqs stored)
     _store_more.commit()
-    rc, out = _audit(root, capsys)
+    rc, out = tlog_audit(root, capsys)
     assert rc == 1 and "run-2/worker-0/0/0" in out and "leaf of no signed checkpoint" in out, out
 
 
 def test_a_log_truncated_to_an_earlier_size_is_caught(root, capsys):
-    _store(root, batch_for(["run-1"], 30))
-    assert _audit(root, capsys)[0] == 0
+    _store_in_batches(root, batch_for(["run-1"], 30))
+    assert tlog_audit(root, capsys)[0] == 0
     entries = list(tlog.tiles.Tiles(root / "tlog").entries(30))
     shutil.rmtree(root / "tlog")  # the log cut back to 20 leaves and signed again with the log's key
     shutil.rmtree(root / "tlog-state")
@@ -106,13 +100,13 @@ def test_a_log_truncated_to_an_earlier_size_is_caught(root, capsys):
     cut.open([])
     cut.append_entries(entries[:20])
     cut.sign()
-    rc, out = _audit(root, capsys)
+    rc, out = tlog_audit(root, capsys)
     assert rc == 1 and "truncated" in out and "size 20" in out and "size 30" in out, out
 
 
 @pytest.mark.parametrize("edit", ["checkpoint", "bundle", "tile"])
 def test_an_edited_public_file_is_caught(root, capsys, edit):
-    _store(root, batch_for(["run-1"], 10))
+    _store_in_batches(root, batch_for(["run-1"], 10))
     d = root / "tlog"
     if edit == "checkpoint":
         cp = d / "checkpoint"
@@ -126,12 +120,12 @@ def test_an_edited_public_file_is_caught(root, capsys, edit):
         t = d / "tile/0/000.p/10"
         t.write_bytes(bytes(32) + t.read_bytes()[32:])
         want = "tiles do not give"
-    rc, out = _audit(root, capsys)
+    rc, out = tlog_audit(root, capsys)
     assert rc == 1 and want in out, out
 
 
 def test_the_audit_reads_an_export_and_names_an_event_the_export_left_out(root, tmp_path, capsys):
-    _store(root, batch_for(["run-1", "run-2"], 15))
+    _store_in_batches(root, batch_for(["run-1", "run-2"], 15))
     vkey = note.read_key(tlog.key_file()).verifier.text()
     assert main(["export", "--all", "--root", str(root), "--out", str(tmp_path / "all")]) == 0
     assert main(["export", "run-1", "--root", str(root), "--out", str(tmp_path / "one")]) == 0

@@ -19,6 +19,7 @@ from runledger.ledger.ingest import service
 from runledger.ledger.tlog import timestamping, timestamps, tiles
 from runledger.tools.cli import main
 from support.batches import batch_for
+from support.tlogs import tlog_audit
 from support.tsa import OPENSSL, LocalTSA
 
 STAMPS_S = 60  # a round with the authority (an openssl process) on a loaded 2-core machine
@@ -46,14 +47,11 @@ def _store_stamped(ledger: service.Ledger, msgs) -> int:
     return size
 
 
-def _audit(root: Path, tsa: LocalTSA, capsys, *extra: str) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = main(["tlog", "audit", "--log", str(root / "tlog"), "--vkey", _vkey(), "--events", str(root),
-               "--tsa-certs", str(tsa.certs), *extra])
-    return rc, capsys.readouterr().out
+def _audit_stamped(root: Path, tsa: LocalTSA, capsys, *extra: str) -> tuple[int, str]:
+    return tlog_audit(root, capsys, "--tsa-certs", str(tsa.certs), *extra)
 
 
-def _vkey() -> str:
+def _log_vkey() -> str:
     from runledger.ledger.tlog import log as tlog
 
     return tlog.load_or_make_key().verifier.text()
@@ -71,7 +69,7 @@ def stamped(root, tsa):
 
 def test_each_checkpoint_is_timestamped_and_the_audit_checks_every_token(root, tsa, stamped, capsys, tmp_path):
     ledger, _ = stamped
-    rc, out = _audit(root, tsa, capsys, "--require-timestamps")
+    rc, out = _audit_stamped(root, tsa, capsys, "--require-timestamps")
     assert rc == 0 and "size 55" in out and "timestamped 20" in out and "by CN=test TSA" in out, out
     assert "(2 timestamp(s) checked)" in out, out
     token = ledger.tlog.dir / timestamps.path_of(55)  # a standard token: openssl checks it as well
@@ -109,10 +107,10 @@ def _not_a_token(token: bytes, other: bytes) -> bytes:
 ])
 def test_an_edited_or_swapped_token_is_refused(root, tsa, stamped, capsys, forge, why):
     ledger, _ = stamped
-    assert _audit(root, tsa, capsys)[0] == 0
+    assert _audit_stamped(root, tsa, capsys)[0] == 0
     path = ledger.tlog.dir / timestamps.path_of(55)
     path.write_bytes(forge(path.read_bytes(), (ledger.tlog.dir / timestamps.path_of(30)).read_bytes()))
-    rc, out = _audit(root, tsa, capsys)
+    rc, out = _audit_stamped(root, tsa, capsys)
     assert rc == 1 and "the timestamp of checkpoint size 55 is refused" in out and why in out, out
     assert out.count("\n") == 1, out  # one line
 
@@ -126,23 +124,23 @@ def test_a_token_from_another_authority_is_refused(root, tsa, stamped, capsys, t
     finally:
         other.stop()
     (ledger.tlog.dir / timestamps.path_of(55)).write_bytes(reply)
-    rc, out = _audit(root, tsa, capsys)
+    rc, out = _audit_stamped(root, tsa, capsys)
     assert rc == 1 and "checkpoint size 55 is refused: its signature does not check" in out, out
 
 
 def test_an_old_token_is_checked_against_the_root_of_its_size(root, tsa, stamped, capsys):
     ledger, _ = stamped  # size 30's token, relabelled as size 31's (no checkpoint of 31 was stamped)
     (ledger.tlog.dir / timestamps.path_of(31)).write_bytes((ledger.tlog.dir / timestamps.path_of(30)).read_bytes())
-    rc, out = _audit(root, tsa, capsys)
+    rc, out = _audit_stamped(root, tsa, capsys)
     assert rc == 1 and "checkpoint size 31 is refused: it stamps another message" in out, out
 
 
 def test_a_missing_token_is_said_and_fails_only_when_required(root, tsa, stamped, capsys):
     ledger, _ = stamped
     (ledger.tlog.dir / timestamps.path_of(55)).unlink()
-    rc, out = _audit(root, tsa, capsys)
+    rc, out = _audit_stamped(root, tsa, capsys)
     assert rc == 0 and "checkpoint size 55 has no timestamp (the latest stamped: size 30, 20" in out, out
-    rc, out = _audit(root, tsa, capsys, "--require-timestamps")
+    rc, out = _audit_stamped(root, tsa, capsys, "--require-timestamps")
     assert rc == 1 and "checkpoint size 55 has no timestamp" in out and "timestamps are required" in out, out
 
 
@@ -155,5 +153,5 @@ def test_a_reply_the_authority_did_not_grant_is_never_kept(root, tsa, capsys):
     assert ledger.tlog.timestamping.wait_idle(STAMPS_S)
     assert "did not grant it (status 2" in ledger.tlog.timestamping.failing
     assert timestamps.sizes_in(ledger.tlog.dir) == [] and tsa.requests >= 1
-    rc, out = _audit(root, tsa, capsys)
+    rc, out = _audit_stamped(root, tsa, capsys)
     assert rc == 0 and "checkpoint size 10 has no timestamp" in out, out

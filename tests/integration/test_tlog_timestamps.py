@@ -22,7 +22,7 @@ from support.ui import UiProcess
 WAIT_S = 120  # a ledger process starting, storing and a round with the authority, on a loaded 2-core machine
 
 
-def _audit(root, tsa: LocalTSA, *extra: str, log: str | None = None):
+def _audit_cli(root, tsa: LocalTSA, *extra: str, log: str | None = None):
     return cli("tlog", "audit", "--log", log or str(root / "tlog"), "--vkey", tlog.load_or_make_key().verifier.text(),
                "--events", str(root), "--tsa-certs", str(tsa.certs), *extra)
 
@@ -44,11 +44,11 @@ def test_a_served_ledger_gets_its_checkpoints_timestamped(tmp_path, nats_server,
         producer = start_producer(nats_server.url, tmp_path / "spool", "stamped", "worker-0", 40)
         assert producer.wait(timeout=WAIT_S) == 0, producer.stderr.read()
         _wait_for(root / "tlog" / timestamps.path_of(40), "timestamp of size 40", lambda: lp.log_path.read_text()[-3000:])
-        r = _audit(root, tsa, "--require-timestamps")
+        r = _audit_cli(root, tsa, "--require-timestamps")
         assert r.returncode == 0 and "size 40" in r.stdout and "timestamped" in r.stdout, r.stdout + r.stderr
         ui = UiProcess(root, tmp_path / "ui.log")  # the dashboard serves the token beside the tiles
         try:
-            r = _audit(root, tsa, "--require-timestamps", log=ui.base + "/tlog")
+            r = _audit_cli(root, tsa, "--require-timestamps", log=ui.base + "/tlog")
         finally:
             ui.stop()
         assert r.returncode == 0 and "size 40" in r.stdout and "(1 timestamp(s) checked)" in r.stdout, r.stdout + r.stderr
@@ -76,15 +76,15 @@ def test_an_authority_down_never_stops_ingest_and_stamps_when_back(tmp_path, roo
     assert "unreachable" in ledger.tlog.timestamping.failing
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(said) == 1 and "did not stamp" in said[0] and "size 10" in said[0], said
-    r = _audit(root, tsa)
+    r = _audit_cli(root, tsa)
     assert r.returncode == 0 and "checkpoint size 30 has no timestamp" in r.stdout, r.stdout + r.stderr
-    assert _audit(root, tsa, "--require-timestamps").returncode == 1
+    assert _audit_cli(root, tsa, "--require-timestamps").returncode == 1
     tsa.start()  # back: the newest checkpoint is stamped on the next retry, with no new event
     try:
         _wait_for(ledger.tlog.dir / timestamps.path_of(30), "timestamp after the authority came back")
         assert ledger.tlog.timestamping.stamped == [30]  # (only the newest: the older ones are covered by it)
         assert any("stamps" in r.getMessage() and "again" in r.getMessage() for r in caplog.records)
-        r = _audit(root, tsa, "--require-timestamps")
+        r = _audit_cli(root, tsa, "--require-timestamps")
         assert r.returncode == 0 and "size 30" in r.stdout and "(1 timestamp(s) checked)" in r.stdout, r.stdout
     finally:
         tsa.stop()

@@ -89,7 +89,7 @@ def test_a_head_reads_as_no_checkpoint(tmp_path):
         checkpoint.open_signed(head["note"], [signer.key.verifier])
 
 
-def _chain(n: int = 6, user: note.Signer | None = None) -> tuple[list[dict], HeadSigner]:
+def _signed_chain(n: int = 6, user: note.Signer | None = None) -> tuple[list[dict], HeadSigner]:
     """A chain of n metrics with a head after seq 2 and after the last one."""
     signer = HeadSigner(RUN, PRODUCER, 0, user=user or note.Signer.generate("user"))
     out, prev = [], ""
@@ -109,7 +109,7 @@ def _problems(events: list[dict], finished: int | None = None, trusted: set[str]
 
 
 def test_an_event_changed_inside_a_signed_range_is_named():
-    events, _ = _chain()
+    events, _ = _signed_chain()
     assert _problems(events) == []
     forged = [dict(e) for e in events]
     forged[7] = {**forged[7], "prev_hash": "0" * 64}  # the chain re-sealed around seq 5 (its hashes all consistent)
@@ -119,7 +119,7 @@ def test_an_event_changed_inside_a_signed_range_is_named():
 
 
 def test_a_head_signed_by_a_key_the_user_did_not_vouch_for_is_named():
-    events, signer = _chain()
+    events, signer = _signed_chain()
     stranger = HeadSigner(RUN, PRODUCER, 0, user=signer.user)  # another attempt key, never vouched for in this chain
     last = events[-1]
     events[-1] = {**last, "payload": stranger.payload(last["seq"] - 1, last["prev_hash"], first=False)}
@@ -136,7 +136,7 @@ def test_a_head_signed_by_a_key_the_user_did_not_vouch_for_is_named():
 
 
 def test_a_finished_chain_with_events_after_its_last_head_is_named():
-    events, _ = _chain()
+    events, _ = _signed_chain()
     finished, _ = seal(RUN, PRODUCER, 0, len(events), "run_finished", {"status": "completed"}, None, events[-1]["hash"])
     problems = _problems([*events, finished], finished=finished["seq"])
     assert problems == [f"{RUN}:{PRODUCER}:0:{finished['seq']}: after the last signed chain head of a finished chain "
@@ -146,14 +146,14 @@ def test_a_finished_chain_with_events_after_its_last_head_is_named():
 
 def test_trusted_user_keys_refuse_any_other():
     user = note.Signer.generate("alice")
-    events, _ = _chain(user=user)
+    events, _ = _signed_chain(user=user)
     assert _problems(events, trusted={user.verifier.text()}) == []
     problems = _problems(events, trusted={note.Signer.generate("bob").verifier.text()})
     assert problems and "not among the trusted producer keys" in problems[0]
 
 
 def test_a_first_head_without_its_key_is_named():
-    events, _ = _chain()
+    events, _ = _signed_chain()
     first = next(e for e in events if e["kind"] == chainheads.KIND)
     first["payload"] = {k: v for k, v in first["payload"].items() if k not in ("attempt_key", "user_key", "vouch")}
     problems = _problems(events)

@@ -134,7 +134,7 @@ class _Authority(timestamps.Authority):
         return b"token of %d" % size, timestamps.Stamp(size, datetime.datetime.now(datetime.timezone.utc), "test")
 
 
-def _signed(size: int) -> str:
+def _signed_checkpoint(size: int) -> str:
     from runledger.ledger.tlog import checkpoint, note
 
     return checkpoint.sign(checkpoint.Checkpoint("test.example/log", size, bytes(32)), note.Signer.generate("test.example/log"))
@@ -151,16 +151,16 @@ def test_only_the_newest_checkpoint_waiting_is_asked_for(tmp_path):
     authority = _Authority()
     ts = timestamping.Timestamping(tmp_path, authority, tlog.write_file, every_s=0)
     authority.gate.clear()  # the authority is slow: three checkpoints are signed while it stamps the first
-    ts.submit(_signed(5))
+    ts.submit(_signed_checkpoint(5))
     _until(lambda: authority.asked)
-    ts.submit(_signed(6))
-    ts.submit(_signed(7))
+    ts.submit(_signed_checkpoint(6))
+    ts.submit(_signed_checkpoint(7))
     authority.gate.set()
     assert ts.wait_idle(30)
     assert authority.asked == [5, 7] and ts.stamped == [5, 7]
     assert (tmp_path / timestamps.path_of(7)).read_bytes() == b"token of 7"
-    ts.submit(_signed(7))  # (signed before a restart: asked again only if it has no token)
-    ts.submit(_signed(0))  # (an empty log's checkpoint stamps nothing)
+    ts.submit(_signed_checkpoint(7))  # (signed before a restart: asked again only if it has no token)
+    ts.submit(_signed_checkpoint(0))  # (an empty log's checkpoint stamps nothing)
     assert ts.wait_idle(30) and authority.asked == [5, 7]
 
 
@@ -169,7 +169,7 @@ def test_an_authority_that_fails_is_asked_again_and_said_once(tmp_path, monkeypa
     caplog.set_level(logging.INFO, logger="runledger.ledger.tlog.timestamping")
     authority = _Authority(fails=3)
     ts = timestamping.Timestamping(tmp_path, authority, tlog.write_file, every_s=0)
-    ts.submit(_signed(4))
+    ts.submit(_signed_checkpoint(4))
     assert ts.wait_idle(30)
     _until((tmp_path / timestamps.path_of(4)).exists)  # asked again with no new checkpoint
     assert ts.wait_idle(30) and authority.asked == [4, 4, 4, 4] and ts.failing is None

@@ -58,3 +58,41 @@ def test_audits_survive_a_restart_and_a_new_file_is_answered_stale_then_fresh(tm
         assert reader.audits.audit("r", "health") == got["results"]
     finally:
         reader.close()
+
+
+def test_closing_waits_for_the_audit_under_way_and_starts_none_after(tmp_path, monkeypatch):
+    """A dashboard stopping while an audit runs in a background thread waits for it: a thread still inside
+    DuckDB when the interpreter exits aborts the process (`terminate called ... exception not rethrown`)."""
+    import threading
+
+    import runledger.queries.audit as audit
+    from runledger.ui.data import Reader
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    started, release = threading.Event(), threading.Event()
+    real, root = audit.run_suite, tmp_path / "root"
+
+    def held(at, *a, **k):
+        if at == root:
+            started.set()
+            release.wait(60)
+        return real(at, *a, **k)
+
+    monkeypatch.setattr(audit, "run_suite", held)
+    led = Ledger(root)
+    write_run(led, "r")
+    led.write()
+    reader = Reader(root)
+    auditing = threading.Thread(target=reader.audits.answer, args=("r", "health"), daemon=True)
+    auditing.start()
+    assert started.wait(60)
+    closing = threading.Thread(target=reader.close, daemon=True)
+    closing.start()
+    closing.join(0.5)
+    assert closing.is_alive(), "close() returned with an audit still running"
+    release.set()
+    closing.join(60)
+    auditing.join(60)
+    assert not closing.is_alive() and not auditing.is_alive()
+    with pytest.raises(RuntimeError, match="closing"):
+        reader.audits.compute("r", "health", ["another file"])
