@@ -739,7 +739,7 @@ REGISTRY: dict[str, Kind] = {
     "console": Kind(ConsoleLogged, "console", ("worker",)),  # lines one a row: console_lines
     "heartbeat": Kind(Heartbeat, "heartbeats", ("worker",)),  # a worker's for its own run (liveness)
     "tombstone": Kind(RunDeleted, "tombstones", ("admin",)),  # `runledger delete`: see runledger.ledger.storage.removal
-    "chain_head": Kind(ChainHeadSigned, "chain_heads", ("worker", "agent", "notify", "admin")),  # any producer's own chain
+    "chain_head": Kind(ChainHeadSigned, "chain_heads", ("worker",)),  # a worker's own chain (its heads signed)
 }
 KINDS: dict[str, type[Payload]] = {kind: k.model for kind, k in REGISTRY.items()}
 VIEWS: dict[str, str] = {kind: k.view for kind, k in REGISTRY.items()}

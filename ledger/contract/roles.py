@@ -27,3 +27,9 @@ def is_agent_or_person(producer: str) -> bool:
 def may_acknowledge(producer: str) -> bool:
     """Whether `producer` may give an `alert_ack` (a person's, or notify's ack listener taking a webhook call)."""
     return producer in ACK_PRODUCERS
+
+
+def signs_heads(producer: str) -> bool:
+    """Whether a producer's chain carries signed heads (`chain_head`, a worker's kind): a worker's, not an
+    agent's, a person's or notify's."""
+    return not is_agent_or_person(producer) and producer not in ACK_PRODUCERS

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.contract.events import STREAM
+from runledger.ledger.contract.roles import signs_heads
 from runledger.ledger.storage import locks
 from runledger.ledger.emit.chains import next_attempt
 from runledger.ledger.emit.publisher import Publisher
@@ -77,7 +78,9 @@ class Emitter(ChainSink):
         self._lock = _ChainLock(self)  # one lock for the chain: sealing and spooling are one step
         self.publisher = Publisher(self.spool, run_id, producer, attempt, nats_url, batch)
         # signed chain heads (runledger.ledger.tlog.chainheads): on the publisher's thread, and at close
-        self.heads = chainheads.enabled() if heads is None else heads
+        # (a worker's chain only: chain_head is a worker's kind, and an agent's, a person's or notify's name on
+        # one is refused as speaking for them: runledger.ledger.contract.validation.speaker_problem)
+        self.heads = (chainheads.enabled() if heads is None else heads) and signs_heads(producer)
         self._head_every, self._head_s = chainheads.every()
         self._head_next = self.spool.seq  # the seq after the last head (a reopened chain: nothing new yet)
         self._head_time = time.monotonic()

@@ -69,9 +69,13 @@ def test_no_role_reads_the_ledgers_pulls_or_anyone_elses_replies(secure, tmp_pat
     assert len(refused) == len(snooped), errors
 
 
-def test_each_role_still_does_its_work_on_its_own_inbox(secure, tmp_path):
-    """The positive side: a worker publishes and asks the ledger about its chains, an agent and notify
-    make and pull from their own consumers, the ledger stores; each with replies on its own inbox."""
+def test_each_role_still_does_its_work_on_its_own_inbox(secure, tmp_path, monkeypatch):
+    """The positive side: a worker publishes (its steps and the chain head it signs at close) and asks the
+    ledger about its chains, an agent and notify make and pull from their own consumers, the ledger stores;
+    each with replies on its own inbox."""
+    from runledger.ledger.tlog import chainheads
+
+    monkeypatch.setenv(chainheads.HEADS_ENV, "on")
     root, creds = secure
     em = Emitter("r1", "worker-0", 0, url(creds, "worker-r1"), tmp_path / "spool")
     for s in range(5):
@@ -95,8 +99,9 @@ def test_each_role_still_does_its_work_on_its_own_inbox(secure, tmp_path):
         await nc.close()
         return events
 
-    assert asyncio.run(pull("agent", natsserver.AGENTS_DURABLE)) == 5
-    assert asyncio.run(pull("notify", natsserver.NOTIFY_DURABLE)) == 5
+    assert wait_for_count(root, "select count(*) from chain_heads", 1) == 1
+    assert asyncio.run(pull("agent", natsserver.AGENTS_DURABLE)) == 6  # the 5 steps and the head
+    assert asyncio.run(pull("notify", natsserver.NOTIFY_DURABLE)) == 6
 
 
 # ------------------------------------------------------------------------------------ alerts
@@ -112,8 +117,9 @@ def agent_alert(alert_id: str, agent: str, message: str, state: str = "open") ->
 
 
 def emit(creds, who: str, run_id: str, producer: str, spool, kind: str, payload: dict) -> str:
-    """One event as `who` (a credentials file's user) on `producer`'s chain; its event_id once acked."""
-    em = Emitter(run_id, producer, 0, url(creds, who), spool / producer)
+    """One event as `who` (a credentials file's user) on `producer`'s chain (no chain head signed after it);
+    its event_id once acked."""
+    em = Emitter(run_id, producer, 0, url(creds, who), spool / producer, heads=False)
     eid = em.emit_dict(kind, payload, step=1)
     assert em.close(30), f"{who} could not publish {kind} as {producer}"
     return eid
@@ -129,19 +135,26 @@ def replayed_open(root) -> set[tuple[str, str]]:
 
 
 def test_a_worker_cannot_speak_for_an_agent_or_a_person(secure, tmp_path):
-    """As worker-r1: an alert whose agent is an agent's name, and worker kinds under an agent's and a
-    person's producer name. Each reaches the ledger (the server lets the worker publish on its run) and
-    is quarantined with the reason; none is stored."""
+    """As worker-r1: an alert whose agent is an agent's name, worker kinds under an agent's and a person's
+    producer name, and a signed chain head on the agent's chain (a seq of the agent's taken, were it
+    stored). Each reaches the ledger (the server lets the worker publish on its run) and is quarantined
+    with the reason; none is stored."""
+    from runledger.ledger.tlog import chainheads
+
     root, creds = secure
     emit(creds, "worker-r1", "r1", "worker-0", tmp_path, "alert", agent_alert(AGENT_ALERT, AGENT, "forged"))
     emit(creds, "worker-r1", "r1", AGENT, tmp_path, "step", STEP)
     emit(creds, "worker-r1", "r1", "cli", tmp_path, "step", STEP)
+    em = Emitter("r1", AGENT, 0, url(creds, "worker-r1"), tmp_path / AGENT)  # the agent's chain, continued
+    em.emit_dict(chainheads.KIND, chainheads.HeadSigner("r1", AGENT, 0).payload(em.next_seq - 1, em._prev_hash, True))
+    assert em.close(30)
     reasons = [r[0] for r in reader(root).execute("select reason from quarantine order by stream_seq").fetchall()]
-    assert wait_for_count(root, "select count(*) from quarantine", 3, timeout=30) == 3, reasons
+    assert wait_for_count(root, "select count(*) from quarantine", 4, timeout=30) == 4, reasons
     reasons = [r[0] for r in reader(root).execute("select reason from quarantine order by stream_seq").fetchall()]
     assert "payload.agent 'agent-drops' is not the producer 'worker-0'" in reasons[0]
     assert "producer 'agent-drops' is an agent's or a person's name" in reasons[1]
     assert "producer 'cli' is an agent's or a person's name" in reasons[2]
+    assert "producer 'agent-drops' is an agent's or a person's name, and a 'chain_head' event is a worker's" in reasons[3]
     assert reader(root).execute("select count(*) from events").fetchone()[0] == 0
 
 

@@ -59,6 +59,14 @@ STEP = KINDS["step"]
 STEP_EVENT = EVENTS["step"]
 
 
+@pytest.fixture(autouse=True)
+def no_heads(monkeypatch):
+    """The chain's mechanics, event by event: no signed head at close (heads: tests/unit/test_chain_heads.py)."""
+    from runledger.ledger.tlog import chainheads
+
+    monkeypatch.setenv(chainheads.HEADS_ENV, "off")
+
+
 @pytest.fixture
 def no_publisher(monkeypatch):
     """Emitters whose publisher thread stops at once: events stay in the spool, close() is quick."""
