@@ -18,10 +18,6 @@ from pathlib import Path
 # a run's finish hands its events to the root's supervisor; the commands that read the root (and the
 # tests' readers, support.reading) wait for them: on a loaded 2-core machine, longer than a user would
 os.environ.setdefault("RUNLEDGER_STORE_WAIT_S", "60")
-# signed chain heads (runledger.ledger.tlog.chainheads) add `chain_head` events to every Emitter's chain, which
-# the tests written before them count: off unless a test turns them on (the heads' own tests, and any run
-# with RUNLEDGER_HEADS=on in its environment)
-os.environ.setdefault("RUNLEDGER_HEADS", "off")
 
 import pytest
 

@@ -21,7 +21,7 @@ RUN, PRODUCER = "r1", "worker-0"
 
 @pytest.fixture(autouse=True)
 def heads_on(monkeypatch):
-    monkeypatch.setenv(chainheads.HEADS_ENV, "on")  # (the suite's default is off: tests/conftest.py)
+    monkeypatch.setenv(chainheads.HEADS_ENV, "on")  # (off by default: runledger.ledger.tlog.chainheads.enabled)
 
 
 def _spooled(spool: Path, attempt: int = 0) -> list[dict]:
