@@ -1,7 +1,7 @@
 """The views' columns, worked out from the contract (written by `python -m runledger.queries.columns`:
 do not edit)."""
 
-DIGEST = '30ea6557ae6f8350d7d34795f2869e5c'
+DIGEST = 'cd66cb053c0c9959465b52a9b2456088'
 LAYOUT = r"""
 {
  "kinds": {
