@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,17 @@ pytest.importorskip("model_signing", reason="the [attest] extra")
 
 def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root, nats_server, ledger_process, capsys):
     ledger_process.start()
+    # a log checkpoint signed before the run, so that every statement has one to name (on a loaded machine the
+    # tiny run's last checkpoint could otherwise be attested before the ledger signed its first: "none available")
+    from runledger.ledger.emit.emitter import Emitter
+
+    warm = Emitter("warm-up", "worker-0", 0, nats_server.url, root.parent / "warm-up-spool")
+    warm.emit_dict("metrics", {"metrics": {"loss": 1.0}}, 0)
+    assert warm.close(60)
+    deadline = time.monotonic() + 120
+    while not (root / "tlog" / "checkpoint").exists():
+        assert time.monotonic() < deadline, "the ledger signed no log checkpoint"
+        time.sleep(0.1)
     assert runledger_main(["train", "--preset", "tiny", "--run-id", "attested", "--nats", nats_server.url,
                            "--root", str(root), "--steps", "4"]) == 0
     assert wait_for_count(root, "select count(*) from attestations where run_id = 'attested'", 1) >= 1
