@@ -210,6 +210,9 @@ def test_the_object_server_killed_and_restarted_mid_stream_loses_and_doubles_not
         time.sleep(3)
         swift.kill()
         time.sleep(5)
+        deadline = time.monotonic() + 90  # (the S3 client's own retries can ride out a short outage unseen,
+        while "cannot " not in log.read_text() and time.monotonic() < deadline:  # so the bucket stays down
+            time.sleep(0.5)  # until the ledger has met the outage)
         swift.start()
         for pr in producers:
             assert pr.wait(180) == 0, pr.stderr.read()
