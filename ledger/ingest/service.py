@@ -20,8 +20,9 @@ recovery; this loop is the same for both.
 While it serves, the ledger looks at its consumer and its stream every WATCH_EVERY_S (`Watch`): a
 consumer deleted, or made anew by someone else (delivering only new messages, or starting past what
 is stored), is said loudly and made again from the root's stored position, so that nothing is
-skipped and nothing stored twice; a stream purged, deleted or made anew stops the ledger with one
-line (`StreamLost`, exit 2 from the CLI), recorded in the root (HALTED) so that no ledger serves it
+skipped and nothing stored twice (so is one whose deliveries to this ledger were lost on the way,
+a node killed mid-pull: nothing past them is written first); a stream purged, deleted or made anew
+stops the ledger with one line (`StreamLost`, exit 2 from the CLI), recorded in the root (HALTED) so that no ledger serves it
 again until a person decides (a silent skip, or a supervisor's restart loop, is what this prevents).
 
 Producers ask the ledger about their chains ({LEDGER_API}.chains.{run_id}.{producer}): how far it has
@@ -61,6 +62,7 @@ from runledger.ledger.bus import consumers, retention
 from runledger.ledger.bus.consumers import consumer_seq, pending_after, serve_chain_status
 from runledger.ledger.ingest.position import DURABLE, LedgerPosition, Position
 from runledger.ledger.contract.parsing import RefusedEntry, parse_batch_entries, parse_json
+from runledger.ledger.contract.roles import is_person
 from runledger.ledger.storage.reads import CONFLICT
 from runledger.ledger.storage.store import Quarantined
 from runledger.ledger.tlog import log as tlog
@@ -85,6 +87,7 @@ class Counters:
     stored: int = 0
     duplicates: int = 0
     skipped: int = 0  # redelivered at or below the position the tables' commit records: no lookup needed
+    deleted: int = 0  # a deleted run's events come again (replayed, resent): a stored tombstone covers them
     quarantined: int = 0
     write_retries: int = 0
     compactions: int = 0
@@ -253,8 +256,11 @@ class Ledger:
         self.backlog: int | None = None  # messages still pending on the consumer as of the last fetch
         self._tombstones: list[dict] = []  # tombstones written since the last commit: their runs' rows go after it
         self._relayed: dict = {}  # chains relayed since the last commit (runledger.ledger.storage.relays)
+        self.deleted: dict[tuple[str, str, int], int] = {}  # chain -> the seq up to which a tombstone covers it
+        tombstones = removal.stored_tombstones(self.root)
+        self._note_deleted(tombstones)
         if not self.position.partitioned:  # (a partition's writer removes only what it stores: see commit)
-            self._remove_deleted(removal.stored_tombstones(self.root))
+            self._remove_deleted(tombstones)
         self.tlog = self._open_tlog()  # the transparency log, caught up with the tables
         self._unlogged: list[dict] = []  # events written whose leaves go in after their commit
         log.info("ledger root %s: stream seq %d taken (%s), %d quarantined messages", self.root, self.taken_upto,
@@ -307,7 +313,9 @@ class Ledger:
             for env, payload_text in good:
                 key = (env["run_id"], env["producer"], env["attempt"], env["seq"])
                 eid = env["event_id"]
-                if eid in batch_hashes:
+                if key[3] <= self.deleted.get(key[:3], -1):  # deleted: never stored again (nor quarantined)
+                    self.counters.deleted += 1
+                elif eid in batch_hashes:
                     self._duplicate(out, batch_hashes[eid], env, subject, data, sseq)
                 elif key in self.index:
                     maybe_dup.append((env, subject, sseq, data))
@@ -331,6 +339,8 @@ class Ledger:
         earlier in this fetch; False if some is (then its events are taken one at a time)."""
         first = envs[0]
         ids = [e["event_id"] for e in envs]
+        if first["seq"] <= self.deleted.get((first["run_id"], first["producer"], first["attempt"]), -1):
+            return False
         if not batch_hashes.keys().isdisjoint(ids) or self.index.any_stored(
                 (first["run_id"], first["producer"], first["attempt"]), first["seq"], len(envs)):
             return False
@@ -396,6 +406,7 @@ class Ledger:
             self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in rows.envs])
             if kind == removal.TOMBSTONE:
                 self._tombstones += rows.envs
+                self._note_deleted(rows.envs)
             self._heads_moved |= heads.advance(self.heads, rows.envs)
             self._unlogged += rows.envs
         if decoded.rejected and not decoded.quarantine_written:
@@ -484,6 +495,17 @@ class Ledger:
         if self._tombstones:
             self._remove_deleted(self._tombstones)
             self._tombstones = []
+
+    def _note_deleted(self, tombstones: list[dict]) -> None:
+        """Remember what stored tombstones cover (a person's only, as `removal.remove_covered` applies them):
+        a covered event that comes again, a spool replayed or a message resent after `runledger delete`,
+        is dropped, not stored anew nor quarantined with its data."""
+        for t in tombstones:
+            if not is_person(t["producer"]):
+                continue
+            for (producer, attempt), (seq, _) in removal.covered(t["payload"]).items():
+                chain = (t["run_id"], producer, attempt)
+                self.deleted[chain] = max(self.deleted.get(chain, -1), seq)
 
     def _remove_deleted(self, tombstones: list[dict]) -> None:
         """Take the rows each stored tombstone covers out of the tables (runledger.ledger.storage.removal). A
@@ -969,6 +991,14 @@ async def serve_ledger(ledger: Ledger, nats_url: str, stop: asyncio.Event | None
             continue
         arrived = time.monotonic()
         first, delivered_before, delivered = consumer_seq(msgs[0]), delivered, consumer_seq(msgs[-1])
+        if first is not None and delivered_before is not None and first > delivered_before + 1:
+            # Deliveries this subscription never got (a connection lost mid-pull: a cluster node killed,
+            # say): JetStream redelivers them only after ack_wait, below messages written meanwhile, where
+            # the position would skip them. So nothing past them is written: the consumer is made again
+            # from the position (they are above it) and this batch comes again after them, in order.
+            why = (f"deliveries {delivered_before + 1}..{first - 1} of consumer {durable!r} never reached this "
+                   f"ledger (a connection lost mid-pull)")
+            continue
         if first is None or delivered_before is None or first != delivered_before + 1:
             # The consumer's count did not go on from this subscription's last message: a first batch, a
             # pull given up on, or a consumer someone deleted and made anew (delivering from elsewhere:

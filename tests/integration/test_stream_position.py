@@ -99,3 +99,41 @@ def test_a_restart_skips_what_the_commit_holds_and_a_new_stream_is_refused_then_
     store.forget_tables(root)
     assert service.Ledger(root).taken_upto == 120  # the new stream's place, from the commit
     assert cli("ledger", "adopt-stream", "--root", str(root), "--nats", url).stdout.startswith(f"root {root} already")
+
+
+def test_deliveries_lost_mid_pull_are_stored_once_they_come_again(nats_server, root, monkeypatch):
+    """A pull's messages lost on the way (a cluster node killed mid-fetch): the server counts them as
+    delivered and redelivers them after ack_wait, below what the ledger wrote meanwhile, where its
+    position would skip them. The ledger sees its consumer's count jump, writes nothing past the gap,
+    and makes the consumer again from its position: every event stored once."""
+    from runledger.ledger.bus import jetstream
+
+    monkeypatch.setattr(jetstream, "ACK_WAIT_S", 2.0)  # (so that a skip, were there one, would show in the test)
+    url = nats_server.url
+    asyncio.run(publish_into_stream(url, batch_for(["run-a", "run-b"], 150)))
+    fetch, pulls = jetstream.Puller.fetch, []
+
+    async def losing_the_second_pull(self, batch, timeout):
+        msgs = await fetch(self, batch, timeout)
+        if msgs:
+            pulls.append(len(msgs))
+            if len(pulls) == 2:
+                return []  # delivered by the server, never seen by the ledger
+        return msgs
+
+    monkeypatch.setattr(jetstream.Puller, "fetch", losing_the_second_pull)
+    ledger = service.Ledger(root)
+    stop = asyncio.Event()
+
+    async def run() -> None:
+        task = asyncio.create_task(service.serve_ledger(ledger, url, stop, batch=50))
+        for _ in range(200):  # (past ack_wait: a skipped redelivery would have come by then)
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+    asyncio.run(run())
+    assert len(pulls) > 2 and pulls[1] == 50  # (the second pull did bring messages, lost)
+    assert ledger.counters.stored == 300
+    assert counts(root) == (300, 300)
+    assert verify(root)[0] == 0

@@ -112,3 +112,31 @@ def test_stream_seq_is_read_from_both_ack_subject_forms():
                   "$JS.ACK.hub.ACCHASH.RUNLEDGER.ledger.1.4567.4500.1764410000000000000.12.tok"):
         msg = Msg(_client=None, subject="runledger.r.step", reply=reply)
         assert consumers.stream_seq(msg) == 4567 == msg.metadata.sequence.stream
+
+
+def test_a_deleted_runs_events_sent_again_are_neither_stored_nor_quarantined(root):
+    """`runledger delete`, then the run's messages again (a spool replayed, an old root pushed, a captured
+    message resent): the tombstone keeps them out, in the process that stored it and after a restart."""
+    from runledger.ledger.storage import removal
+
+    msgs = batch_for(["run-a", "run-b"], 20)
+    ledger = service.Ledger(root)
+    ledger.write(ledger.decode(msgs))
+    ledger.commit()
+    payload = removal.tombstone_for(root, "run-a", "alice", "os_user").model_dump(mode="json")
+    _, wire = seal("run-a", "cli", 0, 0, "tombstone", payload, None, "")
+    ledger.write(ledger.decode([(subject_for("run-a", "tombstone"), wire.encode() if isinstance(wire, str) else wire, 41)]))
+    ledger.commit()
+    con = reader(root)
+    assert con.execute("select run_id, count(*) from steps group by 1").fetchall() == [("run-b", 20)]
+
+    for again in (ledger, service.Ledger(root)):  # (the second: a restarted ledger)
+        resent = [(subject, data, sseq + 100) for subject, data, sseq in msgs[:20]]  # run-a's, above the position
+        decoded = again.decode(resent)
+        assert not decoded.events and not decoded.batches and not decoded.rejected
+        again.write(decoded)
+        again.commit()
+        assert again.counters.deleted == 20
+    con = reader(root)
+    assert con.execute("select run_id, count(*) from steps group by 1").fetchall() == [("run-b", 20)]
+    assert con.execute("select count(*) from quarantine").fetchone()[0] == 0
