@@ -1,6 +1,6 @@
 """Chaos run: repeated faults during long event streams, then an account of every event.
 
-    python -m runledger.tools.chaos [--quick] [--events N] [--faults K] [--keep DIR]
+    python -m runledger.tools.chaos [--quick] [--events N] [--faults K] [--keep DIR] [--warehouse s3://B/P]
 
 Real processes throughout: a nats-server, `runledger ledger serve`, and producers (`runledger.tools.produce`,
 a real Emitter with its spool). One phase per fault, each on its own run: the fault is injected K
@@ -10,6 +10,9 @@ times while the producer streams N events —
   worker-sigkill   SIGKILL of the producer, restarted (it resumes from its spool)
   disk-full        the ledger root (a tmpfs) filled up; the ledger stops acking, says so, goes on
                    when space returns (needs root for the tmpfs; skipped with a note otherwise)
+  object-store-restart  every process of the warehouse's object server SIGKILLed, restarted over the same
+                   data once the ledger has met the outage (only with `--warehouse` and an object server
+                   the caller can restart: `run(object_store=...)`, as the S3 tests do with Swift)
   poison           hostile messages mixed into the stream (`poison_messages`: each once stopped the
                    ledger or was silently changed), every other time with a SIGKILL of the ledger right
                    after, so that a fresh ledger meets them again on redelivery; the ledger must
@@ -68,11 +71,16 @@ class PhaseResult:
 class Rig:
     """The processes under test and the knobs to break them."""
 
-    def __init__(self, base: Path, tmpfs_mb: int):
+    def __init__(self, base: Path, tmpfs_mb: int, warehouse: str | None = None, object_store=None):
         self.base = base
         self.root = base / "ledger"
         self.root.mkdir(parents=True)
-        self.tmpfs = _mount_tmpfs(self.root, tmpfs_mb)
+        self.tmpfs = _mount_tmpfs(self.root, tmpfs_mb) if warehouse is None else False
+        if warehouse is not None:  # the tables in the bucket (credentials from the AWS_* variables)
+            from runledger.ledger.storage import objects
+
+            objects.use_warehouse(self.root, warehouse)
+        self.object_store = object_store  # (its kill() and start(): the object-store-restart fault)
         self.nats = NatsServer(base / "nats").start()
         self.ledger: subprocess.Popen | None = None
         self.ledger_log = open(base / "ledger.log", "ab")
@@ -112,6 +120,17 @@ class Rig:
 
     def write_failures(self) -> int:
         return (self.base / "ledger.log").read_text(errors="replace").count("not acking")
+
+    def restart_object_store(self, down_s: float) -> None:
+        """The object server killed, kept down until the ledger has failed a write or a commit (the S3
+        client's own retries can ride out a short outage unseen) and at least `down_s`, then started."""
+        before = self.write_failures()
+        self.object_store.kill()
+        time.sleep(down_s)
+        wait_until = time.monotonic() + 30
+        while self.write_failures() == before and time.monotonic() < wait_until:
+            time.sleep(0.2)
+        self.object_store.start()
 
     def ask(self, sql: str, params: list) -> tuple:
         """One row of a query over the live ledger (its tables' current snapshot)."""
@@ -193,6 +212,8 @@ def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: 
             rig.start_ledger()
         elif fault == "nats-restart":
             rig.restart_nats(rng.uniform(0.2, 1.0))
+        elif fault == "object-store-restart":
+            rig.restart_object_store(rng.uniform(1.0, 3.0))
         elif fault == "worker-sigkill":
             if prod.poll() is not None:
                 break
@@ -222,8 +243,8 @@ def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: 
         stored, distinct = rig.counts(run_id)
     time.sleep(1.0)  # anything still arriving would be a duplicate: give it the chance to show
     stored, distinct = rig.counts(run_id)
-    if fault == "disk-full":
-        note = f"ledger said 'cannot write … not acking' {rig.write_failures()} times"
+    if fault in ("disk-full", "object-store-restart"):
+        note = f"ledger said '… not acking' {rig.write_failures()} times"
     if fault == "poison":
         quarantined = rig.quarantined(f"runledger.{run_id}.step")
         alive = rig.ledger.poll() is None
@@ -231,6 +252,34 @@ def run_phase(rig: Rig, fault: str, events: int, faults: int, rate: float, rng: 
         if not alive or quarantined < poisoned:
             note += " (FAILED)"
     return PhaseResult(fault, injected, events, stored, distinct, time.monotonic() - t0, note)
+
+
+FAULTS = ["ledger-sigkill", "nats-restart", "worker-sigkill", "disk-full", "poison"]
+
+
+def run(base: Path, kinds: list[str], events: int, faults: int, rate: float, seed: int = 1,
+        warehouse: str | None = None, object_store=None):
+    """Every phase of `kinds` on one rig under `base`: (the phases' results, verify's report, the log's audit
+    line). With `warehouse` the tables are in that bucket; `object_store` (kill(), start()) is its server."""
+    rng = random.Random(seed)
+    os.environ.setdefault("RUNLEDGER_TLOG_KEY", str(base / "keys" / "tlog.key"))  # the log's key, outside the root
+    rig = Rig(base, tmpfs_mb=1024, warehouse=warehouse, object_store=object_store)
+    results = []
+    try:
+        for fault in kinds:
+            skip = ("needs root to mount a tmpfs" if fault == "disk-full" and not rig.tmpfs else
+                    "needs an object server to restart" if fault == "object-store-restart" and object_store is None
+                    else None)
+            if skip:
+                results.append(PhaseResult(fault, 0, 0, 0, 0, 0.0, f"skipped: {skip}"))
+                continue
+            log.info("phase %s: %d events, %d faults", fault, events, faults)
+            results.append(run_phase(rig, fault, events, faults, rate, rng))
+            r = results[-1]
+            log.info("phase %s: emitted %d stored %d lost %d duplicated %d", fault, r.emitted, r.stored, r.lost, r.duplicated)
+        return results, verify(rig.root), audit_log(rig.root)
+    finally:
+        rig.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="fault kinds to run")
     p.add_argument("--keep", default=None, help="keep the run's files in this directory")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--warehouse", default=None,
+                   help="keep the tables in this bucket (s3://bucket/prefix; credentials from the AWS_* variables)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     redact.install()
@@ -249,38 +300,34 @@ def main(argv: list[str] | None = None) -> int:
     rate = args.rate or (3_000 if args.quick else 4_000)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="runledger-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(args.seed)
-    os.environ.setdefault("RUNLEDGER_TLOG_KEY", str(base / "keys" / "tlog.key"))  # the log's key, outside the root
-    kinds = args.only or ["ledger-sigkill", "nats-restart", "worker-sigkill", "disk-full", "poison"]
-    rig = Rig(base, tmpfs_mb=1024)
-    results = []
     try:
-        for fault in kinds:
-            if fault == "disk-full" and not rig.tmpfs:
-                results.append(PhaseResult(fault, 0, 0, 0, 0, 0.0, "skipped: needs root to mount a tmpfs"))
-                continue
-            log.info("phase %s: %d events, %d faults", fault, events, args.faults)
-            results.append(run_phase(rig, fault, events, args.faults, rate, rng))
-            r = results[-1]
-            log.info("phase %s: emitted %d stored %d lost %d duplicated %d", fault, r.emitted, r.stored, r.lost, r.duplicated)
-        report = verify(rig.root)
-        logged = audit_log(rig.root)
+        results, report, logged = run(base, args.only or FAULTS, events, args.faults, rate, args.seed, args.warehouse)
     finally:
-        rig.close()
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"{'fault':<16}{'injected':>9}{'emitted':>10}{'stored':>10}{'lost':>7}{'duplicated':>11}{'seconds':>9}  note")
-    for r in results:
-        print(f"{r.fault:<16}{r.injected:>9}{r.emitted:>10}{r.stored:>10}{r.lost:>7}{r.duplicated:>11}{r.seconds:>9.1f}  {r.note}")
-    total = PhaseResult("total", sum(r.injected for r in results), sum(r.emitted for r in results),
-                        sum(r.stored for r in results), sum(r.distinct for r in results), sum(r.seconds for r in results))
-    print(f"{'total':<16}{total.injected:>9}{total.emitted:>10}{total.stored:>10}{total.lost:>7}{total.duplicated:>11}{total.seconds:>9.1f}")
+    print(table(results))
     print(f"verify: {'ok' if report.ok else 'FAILED'} ({report.events} events, {len(report.problems)} problems)")
     for problem in report.problems[:10]:
         print(f"  - {problem}")
     print(f"tlog: {logged}")
-    failed = any("FAILED" in r.note for r in results) or not logged.startswith("ok")
-    return 0 if report.ok and total.lost == 0 and total.duplicated == 0 and not failed else 1
+    return 0 if passed(results, report, logged) else 1
+
+
+def table(results: list[PhaseResult]) -> str:
+    """The phases' account, one line each and a total."""
+    lines = [f"{'fault':<21}{'injected':>9}{'emitted':>10}{'stored':>10}{'lost':>7}{'duplicated':>11}{'seconds':>9}  note"]
+    total = PhaseResult("total", sum(r.injected for r in results), sum(r.emitted for r in results),
+                        sum(r.stored for r in results), sum(r.distinct for r in results), sum(r.seconds for r in results))
+    for r in [*results, total]:
+        lines.append(f"{r.fault:<21}{r.injected:>9}{r.emitted:>10}{r.stored:>10}{r.lost:>7}{r.duplicated:>11}"
+                     f"{r.seconds:>9.1f}  {r.note}".rstrip())
+    return "\n".join(lines)
+
+
+def passed(results: list[PhaseResult], report, logged: str) -> bool:
+    """Nothing lost or doubled in any phase, no phase failed, verify ok and the log's audit ok."""
+    return (report.ok and all(r.lost == 0 and r.duplicated == 0 and "FAILED" not in r.note for r in results)
+            and logged.startswith("ok"))
 
 
 def audit_log(root: Path, wait_s: float = 30.0) -> str:
