@@ -10,8 +10,8 @@ authority's certificates, every RFC 3161 token the log holds (`timestamp/<size>.
 folder, the audited checkpoint's over HTTP) must check over the checkpoint of its size, recomputed from the
 tiles (runledger.ledger.tlog.timestamps); a missing one is said, and fails only when timestamps are
 required. Every chain's signed heads are checked as `runledger verify` checks them (the same function); a
-chain without heads is counted as unsigned, and fails only when signed chains are required. The first
-difference is named."""
+chain without heads is counted as unsigned, and fails only when signed chains are required; so is every
+stored attestation of a model checkpoint (runledger.ledger.check.attested). The first difference is named."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class Audited:
     deleted_runs: list[str] = field(default_factory=list)  # runs whose leaves have no events: tombstoned
     cosigned: dict[str, list[str]] = field(default_factory=dict)  # origin -> the policy's witnesses that cosigned
     stamped: dict[str, str] = field(default_factory=dict)  # origin -> what its timestamps showed, said
-    signed: str | None = None  # the chains' signed heads, said (runledger.ledger.check.signed)
+    signed: str | None = None  # the chains' signed heads and the attestations, said (runledger.ledger.check)
 
     def text(self) -> str:
         lines = [f"log {cp.origin}: size {cp.size}, root {cp.text().split(chr(10))[2]}"
@@ -226,9 +226,11 @@ def read_published(events: Path) -> tuple[dict[Key, str], set[str]]:
 
 def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Path | None = None,
           check_chains: bool = True, pol: policy.Policy | None = None, stamps: Stamps | None = None,
-          require_signed: bool = False, trusted: set[str] | None = None) -> Audited:
+          require_signed: bool = False, trusted: set[str] | None = None,
+          attestations=None) -> Audited:
     """The whole audit (with `pol`, each checkpoint must carry its quorum of cosignatures; with `stamps`,
-    its timestamps are checked; `require_signed`, `trusted`: the chain heads, as `runledger verify`'s);
+    its timestamps are checked; `require_signed`, `trusted`: the chain heads, `attestations`: the check of the
+    checkpoints' attestations (runledger.ledger.check.attested.Check), as `runledger verify`'s);
     AuditFailed with the first difference."""
     seen = seen or state_dir()
     events = Path(events)
@@ -264,25 +266,30 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
                               f"behind the log, or stored after the last checkpoint)")
     result.events, result.deleted_runs = len(published), sorted(excused)
     if check_chains:
-        result.signed = _check_chains(events, require_signed, trusted)
+        result.signed = _check_chains(events, require_signed, trusted, attestations)
     return result
 
 
-def _check_chains(events: Path, require_signed: bool = False, trusted: set[str] | None = None) -> str | None:
-    """Every event's hash recomputed and every chain link followed (what `runledger verify` checks)."""
+def _check_chains(events: Path, require_signed: bool = False, trusted: set[str] | None = None,
+                  attestations=None) -> str | None:
+    """Every event's hash recomputed and every chain link followed, the heads and the attestations checked
+    (what `runledger verify` checks); what the heads and attestations showed, said."""
     from runledger.ledger.storage import export
 
     if export.is_export(events):
         from runledger.ledger.check.exported import verify_export
 
-        report = verify_export(events, require_signed, trusted)
+        report = verify_export(events, require_signed, trusted, attestations)
     else:
         from runledger.ledger.check.verify import verify
 
-        report = verify(events, require_signed=require_signed, trusted=trusted)
+        report = verify(events, require_signed=require_signed, trusted=trusted, attestations=attestations)
     if not report.ok:
         raise AuditFailed(f"{events}: {report.problems[0]}")
-    return report.signed.text() if report.signed else None
+    said = [report.signed.text()] if report.signed else []
+    if report.attested is not None and report.attested.any:
+        said.append(report.attested.text())
+    return "\n".join(said) or None
 
 
 def _name(key: Key) -> str:
