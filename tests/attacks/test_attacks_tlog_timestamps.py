@@ -20,6 +20,7 @@ import pytest
 from runledger.ledger.contract.events import subject_for
 from runledger.ledger.emit.sealing import seal
 from runledger.ledger.ingest import service
+from runledger.ledger.ingest.partitions import Part, partition_of
 from runledger.ledger.tlog import audit, timestamping, timestamps, tiles
 from runledger.tools.cli import main
 from support.batches import batch_for
@@ -182,3 +183,24 @@ def test_an_event_dated_after_the_timestamp_that_holds_it_is_named(root, tsa, st
     assert rc == 1 and out.count("\n") == 1, out
     assert "event run-4/worker-0/0/0 says it happened at " in out and "but checkpoint size 57 holding it was " \
         "timestamped" in out and "its time is not true" in out, out
+
+
+def test_each_partitions_log_is_stamped_and_audited_as_its_own(root, tsa, capsys):
+    k = 2
+    runs = {p: [r for r in (f"run-{i}" for i in range(20)) if partition_of(r, k) == p][:2] for p in range(k)}
+    ledgers = [service.Ledger(root, position=Part(k, p)) for p in range(k)]
+    assert _store_stamped(ledgers[0], batch_for(runs[0][:1], 10)) == 10
+    assert _store_stamped(ledgers[1], batch_for(runs[1][:1], 7, first_sseq=11)) == 7
+    origins = [ledger.tlog.signer.verifier.name + f"/p{p}" for p, ledger in enumerate(ledgers)]
+    assert [timestamps.sizes_in(root / f"tlog/p{p}") for p in range(k)] == [[10], [7]]
+    rc, out = _audit_stamped(root, tsa, capsys, "--require-timestamps")
+    assert rc == 0 and f"log {origins[0]}: size 10" in out and f"log {origins[1]}: size 7" in out, out
+    assert out.count("(1 timestamp(s) checked)") == 2, out
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    assert _store_stamped(ledgers[1], _step_at(runs[1][1], later, 18)) == 8  # dated after p1's stamp over it
+    rc, out = _audit_stamped(root, tsa, capsys)
+    assert rc == 1 and f"{origins[1]}: event {runs[1][1]}/worker-0/0/0 says it happened at " in out, out
+    token = (root / "tlog/p0" / timestamps.path_of(10)).read_bytes()  # p0's genuine token, as p1's of size 8
+    (root / "tlog/p1" / timestamps.path_of(8)).write_bytes(token)
+    rc, out = _audit_stamped(root, tsa, capsys)
+    assert rc == 1 and f"{origins[1]}: the timestamp of checkpoint size 8 is refused: it stamps another" in out, out
