@@ -101,3 +101,14 @@ def test_a_root_says_nothing_of_attestations_until_it_holds_one(root, capsys, tm
     _store_attestation(root, model_folder(tmp_path / "ckpt" / "step_00000004"), sseq=6)
     for rc, out in (_verify(root, capsys), tlog_audit(root, capsys)):
         assert rc == 0 and "\nattestations: 1 checked\n" in out, out
+
+
+def test_an_exports_attestations_are_checked_as_a_roots(attested, capsys, tmp_path):
+    root, folder, event_id = attested
+    out_dir = tmp_path / "export"
+    assert main(["export", "--all", "--root", str(root), "--out", str(out_dir)]) == 0
+    rc, out = _verify(out_dir, capsys)
+    assert rc == 0 and "\nattestations: 1 checked\n" in out, out
+    flip_a_byte(folder / "state" / "d" / "0.data")
+    rc, out = _verify(out_dir, capsys)
+    assert rc == 1 and f"attestation {event_id}: model signing refuses" in out, out
