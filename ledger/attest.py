@@ -310,9 +310,29 @@ def verify(folder: str | Path, *, public: bytes, root: Path | None) -> str:
     signed), the statement's subject is the signed digest, and (with `root`) a stored `attestation` event
     of its run carries the statement's digest and the key's id. Returns a one-line summary; AttestFailed
     names the first difference."""
+    folder = Path(folder).resolve()
+    subject, st, digest = check_folder(folder, public)
+    if root is None:
+        return f"ok: {folder} signed (subject {subject[:12]}…), statement {digest[:12]}… (not matched to a ledger)"
+    run = st["predicate"]["buildDefinition"]["internalParameters"].get("run_id")
+    events = _stored_events(Path(root), run) if isinstance(run, str) else []
+    mine = [(e, p) for e, p in events if p.get("statement_sha256") == digest]
+    if not mine:
+        near = [e for e, p in events if p.get("subject_sha256") == subject]
+        raise AttestFailed(f"{folder / STATEMENT}: its digest {digest[:12]}… is in no attestation event of run {run!r} in "
+                           f"{root}" + (f" (event {near[0]} attests this folder with another statement)" if near else ""))
+    event_id, payload = mine[0]
+    check_event(event_id, payload, subject, public)
+    logged = check_log_checkpoints(st, Path(root))
+    return f"ok: {folder} signed (subject {subject[:12]}…), statement {digest[:12]}… = event {event_id}{logged}"
+
+
+def check_folder(folder: Path, public: bytes) -> tuple[str, dict, str]:
+    """The folder's own half of `verify`: model signing's verifier with `public`, and its statement (canonical,
+    in-toto SLSA provenance, its subject the digest signed). Returns (the subject, the statement, the
+    statement's SHA-256); AttestFailed names the first difference."""
     from model_signing import verifying
 
-    folder = Path(folder).resolve()
     try:
         data = (folder / STATEMENT).read_bytes()
     except FileNotFoundError:
@@ -337,23 +357,93 @@ def verify(folder: str | Path, *, public: bytes, root: Path | None) -> str:
         raise AttestFailed(f"{folder / STATEMENT}: not an in-toto statement of SLSA provenance v1")
     if [s.get("digest", {}).get("sha256") for s in st.get("subject", [])] != [subject]:
         raise AttestFailed(f"{folder / STATEMENT}: its subject is not the digest model signing signed ({subject[:12]}…)")
-    digest = hashlib.sha256(data).hexdigest()
-    if root is None:
-        return f"ok: {folder} signed (subject {subject[:12]}…), statement {digest[:12]}… (not matched to a ledger)"
-    run = st["predicate"]["buildDefinition"]["internalParameters"].get("run_id")
-    events = _stored_events(Path(root), run) if isinstance(run, str) else []
-    mine = [(e, p) for e, p in events if p.get("statement_sha256") == digest]
-    if not mine:
-        near = [e for e, p in events if p.get("subject_sha256") == subject]
-        raise AttestFailed(f"{folder / STATEMENT}: its digest {digest[:12]}… is in no attestation event of run {run!r} in "
-                           f"{root}" + (f" (event {near[0]} attests this folder with another statement)" if near else ""))
-    event_id, payload = mine[0]
+    return subject, st, hashlib.sha256(data).hexdigest()
+
+
+def check_event(event_id: str, payload: dict, subject: str, public: bytes) -> None:
+    """The ledger's half of `verify`: the `attestation` event whose statement digest is the folder's names the
+    subject model signing signed and the key given; AttestFailed if not."""
     if payload.get("subject_sha256") != subject:
         raise AttestFailed(f"event {event_id}: its subject {payload.get('subject_sha256', '')[:12]}… is not the folder's")
     if payload.get("key_id") != key_id(public):
         raise AttestFailed(f"event {event_id}: signed with key {payload.get('key_id', '')[:12]}…, not the key given")
-    logged = check_log_checkpoints(st, Path(root))
-    return f"ok: {folder} signed (subject {subject[:12]}…), statement {digest[:12]}… = event {event_id}{logged}"
+
+
+def check_stored(rows: list[tuple[str, dict]], root: Path | None, *, keys: list[bytes] | None = None):
+    """`verify`'s check of each stored `attestation` event (event_id, payload) of a root or an export, for
+    `runledger verify` and the tlog audit (runledger.ledger.check.attested): the event's folder holds the
+    statement whose digest the event fixes, and it checks (`check_folder`, `check_event`, and with `root` the
+    log checkpoints it names); a failing one is a problem naming the event. A folder not at hand (the event
+    names a path on the producer's machine; a checkpoint deleted since) or holding a later attestation of
+    its path (saved again) is counted as not at hand: an absent checkpoint claims nothing. `keys`: the
+    signers' public keys (PEM; an event signed by another is a problem), else the local key's if there is
+    one; an event no key is at hand for, or all without the `[attest]` extra, is counted as unchecked."""
+    from runledger.ledger.check.attested import Attested
+    from runledger.ledger.tlog import proofs
+
+    out = Attested()
+    why = unavailable()
+    if why is not None:
+        out.unchecked = {e: f"the [attest] extra is missing: {why}" for e, _ in rows}
+        return out
+    given = keys is not None
+    by_id = {key_id(k): k for k in (keys if given else _local_public())}
+    fixed: dict[str, set] = {}  # a folder -> the statement digests its events fix
+    for _, p in rows:
+        fixed.setdefault(str(p.get("path")), set()).add(p.get("statement_sha256"))
+    logs = root is not None and bool(proofs.logs_of(Path(root)))
+    for event_id, p in rows:
+        folder = Path(str(p.get("path")))
+        if not folder.is_dir():
+            out.absent.append(event_id)
+            continue
+        try:
+            now = hashlib.sha256((folder / STATEMENT).read_bytes()).hexdigest()
+        except OSError:
+            now = None
+        if now != p.get("statement_sha256") and now in fixed[str(p.get("path"))]:
+            out.absent.append(event_id)  # (the folder was saved and attested again: a later event fixes it)
+            continue
+        public = by_id.get(p.get("key_id"))
+        if public is None and not given:
+            out.unchecked[event_id] = "no public key of the signer at hand (give --attest-key F, the signer's attest.pub)"
+            continue
+        try:
+            if public is None:
+                raise AttestFailed(f"signed with key {str(p.get('key_id'))[:12]}…, not a key given")
+            subject, st, digest = check_folder(folder.resolve(), public)
+            if digest != p.get("statement_sha256"):
+                raise AttestFailed(f"{folder / STATEMENT}: its digest {digest[:12]}… is not the one the event fixes "
+                                   f"({str(p.get('statement_sha256'))[:12]}…)")
+            check_event(event_id, p, subject, public)
+            if logs:
+                check_log_checkpoints(st, Path(root))
+        except AttestFailed as err:
+            out.problems.append(f"attestation {event_id}: {err}")
+            continue
+        out.checked += 1
+    return out
+
+
+def _local_public() -> list[bytes]:
+    """The local attestation key's public key (`attest.pub` beside it), if there is one."""
+    try:
+        return [public_file(key_file()).read_bytes()]
+    except OSError:
+        return []
+
+
+def read_public(paths: list[str]) -> list[bytes]:
+    """The public keys (PEM) in the files `paths`; ValueError (one line) for one that is not a public key."""
+    keys = []
+    for path in paths:
+        data = Path(path).read_bytes()
+        try:
+            key_id(data)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{path}: not a PEM public key ({err})") from None
+        keys.append(data)
+    return keys
 
 
 def verify_run(root: Path, run_id: str, *, public: bytes) -> list[str]:

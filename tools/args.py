@@ -105,6 +105,20 @@ def producer_keys(path: str | None) -> set[str] | None:
         raise UsageError(f"cannot read the producer keys {path}: {err}") from None
 
 
+def attestations(paths: list[str] | None):
+    """The check of stored checkpoint attestations (verify, tlog audit: `runledger.ledger.attest.check_stored`)
+    with the public keys of `--attest-key F` (PEM, each the signer's attest.pub), else the local key's."""
+    import functools
+
+    from runledger.ledger import attest
+
+    try:
+        keys = attest.read_public(paths) if paths else None
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read the attestation key: {err}") from None
+    return functools.partial(attest.check_stored, keys=keys)
+
+
 def add_signed_args(s: argparse.ArgumentParser) -> None:
     """--require-signed and --producer-keys: the chain heads (verify, tlog audit)."""
     s.add_argument("--require-signed", action="store_true",
@@ -113,3 +127,6 @@ def add_signed_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--producer-keys", metavar="FILE", type=checks.line, default=None,
                    help="the user keys (verifier keys, one a line) that may vouch for chain heads; without it, "
                         "any, and their keys are named")
+    s.add_argument("--attest-key", metavar="F", type=checks.line, action="append", default=None,
+                   help="a public key (PEM, the signer's attest.pub) that checkpoint attestations are checked with "
+                        "(repeatable; default: the local key's, `runledger attest key`)")

@@ -19,7 +19,7 @@ from runledger.ledger import redact, settings
 from runledger.ledger.storage.paths import NotALedger, SnapshotGone
 from runledger.ledger.storing import say_still_storing
 from runledger.tools import checks
-from runledger.tools.args import (RUN_HELP, UsageError, add_nats, add_root, add_signed_args, producer_keys, resolve_nats,
+from runledger.tools.args import (RUN_HELP, UsageError, add_nats, add_root, add_signed_args, attestations, producer_keys, resolve_nats,
                                   warn_secrets)
 
 log = logging.getLogger("runledger")
@@ -380,7 +380,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if is_export(args.root):  # an export (`runledger export`): checked from its own files
         from runledger.tools.export import cmd_verify_export
 
-        return cmd_verify_export(args.root, args.format, args.require_signed, producer_keys(args.producer_keys))
+        return cmd_verify_export(args.root, args.format, args.require_signed, producer_keys(args.producer_keys),
+                                 attestations(args.attest_key))
 
     if not args.since:  # (--since checks only what is new: too little to guess from the root's size)
         workers.start_early(args.root, args.jobs)  # (its imports then run beside this process's next ones)
@@ -418,7 +419,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         try:
             report = verify(args.root, since=since, jobs=args.jobs, progress=progress, record=record_to is not None,
                             snapshot=args.snapshot, assume_unchanged=args.assume_unchanged,
-                            require_signed=args.require_signed, trusted=trusted)
+                            require_signed=args.require_signed, trusted=trusted, attestations=attestations(args.attest_key))
         except SnapshotGone as err:
             raise UsageError(str(err)) from None
     seconds = time.monotonic() - started

@@ -26,12 +26,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify_export(folder: str, fmt: str, require_signed: bool = False, trusted: set[str] | None = None) -> int:
+def cmd_verify_export(folder: str, fmt: str, require_signed: bool = False, trusted: set[str] | None = None,
+                      attestations=None) -> int:
     """`runledger verify --root DIR` of a folder holding an export (runledger.tools.cli.cmd_verify hands it here)."""
     from runledger.ledger.check.exported import verify_export
 
     try:
-        report = verify_export(folder, require_signed, trusted)
+        report = verify_export(folder, require_signed, trusted, attestations)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if fmt == "json":

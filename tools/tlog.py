@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from runledger.tools.args import UsageError, add_root, add_signed_args, producer_keys
+from runledger.tools.args import UsageError, add_root, add_signed_args, attestations, producer_keys
 
 
 def _logs(root: str) -> list[Path]:
@@ -158,7 +158,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise UsageError("give the log's verifier key: --vkey, or a --policy with a `log` line")
     try:
         done = audit.audit(args.log, verifiers, args.events, Path(args.state) if args.state else None, pol=pol,
-                           stamps=stamps, require_signed=args.require_signed, trusted=producer_keys(args.producer_keys))
+                           stamps=stamps, require_signed=args.require_signed, trusted=producer_keys(args.producer_keys),
+                           attestations=attestations(args.attest_key))
     except audit.AuditFailed as err:
         print(f"tlog audit FAILED: {err}")
         return 1

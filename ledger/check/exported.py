@@ -6,7 +6,8 @@ and the canonical payload text, the payload valid for its kind, the typed column
 rule, the file's partition, the ledger's digest of its own columns); per chain, the walk of a stored root
 (`chainwalk.ChainWalk`: seqs gapless from 0, each prev_hash the hash before it, no event twice), each chain
 ending at the head the manifest names; per file, the bytes the manifest lists (a file missing, added or
-changed is a problem); the chains' signed heads, as for a root (`runledger.ledger.check.signed`). Nothing of the
+changed is a problem); the chains' signed heads and the checkpoints' attestations, as for a root
+(`runledger.ledger.check.signed`, `runledger.ledger.check.attested`: no log checkpoint, an export keeps no log). Nothing of the
 source root is read. A CSV export is not checked here (its typed
 columns are not kept); its hashes are recomputed the same way from its envelope columns and payload text.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from runledger.ledger.check import chainwalk, rowcheck, signed
+from runledger.ledger.check import attested, chainwalk, rowcheck, signed
 from runledger.ledger.check.verify import Report
 from runledger.ledger.contract.events import KINDS
 from runledger.ledger.storage import export
@@ -26,7 +27,8 @@ from runledger.ledger.storage.objects import source
 from runledger.ledger.tlog import chainheads
 
 
-def verify_export(folder: str | Path, require_signed: bool = False, trusted: set[str] | None = None) -> Report:
+def verify_export(folder: str | Path, require_signed: bool = False, trusted: set[str] | None = None,
+                  attestations: attested.Check | None = None) -> Report:
     """Check the export in `folder` (see the module docstring); ValueError (one line) if it holds none, or a CSV one."""
     folder = Path(folder)
     manifest = export.read_manifest(folder)
@@ -65,6 +67,9 @@ def verify_export(folder: str | Path, require_signed: bool = False, trusted: set
                                         {key: c.next_seq - 1 for key, c in walk.chains.items() if c.max_seq >= 0},
                                         trusted, require_signed)
     report.problems += report.signed.problems
+    report.attested = attested.check_attested([p for p in on_disk.values() if p.parent.parent.name == "kind=attestation"],
+                                              None, attestations)
+    report.problems += report.attested.problems
     for run_id, chains in sorted((manifest.get("heads") or {}).items()):
         for c in chains:
             chain = walk.chains.get((run_id, c["producer"], c["attempt"]))

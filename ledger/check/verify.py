@@ -12,7 +12,9 @@ event names (`{root}/media/{sha256}`, `runledger.ledger.storage.media`) is there
 SHA-256 is its name: the blobs are hashed on every verify, `since` or not. Every signed chain head
 (`runledger.ledger.check.signed`): its vouch and signature, that it signs the stored chain, and no event of a
 finished chain after its last head; chains without heads are counted as unsigned (a problem with
-`require_signed`), and the user keys that vouched for them named (or held to `trusted`).
+`require_signed`), and the user keys that vouched for them named (or held to `trusted`). Every stored
+`attestation` of a model checkpoint (`runledger.ledger.check.attested`: what `runledger attest verify` checks,
+with the check the caller gives: the CLI's) whose folder is at hand; said only when the root holds one.
 
 The table other engines read is the table verified: a delete file in the snapshot (which the ledger
 never writes, and Iceberg engines apply), a manifest entry whose row count or partition is not its
@@ -63,7 +65,7 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 
-from runledger.ledger.check import chainwalk, rowcheck, verified, workers
+from runledger.ledger.check import attested, chainwalk, rowcheck, verified, workers
 from runledger.ledger.check import signed as signed_heads
 from runledger.ledger.storage import heads, locks, media, paths, recovery, streams
 from runledger.ledger.storage.compaction import drop_identical_duplicates
@@ -96,6 +98,7 @@ class Report:
     since: str | None = None  # when the verify this one continued was done
     record: verified.Record | None = field(default=None, repr=False)  # what this one checked, if it passed
     signed: signed_heads.Signed | None = None  # the chains' signed heads
+    attested: attested.Attested | None = None  # the model checkpoints' attestations
 
     @property
     def ok(self) -> bool:
@@ -106,7 +109,8 @@ class Report:
                 "quarantined": self.quarantined, "problems": self.problems, "heads": self.heads,
                 "tombstones": self.tombstones,
                 "checked_events": self.checked, "checked_files": self.checked_files, "since": self.since,
-                **(self.signed.summary() if self.signed else {})}
+                **(self.signed.summary() if self.signed else {}),
+                **(self.attested.summary() if self.attested and self.attested.any else {})}
 
     def text(self) -> str:
         lines = [f"{self.events} events in {self.files} files, {self.chains} chains; "
@@ -119,6 +123,8 @@ class Report:
         lines += [f"  deleted: {t}" for t in self.tombstones]
         if self.signed is not None:
             lines.append(self.signed.text())
+        if self.attested is not None and self.attested.any:
+            lines.append(self.attested.text())
         if self.problems:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [f"  - {p}" for p in self.problems[:MAX_LISTED]]
@@ -144,7 +150,8 @@ def _files_now(root: Path) -> list[tuple[str, int]] | None:
 
 def verify(root: str | Path, since: verified.Record | None = None, jobs: int | None = None,
            progress: Progress | None = None, record: bool = False, snapshot: int | None = None,
-           assume_unchanged: bool = False, require_signed: bool = False, trusted: set[str] | None = None) -> Report:
+           assume_unchanged: bool = False, require_signed: bool = False, trusted: set[str] | None = None,
+           attestations: attested.Check | None = None) -> Report:
     """Check a root (see the module docstring); with `since`, only what was added after that record.
     With `record`, a report that passes carries what a later `since` starts from (`report.record`;
     every file checked is hashed too). `jobs`: processes checking rows (default: the cores usable).
@@ -155,7 +162,9 @@ def verify(root: str | Path, since: verified.Record | None = None, jobs: int | N
     heads are not checked then. `assume_unchanged` (with `since`): a file checked before whose size and
     mtime are as recorded is not read again (its bytes are not hashed): a check that costs only what is
     new, which an edit that keeps a file's size and restores its mtime gets past. `require_signed`: a chain
-    without a signed head is a problem; `trusted`: the user keys a chain head may be vouched for by."""
+    without a signed head is a problem; `trusted`: the user keys a chain head may be vouched for by;
+    `attestations`: the check of the stored checkpoint attestations (`runledger.ledger.attest.check_stored`, with
+    its keys: a layer above, so handed in; None: they are counted as unchecked)."""
     root = Path(root)
     paths.check_root(root)
     jobs = jobs or len(os.sched_getaffinity(0))
@@ -164,11 +173,11 @@ def verify(root: str | Path, since: verified.Record | None = None, jobs: int | N
         if not paths.is_tables(root):
             raise paths.SnapshotGone(f"{root} keeps no snapshots: nothing is stored there yet")
         return _verify_once(root, since, jobs, progress, record, paths.cut(root, snapshot), assume_unchanged,
-                            require_signed, trusted)
+                            require_signed, trusted, attestations)
     for _ in range(VERIFY_TRIES):
         before = _files_now(root)
         report = _verify_once(root, since, jobs, progress, record, assume_unchanged=assume_unchanged,
-                              require_signed=require_signed, trusted=trusted)
+                              require_signed=require_signed, trusted=trusted, attestations=attestations)
         if before is not None and before == _files_now(root):
             break
     return report
@@ -271,7 +280,7 @@ def _file_rows(path: Path) -> int:
 
 def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress: Progress | None, record: bool,
                  at: paths.Cut | None = None, assume_unchanged: bool = False, require_signed: bool = False,
-                 trusted: set[str] | None = None) -> Report:
+                 trusted: set[str] | None = None, attestations: attested.Check | None = None) -> Report:
     report = Report(since=since.written_at if since else None)
     for path in stray_files(root):  # the views read exactly the files verify reads (paths.event_files)
         report.problems.append(f"{path}: a stray Parquet file, outside the ledger's layout (planted?)")
@@ -347,6 +356,8 @@ def _verify_once(root: Path, since: verified.Record | None, jobs: int, progress:
                                               {key: c.next_seq - 1 for key, c in walk.chains.items() if c.max_seq >= 0},
                                               trusted, require_signed)
     report.problems += report.signed.problems
+    report.attested = attested.check_attested([f for f in files if _kind_of(f) == "attestation"], root, attestations)
+    report.problems += report.attested.problems
     if at is None:  # (a past snapshot's chains cannot be held to the heads recorded since)
         _check_heads(root, walk, recorded, unreadable, since, plan, report)
     for (run_id, producer, attempt), seqs in sorted(stored_conflicts(root, at).items()):

@@ -9,12 +9,15 @@ policy's quorum of valid witness cosignatures (runledger.ledger.tlog.cosignature
 authority's certificates, every RFC 3161 token the log holds (`timestamp/<size>.tsr`: each one of a local
 folder, the audited checkpoint's over HTTP) must check over the checkpoint of its size, recomputed from the
 tiles (runledger.ledger.tlog.timestamps); a missing one is said, and fails only when timestamps are
-required. Every chain's signed heads are checked as `runledger verify` checks them (the same function); a
-chain without heads is counted as unsigned, and fails only when signed chains are required. The first
-difference is named."""
+required. An event whose own `time` is later than the genTime of the earliest stamped checkpoint holding
+it (beyond the token's accuracy and MAX_CLOCK_SKEW_S) claims a time the token shows untrue: named. Every chain's signed heads are checked as `runledger verify` checks them (the same function); a
+chain without heads is counted as unsigned, and fails only when signed chains are required; so is every
+stored attestation of a model checkpoint (runledger.ledger.check.attested). The first difference is named."""
 
 from __future__ import annotations
 
+import bisect
+import datetime
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -24,6 +27,9 @@ from runledger.ledger.tlog import checkpoint, cosignature, merkle, note, policy,
 from runledger.ledger.tlog.log import key_of
 
 Key = tuple[str, str, int, int]  # (run_id, producer, attempt, seq)
+# an event's `time` is its producer's clock, a token's genTime the authority's: allowed apart by Kerberos's
+# default clock skew (MIT krb5's `clockskew`, 300 s), on top of the token's own stated accuracy
+MAX_CLOCK_SKEW_S = 300.0
 
 
 class AuditFailed(Exception):
@@ -37,7 +43,8 @@ class Audited:
     deleted_runs: list[str] = field(default_factory=list)  # runs whose leaves have no events: tombstoned
     cosigned: dict[str, list[str]] = field(default_factory=dict)  # origin -> the policy's witnesses that cosigned
     stamped: dict[str, str] = field(default_factory=dict)  # origin -> what its timestamps showed, said
-    signed: str | None = None  # the chains' signed heads, said (runledger.ledger.check.signed)
+    tokens: dict[str, dict[int, timestamps.Stamp]] = field(default_factory=dict)  # origin -> size -> its checked token
+    signed: str | None = None  # the chains' signed heads and the attestations, said (runledger.ledger.check)
 
     def text(self) -> str:
         lines = [f"log {cp.origin}: size {cp.size}, root {cp.text().split(chr(10))[2]}"
@@ -99,9 +106,9 @@ def audit_log(where: str, verifiers: list[note.Verifier], seen: Path, pol: polic
     except tiles.TileMissing as err:
         raise AuditFailed(f"{cp.origin}: a tile of size {cp.size} is missing: {err}") from None
     if stamps is not None:
-        said = check_timestamps(where, reader, cp, stamps)
+        said, checked = check_timestamps(where, reader, cp, stamps)
         if result is not None:
-            result.stamped[cp.origin] = said
+            result.stamped[cp.origin], result.tokens[cp.origin] = said, checked
     path = _seen_file(cp.origin, seen)
     if path.exists():
         try:
@@ -151,10 +158,12 @@ class Stamps:
     required: bool = False
 
 
-def check_timestamps(where: str, reader: tiles.Tiles, cp: checkpoint.Checkpoint, stamps: Stamps) -> str:
+def check_timestamps(where: str, reader: tiles.Tiles, cp: checkpoint.Checkpoint,
+                     stamps: Stamps) -> tuple[str, dict[int, timestamps.Stamp]]:
     """Check every token of the log at `where` up to `cp` (a folder's every one; over HTTP, `cp`'s) over the
     checkpoint of its size, whose root is read from the tiles; AuditFailed naming the first refused, or
-    the missing one when required. Returns what they showed, said in a few words."""
+    the missing one when required. Returns what they showed, said in a few words, and the tokens that
+    checked by size."""
     local = not reader.http
     sizes = [s for s in timestamps.sizes_in(Path(where)) if s <= cp.size] if local else [cp.size]
     found: dict[int, bytes] = {}
@@ -166,7 +175,7 @@ def check_timestamps(where: str, reader: tiles.Tiles, cp: checkpoint.Checkpoint,
     if stamps.authority is None:
         if stamps.required:
             raise AuditFailed(f"{cp.origin}: timestamps are required, but no authority's certificates were given")
-        return f"{len(found)} timestamp(s) not checked (no authority's certificates given)" if found else "no timestamp"
+        return (f"{len(found)} timestamp(s) not checked (no authority's certificates given)" if found else "no timestamp"), {}
     checked: dict[int, timestamps.Stamp] = {}
     node = reader.node(cp.size)
     for size, reply in found.items():
@@ -182,8 +191,31 @@ def check_timestamps(where: str, reader: tiles.Tiles, cp: checkpoint.Checkpoint,
             f" (the latest stamped: size {before}, {_when(checked[before])})" if before is not None else "")
         if stamps.required:
             raise AuditFailed(f"{cp.origin}: {why}; timestamps are required")
-        return why
-    return f"timestamped {_when(latest)} ({len(checked)} timestamp(s) checked)"
+        return why, checked
+    return f"timestamped {_when(latest)} ({len(checked)} timestamp(s) checked)", checked
+
+
+def check_times(leaves: dict[Key, tuple[str, int, str]], times: dict[Key, str],
+                tokens: dict[str, dict[int, timestamps.Stamp]]) -> None:
+    """Each event's own `time` (`times`) is no later than the genTime of the earliest checked token of its log
+    over a checkpoint holding it (a size above its leaf index), give or take the token's accuracy and
+    MAX_CLOCK_SKEW_S; AuditFailed naming the first, in leaf order, that is."""
+    sizes = {origin: sorted(by_size) for origin, by_size in tokens.items()}
+    for key, (_, i, origin) in sorted(leaves.items(), key=lambda kv: (kv[1][2], kv[1][1])):
+        covering = sizes.get(origin, [])
+        j = bisect.bisect_right(covering, i)
+        if j == len(covering) or key not in times:
+            continue  # (stored after the latest stamped checkpoint: no token dates it)
+        stamp = tokens[origin][covering[j]]
+        try:
+            said = datetime.datetime.fromisoformat(times[key])
+        except (TypeError, ValueError):
+            raise AuditFailed(f"event {_name(key)}: its time {times[key]!r} is not RFC 3339") from None
+        allowed = MAX_CLOCK_SKEW_S + stamp.accuracy_s
+        if said > stamp.gen_time + datetime.timedelta(seconds=allowed):
+            raise AuditFailed(f"{origin}: event {_name(key)} says it happened at {times[key]}, but checkpoint size "
+                              f"{stamp.size} holding it was timestamped {_when(stamp)} ({allowed:g} s allowed for the "
+                              f"clocks): its time is not true")
 
 
 def _when(stamp: timestamps.Stamp) -> str:
@@ -196,14 +228,14 @@ def _b64(h: bytes) -> str:
     return base64.b64encode(h).decode()
 
 
-def read_published(events: Path) -> tuple[dict[Key, str], set[str]]:
-    """The events of a root or an export: {key: hash}, and the runs a stored tombstone deleted."""
+def read_published(events: Path) -> tuple[dict[Key, str], set[str], dict[Key, str]]:
+    """The events of a root or an export: {key: hash}, the runs a stored tombstone deleted, {key: time}."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from runledger.ledger.storage import export, paths, removal
 
-    cols = ["run_id", "producer", "attempt", "seq", "hash", "kind"]
+    cols = ["run_id", "producer", "attempt", "seq", "hash", "kind", "time"]
     if export.is_export(events):
         files = sorted(events.glob("events/kind=*/run_id=*/*.parquet"))
         table = pa.concat_tables([pq.read_table(f, columns=cols) for f in files]) if files else None
@@ -214,21 +246,25 @@ def read_published(events: Path) -> tuple[dict[Key, str], set[str]]:
         table = read_events(events, columns=cols)
     out: dict[Key, str] = {}
     deleted: set[str] = set()
+    times: dict[Key, str] = {}
     if table is None:
-        return out, deleted
+        return out, deleted, times
     c = {n: table.column(n).to_pylist() for n in cols}
-    for r, p, a, s, h, k in zip(*(c[n] for n in cols)):
+    for r, p, a, s, h, k, t in zip(*(c[n] for n in cols)):
         out[(r, p, a, s)] = h
+        times[(r, p, a, s)] = t
         if k == removal.TOMBSTONE:
             deleted.add(r)
-    return out, deleted
+    return out, deleted, times
 
 
 def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Path | None = None,
           check_chains: bool = True, pol: policy.Policy | None = None, stamps: Stamps | None = None,
-          require_signed: bool = False, trusted: set[str] | None = None) -> Audited:
+          require_signed: bool = False, trusted: set[str] | None = None,
+          attestations=None) -> Audited:
     """The whole audit (with `pol`, each checkpoint must carry its quorum of cosignatures; with `stamps`,
-    its timestamps are checked; `require_signed`, `trusted`: the chain heads, as `runledger verify`'s);
+    its timestamps are checked; `require_signed`, `trusted`: the chain heads, `attestations`: the check of the
+    checkpoints' attestations (runledger.ledger.check.attested.Check), as `runledger verify`'s);
     AuditFailed with the first difference."""
     seen = seen or state_dir()
     events = Path(events)
@@ -245,7 +281,7 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
             if key in leaves:
                 raise AuditFailed(f"{cp.origin}: leaf {i} logs event {_name(key)} a second time")
             leaves[key] = (h, i, cp.origin)
-    published, deleted = read_published(events)
+    published, deleted, times = read_published(events)
     excused: set[str] = set()
     for key, (h, i, origin) in leaves.items():
         stored = published.get(key)
@@ -262,27 +298,33 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
         if key not in leaves:
             raise AuditFailed(f"event {_name(key)} in {events} is a leaf of no signed checkpoint (added to the tables "
                               f"behind the log, or stored after the last checkpoint)")
+    check_times(leaves, times, result.tokens)
     result.events, result.deleted_runs = len(published), sorted(excused)
     if check_chains:
-        result.signed = _check_chains(events, require_signed, trusted)
+        result.signed = _check_chains(events, require_signed, trusted, attestations)
     return result
 
 
-def _check_chains(events: Path, require_signed: bool = False, trusted: set[str] | None = None) -> str | None:
-    """Every event's hash recomputed and every chain link followed (what `runledger verify` checks)."""
+def _check_chains(events: Path, require_signed: bool = False, trusted: set[str] | None = None,
+                  attestations=None) -> str | None:
+    """Every event's hash recomputed and every chain link followed, the heads and the attestations checked
+    (what `runledger verify` checks); what the heads and attestations showed, said."""
     from runledger.ledger.storage import export
 
     if export.is_export(events):
         from runledger.ledger.check.exported import verify_export
 
-        report = verify_export(events, require_signed, trusted)
+        report = verify_export(events, require_signed, trusted, attestations)
     else:
         from runledger.ledger.check.verify import verify
 
-        report = verify(events, require_signed=require_signed, trusted=trusted)
+        report = verify(events, require_signed=require_signed, trusted=trusted, attestations=attestations)
     if not report.ok:
         raise AuditFailed(f"{events}: {report.problems[0]}")
-    return report.signed.text() if report.signed else None
+    said = [report.signed.text()] if report.signed else []
+    if report.attested is not None and report.attested.any:
+        said.append(report.attested.text())
+    return "\n".join(said) or None
 
 
 def _name(key: Key) -> str:

@@ -38,11 +38,13 @@ class TimestampRefused(Exception):
 
 @dataclass(frozen=True)
 class Stamp:
-    """A token that checked: the size of the checkpoint it stamps, its genTime, the authority's name."""
+    """A token that checked: the size of the checkpoint it stamps, its genTime, the authority's name, and the
+    accuracy of its genTime that the token states (0 when it states none)."""
 
     size: int
     gen_time: datetime.datetime
     authority: str
+    accuracy_s: float = 0.0
 
 
 def rfc3161():
@@ -117,7 +119,7 @@ class Authority:
             self.verifier(request).verify(resp, hashlib.sha256(text.encode()).digest())
         except (r.VerificationError, ValueError) as err:
             raise TimestampRefused(_reason(str(err))) from None
-        return Stamp(size, resp.tst_info.gen_time, _name_of(resp))
+        return Stamp(size, resp.tst_info.gen_time, _name_of(resp), _accuracy_of(resp))
 
     def request(self, text: str, size: int) -> tuple[bytes, Stamp]:
         """Ask the authority to stamp checkpoint `text`: the reply, checked (nonce included), and its Stamp."""
@@ -149,6 +151,15 @@ def _reason(err: str) -> str:
     if "Nonce mismatch" in err:
         return "its nonce is not the request's (a replayed reply?)"
     return err.split("\n")[0][:200]
+
+
+def _accuracy_of(resp) -> float:
+    """The token's stated accuracy of its genTime, in seconds (RFC 3161 Accuracy; 0 when absent)."""
+    try:
+        a = resp.tst_info.accuracy
+        return float(a.seconds or 0) + (a.millis or 0) / 1e3 + (a.micros or 0) / 1e6
+    except Exception:  # noqa: BLE001 (a token without the optional accuracy field)
+        return 0.0
 
 
 def _name_of(resp) -> str:

@@ -4,10 +4,12 @@ authority (`openssl ts`, support.tsa) keeps the authority's token over each chec
 promise attacked: whoever holds the root cannot show a timestamp the authority did not give for that
 checkpoint: a token edited (bytes flipped, its genTime moved back), one from another authority, one over
 another checkpoint swapped in, or bytes that are no token, are refused with one line naming the
-checkpoint; a missing one is said, and fails the audit only when timestamps are required."""
+checkpoint; a missing one is said, and fails the audit only when timestamps are required. Nor can a
+producer date an event later than the token over a checkpoint that holds it: the audit names it."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import re
 import subprocess
@@ -15,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from runledger.ledger.contract.events import subject_for
+from runledger.ledger.emit.sealing import seal
 from runledger.ledger.ingest import service
-from runledger.ledger.tlog import timestamping, timestamps, tiles
+from runledger.ledger.ingest.partitions import Part, partition_of
+from runledger.ledger.tlog import audit, timestamping, timestamps, tiles
 from runledger.tools.cli import main
 from support.batches import batch_for
 from support.tlogs import tlog_audit
@@ -155,3 +160,47 @@ def test_a_reply_the_authority_did_not_grant_is_never_kept(root, tsa, capsys):
     assert timestamps.sizes_in(ledger.tlog.dir) == [] and tsa.requests >= 1
     rc, out = _audit_stamped(root, tsa, capsys)
     assert rc == 0 and "checkpoint size 10 has no timestamp" in out, out
+
+
+def _step_at(run: str, when: datetime.datetime, sseq: int) -> list[tuple[str, bytes, int]]:
+    """A step event its producer dated `when` (sealed so: its hash covers the time), as a message."""
+    env, text = seal(run, "worker-0", 0, 0, "step", {"loss": 1.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 8,
+                                                     "step_time_s": 0.1}, 0,
+                     "", when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return [(subject_for(run, "step"), text.encode(), sseq)]
+
+
+def test_an_event_dated_after_the_timestamp_that_holds_it_is_named(root, tsa, stamped, capsys):
+    ledger, _ = stamped  # (their events are dated when sealed, before their checkpoints were stamped: they pass)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    skewed = now + datetime.timedelta(seconds=audit.MAX_CLOCK_SKEW_S / 5)  # a producer's clock a little ahead
+    assert _store_stamped(ledger, _step_at("run-3", skewed, 56)) == 56
+    rc, out = _audit_stamped(root, tsa, capsys, "--require-timestamps")
+    assert rc == 0 and "(3 timestamp(s) checked)" in out, out
+    later = now + datetime.timedelta(hours=1)  # an event that says it came an hour after it was logged and stamped
+    assert _store_stamped(ledger, _step_at("run-4", later, 57)) == 57
+    rc, out = _audit_stamped(root, tsa, capsys)
+    assert rc == 1 and out.count("\n") == 1, out
+    assert "event run-4/worker-0/0/0 says it happened at " in out and "but checkpoint size 57 holding it was " \
+        "timestamped" in out and "its time is not true" in out, out
+
+
+def test_each_partitions_log_is_stamped_and_audited_as_its_own(root, tsa, capsys):
+    k = 2
+    runs = {p: [r for r in (f"run-{i}" for i in range(20)) if partition_of(r, k) == p][:2] for p in range(k)}
+    ledgers = [service.Ledger(root, position=Part(k, p)) for p in range(k)]
+    assert _store_stamped(ledgers[0], batch_for(runs[0][:1], 10)) == 10
+    assert _store_stamped(ledgers[1], batch_for(runs[1][:1], 7, first_sseq=11)) == 7
+    origins = [ledger.tlog.signer.verifier.name + f"/p{p}" for p, ledger in enumerate(ledgers)]
+    assert [timestamps.sizes_in(root / f"tlog/p{p}") for p in range(k)] == [[10], [7]]
+    rc, out = _audit_stamped(root, tsa, capsys, "--require-timestamps")
+    assert rc == 0 and f"log {origins[0]}: size 10" in out and f"log {origins[1]}: size 7" in out, out
+    assert out.count("(1 timestamp(s) checked)") == 2, out
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    assert _store_stamped(ledgers[1], _step_at(runs[1][1], later, 18)) == 8  # dated after p1's stamp over it
+    rc, out = _audit_stamped(root, tsa, capsys)
+    assert rc == 1 and f"{origins[1]}: event {runs[1][1]}/worker-0/0/0 says it happened at " in out, out
+    token = (root / "tlog/p0" / timestamps.path_of(10)).read_bytes()  # p0's genuine token, as p1's of size 8
+    (root / "tlog/p1" / timestamps.path_of(8)).write_bytes(token)
+    rc, out = _audit_stamped(root, tsa, capsys)
+    assert rc == 1 and f"{origins[1]}: the timestamp of checkpoint size 8 is refused: it stamps another" in out, out

@@ -53,6 +53,8 @@ def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root,
     assert "its log checkpoint is the root's log's (tlog/checkpoint size" in capsys.readouterr().out
     assert runledger_main(["attest", "verify", "--run", "attested", "--root", str(root)]) == 0  # each checkpoint
     assert capsys.readouterr().out.count("ok: ") == len(rows)
+    assert runledger_main(["verify", "--root", str(root)]) == 0  # verify runs the same check on every attestation
+    assert f"attestations: {len(rows)} checked" in capsys.readouterr().out
 
     st = json.loads((folder / attest.STATEMENT).read_bytes())
     build = st["predicate"]["buildDefinition"]
@@ -84,6 +86,10 @@ def test_a_tiny_runs_checkpoints_are_attested_and_an_edited_one_is_refused(root,
     assert capsys.readouterr().err.startswith("FAILED: model signing refuses")
     assert runledger_main(["attest", "verify", "--run", "attested", "--root", str(root)]) == 1
     assert f"FAILED: model signing refuses {folder}" in capsys.readouterr().err
+    assert runledger_main(["verify", "--root", str(root)]) == 1
+    problems = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  - ")]
+    assert len(problems) == 1 and problems[0].startswith("  - attestation attested:worker-0:0:") \
+        and "model signing refuses" in problems[0], problems  # one line, naming the event
     assert ledger_process.terminate() == 0
 
 
