@@ -147,11 +147,15 @@ RULE_BOOK: tuple[Threshold, ...] = (
               "0.88 by step ~30; 20 + 4 seeds)",
               ("health/router_entropy",),
               profiles=(("marin", 0.995),), rule=MARIN + "router entropy below 0.995 ln E (5.92 for 384 experts)"),
-    Threshold("router_entropy_drop_ratio", 0.9, "fraction of the running median",
-              "runledger: ...or below 90% of the median of the blocks before it (a fall from the run's own level; "
-              "healthy small and tiny runs: at least 0.91 of it from twice the warmup on; 0.8 ln E from a level of 0.9 "
-              "is 0.89 of it)",
+    Threshold("router_entropy_drop_ratio", 0.95, "fraction of the running median",
+              "runledger: ...or below 95% of the median of the blocks before it (a fall from the run's own level; "
+              "healthy small and tiny runs: at least 0.98 of it from twice the warmup on, 24 seeds; 0.8 ln E from a "
+              "level of 0.88-0.98 is at most 0.91 of it)...",
               ("health/router_entropy",), profiles=(("marin", OFF),)),
+    Threshold("router_entropy_drop_sigma", 6.0, "block noise (sigma)",
+              "runledger: ...by more than 6 sigma of the block-to-block noise (a robust sigma, as loss_noise): healthy "
+              "small and tiny runs fall at most 3.0 sigma under their running median, 24 seeds; a noisy run's 5% dip "
+              "is no fall", ("health/router_entropy",), profiles=(("marin", OFF),)),
     Threshold("router_entropy_settle_warmups", 2.0, "warmups",
               "runledger: the router entropy is judged from this many warmup lengths on (the router settles after "
               "the lr peak); Marin's profile judges from the first step", ("health/router_entropy",),
@@ -194,7 +198,7 @@ RULE_BOOK: tuple[Threshold, ...] = (
               ("agents/stall", "health/telemetry_gone")),
     Threshold("throughput_floor_ratio", 0.7, "fraction of the run median",
               "runledger: the floor is 70% of the median MFU (else tokens/s) of the samples before the window (else of "
-              "the run), each attempt's first step left out (a sample at half the rate with 25% jitter is under it 9 "
+              "those a window after it, else of the run), each attempt's first step left out (a sample at half the rate with 25% jitter is under it 9 "
               "times in 10; a healthy one, 1 in 13; at 75% two more of 24 real CPU runs on a loaded machine fail)", ("health/throughput_floor",),
               profiles=(("marin", OFF),)),
     Threshold("throughput_plan_floor", OFF, "fraction of the plan",
@@ -203,6 +207,12 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("throughput_skip_steps", 10.0, "steps",
               "runledger: each attempt's first 10 steps are warm-up, not judged (a tiny run's first 10 steps on CPU "
               "run at a third of its rate while JAX compiles)", ("health/throughput_floor",)),
+    Threshold("throughput_smooth_samples", 5.0, "steps",
+              "runledger: a sample is the median of 5 consecutive steps' rates centred on it (with 25% jitter a step "
+              "at half the rate is under a 70% floor 9 times in 10 and a healthy one 1 in 13, so a dip over 60% of a "
+              "window filled 57% of it; the median of 5: 99 and 1 in 100); Marin's profile counts each step's own",
+              ("health/throughput_floor",), profiles=(("marin", 1.0),),
+              rule=MARIN + "each sample counted as it is"),
     Threshold("throughput_window_s", 900.0, "s", "Marin alert: 15 minutes", ("health/throughput_floor",)),
     Threshold("throughput_min_samples", 10.0, "samples", "Marin alert: at least 10 samples in the window",
               ("health/throughput_floor",)),
