@@ -11,7 +11,7 @@ EVIDENCE = "evidence/drops"
 
 
 def decide(state, evidence: list[dict], th: dict) -> list[Action]:
-    limit, window = th["drop_fraction_max"], int(th["agent_window_steps"])
+    limit, window = th["drop_fraction_agent_max"], int(th["agent_window_steps"])
     trained = [r for r in evidence if r["what"] == "trained"]
     probes = [r for r in evidence if r["what"] == "probe"]
     ev = {"query": EVIDENCE, "ledger_position": state.last_stream_seq}

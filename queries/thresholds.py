@@ -69,8 +69,23 @@ RULE_BOOK: tuple[Threshold, ...] = (
               "runledger: ...and the rise stands out of the grad norm's noise: the slope's t statistic above 5 (healthy "
               "small runs: at most 3.6 in a window that rose > 50%, 20 seeds; a 5-step window's slope is mostly noise)",
               ("health/grad_norm_trend",), profiles=(("marin", OFF),)),
-    Threshold("drop_fraction_max", 0.07, "fraction of assignments", "Marin alert: drop fraction > 7%",
-              ("health/drop_fraction", "agents/drops")),
+    Threshold("drop_fraction_max", OFF, "fraction of assignments",
+              "runledger: off by default (Marin's 7% is for its MoE; the toy MoE at capacity drops 20-58% of "
+              "its assignments on a healthy run, 20 small seeds)",
+              ("health/drop_fraction",), profiles=(("marin", 0.07),), rule=MARIN + "drop fraction > 7%"),
+    Threshold("drop_fraction_sigma", 6.0, "drop noise (sigma)",
+              "runledger: a step's drop fraction above the median of the attempt's steps before it (>= 5 of them) by "
+              "> 6 sigma of its step-to-step noise (a robust sigma, as loss_noise); healthy small and tiny runs: at "
+              "most 3.2 sigma over 24 seeds", ("health/drop_fraction",), profiles=(("marin", OFF),)),
+    Threshold("drop_fraction_min_rise", 0.01, "fraction of assignments",
+              "runledger: ...and above it by more than 1 percentage point (as drops_vs_ladder_min_diff)",
+              ("health/drop_fraction",)),
+    Threshold("drop_fraction_settle_warmups", 2.0, "warmups",
+              "runledger: drops are judged from this many warmup lengths on (as the router entropy: a small run's "
+              "drops climb to 45-60% in warmup and settle after the lr peak)", ("health/drop_fraction",)),
+    Threshold("drop_fraction_agent_max", 0.07, "fraction of assignments",
+              "Marin alert: drop fraction > 7%; the drop agent raises the capacity factor (or holds a context "
+              "extension) over it, in every profile: a decision, not a health verdict", ("agents/drops",)),
     Threshold("drops_vs_ladder_ratio", 2.0, "ratio",
               "runledger: drop fraction > 2x the ladder rungs at the same fraction of training",
               ("health/drops_vs_ladder",)),
@@ -132,11 +147,15 @@ RULE_BOOK: tuple[Threshold, ...] = (
               "0.88 by step ~30; 20 + 4 seeds)",
               ("health/router_entropy",),
               profiles=(("marin", 0.995),), rule=MARIN + "router entropy below 0.995 ln E (5.92 for 384 experts)"),
-    Threshold("router_entropy_drop_ratio", 0.9, "fraction of the running median",
-              "runledger: ...or below 90% of the median of the blocks before it (a fall from the run's own level; "
-              "healthy small and tiny runs: at least 0.91 of it from twice the warmup on; 0.8 ln E from a level of 0.9 "
-              "is 0.89 of it)",
+    Threshold("router_entropy_drop_ratio", 0.95, "fraction of the running median",
+              "runledger: ...or below 95% of the median of the blocks before it (a fall from the run's own level; "
+              "healthy small and tiny runs: at least 0.98 of it from twice the warmup on, 24 seeds; 0.8 ln E from a "
+              "level of 0.88-0.98 is at most 0.91 of it)...",
               ("health/router_entropy",), profiles=(("marin", OFF),)),
+    Threshold("router_entropy_drop_sigma", 6.0, "block noise (sigma)",
+              "runledger: ...by more than 6 sigma of the block-to-block noise (a robust sigma, as loss_noise): healthy "
+              "small and tiny runs fall at most 3.0 sigma under their running median, 24 seeds; a noisy run's 5% dip "
+              "is no fall", ("health/router_entropy",), profiles=(("marin", OFF),)),
     Threshold("router_entropy_settle_warmups", 2.0, "warmups",
               "runledger: the router entropy is judged from this many warmup lengths on (the router settles after "
               "the lr peak); Marin's profile judges from the first step", ("health/router_entropy",),
@@ -148,12 +167,18 @@ RULE_BOOK: tuple[Threshold, ...] = (
               ("health/router_bias",), profiles=(("marin", OFF),)),
     Threshold("param_norm_growth_max", 0.25, "fraction",
               "runledger: parameter norm growing > 25% across the trailing window", ("health/param_norm_growth",)),
-    Threshold("mfu_below_plan_tol", 0.05, "fraction of the plan",
-              "Marin alert: MFU below plan (5% slack for timing noise)", ("health/mfu_plan",)),
-    Threshold("mfu_below_plan_sigma", 2.0, "robust CVs / sqrt(n)",
-              "runledger: a block is under plan when below it by the tolerance plus 2x the run's step-to-step spread "
-              "over sqrt of the block's steps (a 1-step block on a shared CPU is 40% off its median as often as not)",
+    Threshold("mfu_below_plan_tol", OFF, "fraction of the plan",
+              "runledger: off by default (a plan's peak is often made up: the small preset on CPU plans against 1e11 "
+              "FLOP/s and 6 of 20 healthy runs fell under it)", ("health/mfu_plan",),
+              profiles=(("marin", 0.05),), rule=MARIN + "MFU below plan (5% slack for timing noise)"),
+    Threshold("mfu_below_own_tol", 0.05, "fraction of the run's own rate",
+              "runledger: a block's rate (its FLOP rate, else tokens/s, else MFU) below the median of the run's blocks "
+              "before it (>= 5 of them: the rate the run has shown it can do) by > 5%...",
               ("health/mfu_plan",), profiles=(("marin", OFF),)),
+    Threshold("mfu_below_plan_sigma", 6.0, "robust CVs / sqrt(n)",
+              "runledger: ...and by more than 6x the run's step-to-step spread of its rate over sqrt of the block's "
+              "steps (a robust CV; healthy small and tiny runs on a shared CPU: at most 4.1 over 24 seeds, 1-step "
+              "blocks)", ("health/mfu_plan",), profiles=(("marin", OFF),)),
     Threshold("mfu_variation_sigma", 10.0, "robust CVs / sqrt(n)",
               "runledger: ...and off by more than 10x the run's own step-to-step spread (a robust coefficient of "
               "variation, over sqrt of the block's steps): on a shared CPU a small run's MFU has a CV of 0.3-0.4 and "
@@ -173,7 +198,7 @@ RULE_BOOK: tuple[Threshold, ...] = (
               ("agents/stall", "health/telemetry_gone")),
     Threshold("throughput_floor_ratio", 0.7, "fraction of the run median",
               "runledger: the floor is 70% of the median MFU (else tokens/s) of the samples before the window (else of "
-              "the run), each attempt's first step left out (a sample at half the rate with 25% jitter is under it 9 "
+              "those a window after it, else of the run), each attempt's first step left out (a sample at half the rate with 25% jitter is under it 9 "
               "times in 10; a healthy one, 1 in 13; at 75% two more of 24 real CPU runs on a loaded machine fail)", ("health/throughput_floor",),
               profiles=(("marin", OFF),)),
     Threshold("throughput_plan_floor", OFF, "fraction of the plan",
@@ -182,6 +207,12 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("throughput_skip_steps", 10.0, "steps",
               "runledger: each attempt's first 10 steps are warm-up, not judged (a tiny run's first 10 steps on CPU "
               "run at a third of its rate while JAX compiles)", ("health/throughput_floor",)),
+    Threshold("throughput_smooth_samples", 5.0, "steps",
+              "runledger: a sample is the median of 5 consecutive steps' rates centred on it (with 25% jitter a step "
+              "at half the rate is under a 70% floor 9 times in 10 and a healthy one 1 in 13, so a dip over 60% of a "
+              "window filled 57% of it; the median of 5: 99 and 1 in 100); Marin's profile counts each step's own",
+              ("health/throughput_floor",), profiles=(("marin", 1.0),),
+              rule=MARIN + "each sample counted as it is"),
     Threshold("throughput_window_s", 900.0, "s", "Marin alert: 15 minutes", ("health/throughput_floor",)),
     Threshold("throughput_min_samples", 10.0, "samples", "Marin alert: at least 10 samples in the window",
               ("health/throughput_floor",)),

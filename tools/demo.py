@@ -56,7 +56,7 @@ class Plan:
     # this tiny scale, untrained router) and ~40% at 8x the length; the demo declares its limit in
     # between, in run_started.thresholds, where the audit and the agents read it; its runs are short,
     # so the audit's blocks and the agents' trailing window are 3 steps.
-    thresholds: dict = field(default_factory=lambda: {"drop_fraction_max": 0.33, "block_steps": 3,
+    thresholds: dict = field(default_factory=lambda: {"drop_fraction_max": 0.33, "drop_fraction_agent_max": 0.33, "block_steps": 3,
                                                       "agent_window_steps": 3})
 
 

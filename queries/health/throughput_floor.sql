@@ -4,7 +4,11 @@
 -- the median but counted as a sample, so one restart step cannot trip the check; the first
 -- throughput_skip_steps of each attempt (compilation, caches warming) are not judged. The default floor is
 -- throughput_floor_ratio x the median of the samples before the window (at least throughput_min_samples
--- of them; else of the whole run), so that a long dip does not lower its own floor.
+-- of them; else of those a window after it; else of the whole run), so that a long dip does not lower
+-- its own floor. By default a sample is the median of throughput_smooth_samples consecutive steps' rates
+-- centred on it (Marin's profile: 1, the step's own): a step's rate on a shared machine jitters 25-40%,
+-- and a median of 5 tells a step of a dip at half the rate from a healthy one 99 times in 100, where
+-- one step's rate does 9 in 10; one slow step cannot move a median of 5.
 with th as (
     select
         run_id,
@@ -13,7 +17,8 @@ with th as (
         max(value) filter (where name = 'throughput_window_s') as window_s,
         max(value) filter (where name = 'throughput_min_samples') as min_samples,
         max(value) filter (where name = 'throughput_below_share') as share,
-        max(value) filter (where name = 'throughput_skip_steps') as skip_steps
+        max(value) filter (where name = 'throughput_skip_steps') as skip_steps,
+        max(value) filter (where name = 'throughput_smooth_samples') as smooth
     from run_thresholds
     group by run_id
 ), measure as (
@@ -22,10 +27,14 @@ with th as (
     select
         s.run_id, s.attempt, s.step, epoch(s.ts) as t,
         case when m.by_mfu then s.mfu else s.tokens_per_s end as x,
+        median(case when m.by_mfu then s.mfu else s.tokens_per_s end) over (
+            partition by s.run_id, s.producer, s.attempt order by s.step
+            rows between (greatest(t.smooth, 1)::bigint - 1) // 2 preceding and (greatest(t.smooth, 1)::bigint - 1) // 2 following) as xs,
         s.step = min(s.step) over (partition by s.run_id, s.producer, s.attempt) as first_of_attempt,
         row_number() over (partition by s.run_id, s.producer, s.attempt order by s.step) as nth
     from steps_all s
     join measure m using (run_id)
+    join th t using (run_id)
     where case when m.by_mfu then s.mfu else s.tokens_per_s end is not null
 ), floors as (
     select
@@ -44,17 +53,20 @@ with th as (
     select
         x.*, f.floor as run_floor,
         case when t.plan_floor < 0 and count(*) filter (where not x.first_of_attempt) over before >= t.min_samples
-             then t.ratio * median(x.x) filter (where not x.first_of_attempt) over before end as before_floor
+             then t.ratio * median(x.x) filter (where not x.first_of_attempt) over before end as before_floor,
+        case when t.plan_floor < 0 and count(*) filter (where not x.first_of_attempt) over after >= t.min_samples
+             then t.ratio * median(x.x) filter (where not x.first_of_attempt) over after end as after_floor
     from samples x
     join floors f using (run_id)
     join th t using (run_id)
     where f.floor is not null and x.nth > t.skip_steps
-    window before as (partition by x.run_id order by x.t range between unbounded preceding and t.window_s preceding)
+    window before as (partition by x.run_id order by x.t range between unbounded preceding and t.window_s preceding),
+           after as (partition by x.run_id order by x.t range between t.window_s following and unbounded following)
 ), windows as (
     select
         x.run_id, x.step,
         count(*) over w as n,
-        count(*) filter (where x.x < coalesce(x.before_floor, x.run_floor)) over w as below
+        count(*) filter (where x.xs < coalesce(x.before_floor, x.after_floor, x.run_floor)) over w as below
     from referenced x
     join th t using (run_id)
     window w as (partition by x.run_id order by x.t range between t.window_s preceding and current row)
