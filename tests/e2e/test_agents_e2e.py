@@ -63,9 +63,9 @@ def test_a_slow_first_quarter_shortens_the_horizon_and_the_worker_obeys(tmp_path
     new_horizon = json.loads(params)["horizon_steps"]
     assert 1 < new_horizon < 48
     assert json.loads(evidence)["rows"][0]["recent_tokens_per_s"] < planned  # the evidence that caused it
-    [(status, applied_at)] = con.execute(
-        "select status, step from decisions_applied where decision_id = ?", [did]).fetchall()
-    assert status == "applied" and applied_at < 12  # within the first quarter
+    [(status, applied_at, reason)] = con.execute(
+        "select status, step, reason from decisions_applied where decision_id = ?", [did]).fetchall()
+    assert status == "applied" and applied_at < 12, (status, applied_at, reason, new_horizon)  # in the first quarter
     state = replay_run(root, "slowrun")
     assert state.schedule["horizon_steps"] == new_horizon
     assert con.execute("select max(step) from steps where run_id = 'slowrun'").fetchone()[0] == new_horizon
