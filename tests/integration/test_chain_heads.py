@@ -25,7 +25,7 @@ WATCHDOG_S = 120  # the publisher's first round has come by then (not a timing a
 
 
 def test_a_logged_run_is_signed_and_an_imported_one_fails_only_require_signed(local_root, tmp_path, monkeypatch):
-    monkeypatch.setenv(chainheads.HEADS_ENV, "on")  # (off by default: runledger.ledger.tlog.chainheads.enabled)
+    monkeypatch.setenv(chainheads.HEADS_ENV, "on")  # (the default: runledger.ledger.tlog.chainheads.enabled)
     monkeypatch.setenv(chainheads.EVERY_ENV, "40")
     run = runledger.init(id="signed", system_metrics=False)
     for i in range(100):
