@@ -2,7 +2,8 @@
 
     python -m runledger.tools.produce --nats URL --spool DIR --run-id R --producer P [--count N] [--rate R]
 
-Exits 0 once every event is acknowledged by JetStream (or leaves them in the spool if killed).
+Exits 0 once every event is acknowledged by JetStream (or leaves them in the spool if killed); run again on
+the same spool, it goes on from the steps the chain holds (`steps_spooled`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ import time
 from runledger.ledger import redact
 from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.contract.events import StepCompleted
+from runledger.ledger.tlog import chainheads
 
 
 def step_payload(i: int) -> dict:
     return {"loss": 10.0 / (1 + i * 1e-3), "grad_norm": 1.0 + (i % 7) * 0.01, "lr": 3e-4, "tokens": 8192,
             "step_time_s": 0.05, "mfu": 0.31, "tokens_per_s": 163840.0}
+
+
+def steps_spooled(em: Emitter) -> int:
+    """The steps a reopened chain holds: its seqs less the signed chain heads among them (a head takes a seq
+    too), counted in its spool's segments, which a killed producer leaves whole."""
+    head = f'"kind":"{chainheads.KIND}"'.encode()  # (as canonical JSON writes the envelope's kind)
+    return em.next_seq - sum(seg.read_bytes().count(head) for seg in em.spool.segments())
 
 
 def main() -> int:
@@ -36,7 +45,7 @@ def main() -> int:
     redact.install()
     em = Emitter(args.run_id, args.producer, args.attempt, args.nats, args.spool, batch=not args.no_batch)
     start = time.monotonic()
-    first = em.next_seq
+    first = steps_spooled(em)
     for i in range(first, args.count):
         em.emit(StepCompleted(**step_payload(i)), step=i)
         if args.rate and i % 100 == 0:

@@ -322,26 +322,49 @@ def attacked(served_root, tmp_path):
     return root
 
 
+# The served chains are a worker's: with signed heads on, each also holds the `chain_head` sealed at its close
+# (seq 30 of tr:worker-0:0), stored in its own kind's files. An attacker who cuts a chain cuts every kind of it.
+CHAIN_KINDS = ("step", "chain_head")
+
+
+def cut(root, run_id: str, keep) -> None:
+    """Rewrite every file of the run's chains (each kind a chain holds) with the rows `keep(row)` accepts."""
+    for kind in CHAIN_KINDS:
+        rewrite_partition(root, kind, run_id, keep)
+
+
+def last_seq(root, run_id: str, producer: str) -> int:
+    """The seq the ledger stored the chain (run_id, producer, 0) up to, read before an attack."""
+    return reader(root).execute("select max(seq) from events where run_id = ? and producer = ? and attempt = 0",
+                                [run_id, producer]).fetchone()[0]
+
+
 def test_a_chain_cut_short_is_found_even_in_a_self_consistent_file(attacked):
-    rewrite_partition(attacked, "step", "tr", lambda r: not (r["producer"] == "worker-0" and r["seq"] >= 27))
+    stored = last_seq(attacked, "tr", "worker-0")
+    assert stored >= 29  # its 30 steps (and its head)
+    cut(attacked, "tr", lambda r: not (r["producer"] == "worker-0" and r["seq"] >= 27))
     out = cli("verify", "--root", str(attacked))
     assert out.returncode == 1
-    assert "chain tr:worker-0:0: the ledger stored it up to seq 29, but it ends at seq 26 here (cut short?)" in out.stdout
+    assert (f"chain tr:worker-0:0: the ledger stored it up to seq {stored}, but it ends at seq 26 here (cut short?)"
+            in out.stdout)
 
 
 def test_a_producer_removed_whole_is_found(attacked):
-    rewrite_partition(attacked, "step", "tr", lambda r: r["producer"] != "worker-1")
+    stored = last_seq(attacked, "tr", "worker-1")
+    cut(attacked, "tr", lambda r: r["producer"] != "worker-1")
     problems = service_verify(attacked).problems
-    assert problems[-1] == "chain tr:worker-1:0: the ledger stored it up to seq 9, but none of it is here (deleted?)"
+    assert problems[-1] == f"chain tr:worker-1:0: the ledger stored it up to seq {stored}, but none of it is here (deleted?)"
     assert all("the table's manifest says" in p for p in problems[:-1])  # (rewritten in place: fewer rows than committed)
 
 
 def test_a_run_deleted_whole_is_found(attacked):
-    files = paths.event_files(attacked, "step", "other")
-    shutil.rmtree(partition_dir(attacked, "step", "other"))
-    assert service_verify(attacked).problems == [
-        *(f"{f}: in the tables' snapshot, but not on disk (deleted?)" for f in files),
-        "chain other:worker-0:0: the ledger stored it up to seq 4, but none of it is here (deleted?)"]
+    stored = last_seq(attacked, "other", "worker-0")
+    files = [f for kind in CHAIN_KINDS for f in paths.event_files(attacked, kind, "other")]
+    for kind in CHAIN_KINDS:
+        shutil.rmtree(partition_dir(attacked, kind, "other"), ignore_errors=True)  # (no chain_head files: heads off)
+    problems = service_verify(attacked).problems
+    assert sorted(problems[:-1]) == sorted(f"{f}: in the tables' snapshot, but not on disk (deleted?)" for f in files)
+    assert problems[-1] == f"chain other:worker-0:0: the ledger stored it up to seq {stored}, but none of it is here (deleted?)"
 
 
 def test_a_heads_record_removed_is_found(attacked):
@@ -354,15 +377,17 @@ def test_a_heads_record_removed_is_found(attacked):
 
 def test_a_ledger_restarted_on_a_cut_root_keeps_the_head_and_says_so(attacked, caplog):
     """Said when the run's stored events are first loaded (its next message: the index is lazy)."""
-    rewrite_partition(attacked, "step", "tr", lambda r: not (r["producer"] == "worker-0" and r["seq"] >= 20))
+    stored = last_seq(attacked, "tr", "worker-0")
+    cut(attacked, "tr", lambda r: not (r["producer"] == "worker-0" and r["seq"] >= 20))
     with caplog.at_level("ERROR"):
         service.Ledger(attacked).index.load_run("tr")
-    assert any("tr:worker-0:0: the ledger stored it up to seq 29" in r.message for r in caplog.records)
+    assert any(f"tr:worker-0:0: the ledger stored it up to seq {stored}" in r.message for r in caplog.records)
     assert any("ends at seq 19" in p for p in service_verify(attacked).problems)  # the head was not lowered
 
 
 def test_a_planted_file_outside_the_layout_is_read_by_no_view_and_named_by_verify(attacked):
     """A file of forged rows for run tr, under a folder the views' glob might once have matched."""
+    events = reader(attacked).execute("select count(*) from events where run_id = 'tr'").fetchone()  # (steps, heads)
     part = partition_dir(attacked, "step", "tr")
     table = pq.read_table(sorted(part.glob("*.parquet"))[0])
     stray = attacked / "events" / "kind=step" / "zz" / "part-1.parquet"
@@ -370,7 +395,7 @@ def test_a_planted_file_outside_the_layout_is_read_by_no_view_and_named_by_verif
     pq.write_table(table.slice(0, 3), stray)
     con = queries.connect(attacked)
     assert con.execute("select count(*) from steps_all where run_id = 'tr'").fetchone() == (40,)
-    assert con.execute("select count(*) from events where run_id = 'tr'").fetchone() == (40,)
+    assert con.execute("select count(*) from events where run_id = 'tr'").fetchone() == events
     problems = service_verify(attacked).problems
     assert problems == [f"{stray}: a stray Parquet file, outside the ledger's layout (planted?)"]
 
@@ -403,14 +428,19 @@ def test_a_ts_changed_is_found_even_with_a_fresh_digest(attacked):
 
 def test_verify_prints_the_heads_to_publish_elsewhere(attacked):
     """The heads are what holds a writer of every file to account: printed for keeping outside the root."""
+    con = reader(attacked)
+    events = con.execute("select count(*) from events").fetchone()[0]
+    assert con.execute("select count(*) from events where kind = 'step'").fetchone()[0] == 45
     out = cli("verify", "--root", str(attacked), "--format", "json")
     assert out.returncode == 0
     summary = json.loads(out.stdout)
-    assert summary["ok"] and summary["events"] == 45 and summary["problems"] == []
-    assert {k: v["seq"] for k, v in summary["heads"].items()} == {"tr:worker-0:0": 29, "tr:worker-1:0": 9,
-                                                                  "other:worker-0:0": 4}
-    last = reader(attacked).execute("select hash from steps_all where run_id = 'tr' and producer = 'worker-0' "
-                                    "and seq = 29").fetchone()[0]
+    assert summary["ok"] and summary["events"] == events and summary["problems"] == []
+    chains = {"tr:worker-0:0": ("tr", "worker-0"), "tr:worker-1:0": ("tr", "worker-1"), "other:worker-0:0": ("other", "worker-0")}
+    ends = {k: last_seq(attacked, *c) for k, c in chains.items()}  # (each chain's last step, or its closing head)
+    assert ends["tr:worker-0:0"] >= 29 and ends["tr:worker-1:0"] >= 9 and ends["other:worker-0:0"] >= 4
+    assert {k: v["seq"] for k, v in summary["heads"].items()} == ends
+    last = con.execute("select hash from events where run_id = 'tr' and producer = 'worker-0' and seq = ?",
+                       [ends["tr:worker-0:0"]]).fetchone()[0]
     assert summary["heads"]["tr:worker-0:0"]["hash"] == last
 
 

@@ -77,6 +77,17 @@ def test_each_role_still_does_its_work_on_its_own_inbox(secure, tmp_path, monkey
 
     monkeypatch.setenv(chainheads.HEADS_ENV, "on")
     root, creds = secure
+
+    async def subscribe(role: str, durable: str) -> None:
+        nc = await bus.connect(url(creds, role), max_reconnect_attempts=0)
+        await bus.ensure_consumer(nc.jetstream(), durable)
+        await nc.close()
+
+    # the agent's and notify's consumers exist before the worker publishes, as they would: the ledger prunes what
+    # every durable consumer acked but the stream's last message (runledger.ledger.bus.retention), so a consumer
+    # made after its prune would be given only the head
+    for role, durable in (("agent", natsserver.AGENTS_DURABLE), ("notify", natsserver.NOTIFY_DURABLE)):
+        asyncio.run(subscribe(role, durable))
     em = Emitter("r1", "worker-0", 0, url(creds, "worker-r1"), tmp_path / "spool")
     for s in range(5):
         em.emit_dict("step", STEP, step=s)

@@ -60,13 +60,24 @@ def secure(cluster, tmp_path):
 _NODE_TURN = itertools.count()
 
 
+KEEP = "tests-keep"  # a durable consumer that acks nothing: see _fresh_consumer
+
+
 async def _fresh_consumer(url: str) -> None:
-    """The last check's ledger consumer gone (the ledger role may delete it), for a fresh root."""
+    """The last check's ledger consumer gone (the ledger role may delete it), for a fresh root; and the
+    stream held whole for it: a ledger prunes what every durable consumer acked but the stream's last
+    message (runledger.ledger.bus.retention), so without KEEP a check that leaves two messages (a worker's
+    steps and, with signed heads on, its closing chain_head) would leave the next root a stream that
+    begins past what it took, which it rightly refuses as purged."""
     nc = await bus.connect(url)
     js = nc.jetstream()
     try:
         await js.delete_consumer("RUNLEDGER", "ledger")
     except NotFoundError:
+        pass
+    try:
+        await bus.ensure_consumer(js, KEEP)
+    except NotFoundError:  # (no stream yet: the first check's ledger makes it, before any event)
         pass
     await nc.close()
 

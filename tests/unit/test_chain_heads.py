@@ -21,7 +21,7 @@ RUN, PRODUCER = "r1", "worker-0"
 
 @pytest.fixture(autouse=True)
 def heads_on(monkeypatch):
-    monkeypatch.setenv(chainheads.HEADS_ENV, "on")  # (off by default: runledger.ledger.tlog.chainheads.enabled)
+    monkeypatch.setenv(chainheads.HEADS_ENV, "on")  # (the default: runledger.ledger.tlog.chainheads.enabled)
 
 
 def _spooled(spool: Path, attempt: int = 0) -> list[dict]:
@@ -79,6 +79,25 @@ def test_a_chain_reopened_signs_again_only_after_new_events_with_a_new_vouched_k
     heads = _heads(events)
     assert len(heads) == 2 and heads[0].payload["attempt_key"] != heads[1].payload["attempt_key"]
     assert check_chain(RUN, PRODUCER, 0, heads, events[-1]["seq"], None).problems == []
+
+
+def test_a_resumed_producer_goes_on_from_its_steps_not_its_seqs(tmp_path, monkeypatch):
+    """`runledger.tools.produce` run again on a spool (the chaos suite's worker-sigkill) emits step i for its
+    i-th event: the heads among them take seqs, so it goes on from the steps spooled (once it skipped one a head)."""
+    from runledger.tools.produce import step_payload, steps_spooled
+
+    spool = tmp_path / "spool"
+    em = Emitter(RUN, PRODUCER, 0, None, spool)
+    assert steps_spooled(em) == 0
+    for i in range(25):
+        em.emit_dict("step", step_payload(i), step=i)
+        if i % 10 == 9:
+            em.sign_head()  # (the publisher's round, offline here)
+    em.close()  # (and one at close: 25 steps, 3 heads)
+    assert len(_heads(_spooled(spool))) == 3
+    resumed = Emitter(RUN, PRODUCER, 0, None, spool)
+    assert resumed.next_seq == 28 and steps_spooled(resumed) == 25
+    resumed.close()
 
 
 def test_a_head_reads_as_no_checkpoint(tmp_path):
