@@ -19,7 +19,7 @@ from runledger.ledger.ingest import service
 from runledger.tools.cli import main
 from support.attesting import attest_folder, flip_a_byte, model_folder
 from support.batches import batch_for
-from support.tlogs import tlog_audit
+from support.tlogs import tlog_audit, verify_root
 
 pytest.importorskip("model_signing", reason="the [attest] extra")
 
@@ -42,23 +42,18 @@ def _store_attestation(root: Path, folder: Path, sseq: int = 1) -> str:
 
 
 @pytest.fixture
-def attested(root, tmp_path):
+def stored_attestation(root, tmp_path):
     """A root with a signed log whose run holds the attestation of a checkpoint folder at hand: (root, folder,
     the event's id)."""
     folder = model_folder(tmp_path / "ckpt" / "step_00000004")
     return root, folder, _store_attestation(root, folder)
 
 
-def _verify(root: Path, capsys, *flags: str) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = main(["verify", "--root", str(root), *flags])
-    return rc, capsys.readouterr().out
 
-
-def test_an_edited_checkpoint_file_is_named_by_verify_and_the_audit(attested, capsys):
-    root, folder, event_id = attested
+def test_an_edited_checkpoint_file_is_named_by_verify_and_the_audit(stored_attestation, capsys):
+    root, folder, event_id = stored_attestation
     flip_a_byte(folder / "state" / "d" / "0.data")
-    rc, out = _verify(root, capsys)
+    rc, out = verify_root(root, capsys)
     problems = [line for line in out.splitlines() if line.startswith("  - ")]
     assert rc == 1 and len(problems) == 1, out
     assert f"attestation {event_id}: model signing refuses" in problems[0] and "state/d/0.data" in problems[0], out
@@ -66,49 +61,49 @@ def test_an_edited_checkpoint_file_is_named_by_verify_and_the_audit(attested, ca
     assert rc == 1 and f"attestation {event_id}: model signing refuses" in out and out.count("\n") == 1, out
 
 
-def test_a_swapped_statement_is_named_by_verify_and_the_audit(attested, capsys):
-    root, folder, event_id = attested
+def test_a_swapped_statement_is_named_by_verify_and_the_audit(stored_attestation, capsys):
+    root, folder, event_id = stored_attestation
     st = json.loads((folder / attest.STATEMENT).read_bytes())
     st["predicate"]["buildDefinition"]["externalParameters"]["config"]["seed"] = 1  # another config, same subject
     (folder / attest.STATEMENT).write_bytes(attest.statement_bytes(st))
-    rc, out = _verify(root, capsys)
+    rc, out = verify_root(root, capsys)
     assert rc == 1 and f"attestation {event_id}: " in out and "is not the one the event fixes" in out, out
     rc, out = tlog_audit(root, capsys)
     assert rc == 1 and f"attestation {event_id}: " in out, out
 
 
-def test_a_checkpoint_signed_by_another_key_than_given_is_named(attested, capsys, tmp_path):
-    root, _, event_id = attested
+def test_a_checkpoint_signed_by_another_key_than_given_is_named(stored_attestation, capsys, tmp_path):
+    root, _, event_id = stored_attestation
     other = attest.load_or_make_key(tmp_path / "other" / "attest.key")
-    rc, out = _verify(root, capsys, "--attest-key", str(attest.public_file(other)))
+    rc, out = verify_root(root, capsys, "--attest-key", str(attest.public_file(other)))
     assert rc == 1 and f"attestation {event_id}: signed with key" in out and "not a key given" in out, out
 
 
-def test_an_attestation_without_its_folder_or_key_is_said_not_failed(attested, capsys, tmp_path):
-    root, folder, _ = attested
+def test_an_attestation_without_its_folder_or_key_is_said_not_failed(stored_attestation, capsys, tmp_path):
+    root, folder, _ = stored_attestation
     attest.public_file(attest.key_file()).rename(tmp_path / "elsewhere.pub")  # an auditor without the signer's key
-    rc, out = _verify(root, capsys)
+    rc, out = verify_root(root, capsys)
     assert rc == 0 and "attestations: 0 checked, 1 unchecked (no public key of the signer at hand" in out, out
     folder.rename(tmp_path / "moved")  # the checkpoint deleted (or on the producer's machine only)
-    rc, out = _verify(root, capsys, "--attest-key", str(tmp_path / "elsewhere.pub"))
+    rc, out = verify_root(root, capsys, "--attest-key", str(tmp_path / "elsewhere.pub"))
     assert rc == 0 and "attestations: 0 checked, 1 not at hand (the folder absent" in out, out
 
 
 def test_a_root_says_nothing_of_attestations_until_it_holds_one(root, capsys, tmp_path):
     _store(root, batch_for(["r0"], 5))
-    for rc, out in (_verify(root, capsys), tlog_audit(root, capsys)):
+    for rc, out in (verify_root(root, capsys), tlog_audit(root, capsys)):
         assert rc == 0 and "attestation" not in out, out
     _store_attestation(root, model_folder(tmp_path / "ckpt" / "step_00000004"), sseq=6)
-    for rc, out in (_verify(root, capsys), tlog_audit(root, capsys)):
+    for rc, out in (verify_root(root, capsys), tlog_audit(root, capsys)):
         assert rc == 0 and "\nattestations: 1 checked\n" in out, out
 
 
-def test_an_exports_attestations_are_checked_as_a_roots(attested, capsys, tmp_path):
-    root, folder, event_id = attested
+def test_an_exports_attestations_are_checked_as_a_roots(stored_attestation, capsys, tmp_path):
+    root, folder, event_id = stored_attestation
     out_dir = tmp_path / "export"
     assert main(["export", "--all", "--root", str(root), "--out", str(out_dir)]) == 0
-    rc, out = _verify(out_dir, capsys)
+    rc, out = verify_root(out_dir, capsys)
     assert rc == 0 and "\nattestations: 1 checked\n" in out, out
     flip_a_byte(folder / "state" / "d" / "0.data")
-    rc, out = _verify(out_dir, capsys)
+    rc, out = verify_root(out_dir, capsys)
     assert rc == 1 and f"attestation {event_id}: model signing refuses" in out, out

@@ -17,7 +17,7 @@ from runledger.ledger.tlog import log as tlog
 from runledger.ledger.tlog.chainheads import HeadSigner
 from runledger.tools.cli import main
 from support.batches import batch_for
-from support.tlogs import tlog_audit
+from support.tlogs import tlog_audit, verify_root
 
 RUN, PRODUCER = "run-1", "worker-0"
 STEP = {"grad_norm": 1.0, "lr": 1e-3, "tokens": 8, "step_time_s": 0.1}
@@ -59,11 +59,6 @@ def _store_events(root: Path, events: list[dict]) -> None:
     ledger.tlog.sign()
 
 
-def _verify(root: Path, capsys, *flags: str) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = main(["verify", "--root", str(root), *flags])
-    return rc, capsys.readouterr().out
-
 
 def _signer() -> HeadSigner:
     return HeadSigner(RUN, PRODUCER, 0)  # the user's key: made on first use in this test's config folder
@@ -72,7 +67,7 @@ def _signer() -> HeadSigner:
 def test_a_signed_chain_passes_verify_and_the_audit_naming_its_user_key(root, capsys):
     signer = _signer()
     _store_events(root, _worker_chain(signer))
-    rc, out = _verify(root, capsys, "--require-signed")
+    rc, out = verify_root(root, capsys, "--require-signed")
     assert rc == 0, out
     assert f"chain heads: 1 chains signed by user keys {signer.user.verifier.text()} (1 chains), 0 unsigned" in out
     rc, out = tlog_audit(root, capsys, "--require-signed")
@@ -86,7 +81,7 @@ def test_an_event_written_in_the_workers_name_inside_a_signed_range_is_named(roo
     forged = _worker_chain(None, changed=7, heads_from=genuine)
     assert forged[8]["hash"] != genuine[8]["hash"] and forged[9]["payload"] == genuine[9]["payload"]
     _store_events(root, forged)
-    rc, out = _verify(root, capsys)
+    rc, out = verify_root(root, capsys)
     assert rc == 1
     assert f"{RUN}:{PRODUCER}:0:10: not the event the chain head {RUN}:{PRODUCER}:0:11 signed" in out
     assert "an event in seqs 6..10 was written after it was signed" in out
@@ -107,7 +102,7 @@ def test_a_head_signed_by_a_key_the_user_key_did_not_vouch_for_is_named(root, ca
     tail.append(env)
     _store_events(root, [*genuine, *tail])
     eid = f"{RUN}:{PRODUCER}:0:{len(genuine) + 1}"
-    rc, out = _verify(root, capsys)
+    rc, out = verify_root(root, capsys)
     assert rc == 1
     assert f"{eid}: a chain head vouched for by the user key {mallory.user.verifier.text()}, not by the chain's" in out
     assert f"{RUN}:{PRODUCER}:0:{len(genuine)}: after the last signed chain head of a finished chain" in out
@@ -118,11 +113,11 @@ def test_a_head_signed_by_a_key_the_user_key_did_not_vouch_for_is_named(root, ca
 def test_a_chain_signed_by_a_user_key_not_trusted_fails_only_with_producer_keys(root, tmp_path, capsys):
     mallory = HeadSigner(RUN, PRODUCER, 0, user=note.Signer.generate("mallory"))  # a whole chain forged and signed
     _store_events(root, _worker_chain(mallory))
-    rc, out = _verify(root, capsys)
+    rc, out = verify_root(root, capsys)
     assert rc == 0 and mallory.user.verifier.text() in out  # without a list of keys: the key is named
     trusted = tmp_path / "producer-keys"
     trusted.write_text(f"# the team's keys\n{_signer().user.verifier.text()}\n")
-    rc, out = _verify(root, capsys, "--producer-keys", str(trusted))
+    rc, out = verify_root(root, capsys, "--producer-keys", str(trusted))
     assert rc == 1 and "not among the trusted producer keys" in out
     rc, out = tlog_audit(root, capsys, "--producer-keys", str(trusted))
     assert rc == 1 and "not among the trusted producer keys" in out
@@ -134,9 +129,9 @@ def test_chains_without_heads_are_unsigned_and_fail_only_when_signatures_are_req
     ledger.write(ledger.decode(batch_for(["old-run"], 10)))  # written before heads (or imported, or published)
     ledger.commit()
     ledger.tlog.sign()
-    rc, out = _verify(root, capsys)
+    rc, out = verify_root(root, capsys)
     assert rc == 0 and "chain heads: 0 chains signed, 1 unsigned" in out, out
-    rc, out = _verify(root, capsys, "--require-signed")
+    rc, out = verify_root(root, capsys, "--require-signed")
     assert rc == 1 and "chain old-run:worker-0:0: no signed chain head" in out
     assert tlog_audit(root, capsys)[0] == 0
     rc, out = tlog_audit(root, capsys, "--require-signed")
@@ -148,7 +143,7 @@ def test_an_export_is_checked_as_its_root_is(root, tmp_path, capsys):
     _store_events(root, _worker_chain(None, changed=7, heads_from=genuine))
     out_dir = tmp_path / "export"
     assert main(["export", "--all", "--root", str(root), "--out", str(out_dir)]) == 0
-    rc, out = _verify(out_dir, capsys)
+    rc, out = verify_root(out_dir, capsys)
     assert rc == 1 and f"{RUN}:{PRODUCER}:0:10: not the event the chain head {RUN}:{PRODUCER}:0:11 signed" in out
     capsys.readouterr()  # the audit of the export: the same check
     vkey = note.read_key(tlog.key_file()).verifier.text()
