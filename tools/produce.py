@@ -12,10 +12,11 @@ import argparse
 import logging
 import time
 
+import orjson
+
 from runledger.ledger import redact
 from runledger.ledger.emit.emitter import Emitter
 from runledger.ledger.contract.events import StepCompleted
-from runledger.ledger.tlog import chainheads
 
 
 def step_payload(i: int) -> dict:
@@ -24,10 +25,18 @@ def step_payload(i: int) -> dict:
 
 
 def steps_spooled(em: Emitter) -> int:
-    """The steps a reopened chain holds: its seqs less the signed chain heads among them (a head takes a seq
-    too), counted in its spool's segments, which a killed producer leaves whole."""
-    head = f'"kind":"{chainheads.KIND}"'.encode()  # (as canonical JSON writes the envelope's kind)
-    return em.next_seq - sum(seg.read_bytes().count(head) for seg in em.spool.segments())
+    """The step a reopened chain goes on from: one past its last `step` event (the producer emits steps 0, 1, ...
+    in order; the signed chain heads among them take seqs too, so the next seq is not it). Read from the newest
+    segment back: the spool lets go of acknowledged segments, but never of its last one."""
+    for seg in reversed(em.spool.segments()):
+        for line in reversed(seg.read_bytes().splitlines()):
+            try:
+                env = orjson.loads(line)
+            except orjson.JSONDecodeError:  # (a torn last line: set aside when the chain reopened)
+                continue
+            if isinstance(env, dict) and env.get("kind") == "step":
+                return int(env["step"]) + 1
+    return 0
 
 
 def main() -> int:

@@ -37,7 +37,7 @@ with tolerance as (
     -- each attempt's first block is left out: it holds compilation and warm-up. `rate` is the block's own
     -- FLOP rate (else tokens/s, else MFU), for the default form; `of_plan` its share of the plan, for Marin's
     select
-        b.run_id, b.block, b.step_lo, greatest(b.mfu_n, b.tps_n) as n,
+        b.run_id, b.attempt, b.block, b.step_lo, greatest(b.mfu_n, b.tps_n) as n,
         case when a.peak_flops > 0 and b.mfu_n > 0 then b.mfu_mean * a.peak_flops
              when b.tps_n > 0 then b.tps_mean
              when b.mfu_n > 0 then b.mfu_mean end as rate,
@@ -57,13 +57,14 @@ with tolerance as (
     left join attempt_plan a on a.run_id = b.run_id and a.attempt = b.attempt
     where b.block > (select min(c.block) from step_blocks c where c.run_id = b.run_id and c.attempt = b.attempt)
 ), own as (
-    -- a block against the median of the run's blocks before it (of the same measure), once 5 are there
+    -- a block against the median of the run's blocks before it (of the same measure), once 5 are there; a
+    -- resumed run's attempts hold blocks of the same number: the earlier attempt's first, so the frame is one order
     select
         *,
         median(rate) over before as own_rate,
         count(rate) over before as history
     from measured
-    window before as (partition by run_id, rate_measure order by block rows between unbounded preceding and 1 preceding)
+    window before as (partition by run_id, rate_measure order by block, attempt rows between unbounded preceding and 1 preceding)
 ), shared as (
     select
         o.run_id, o.block, o.step_lo, o.n,

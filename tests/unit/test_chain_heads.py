@@ -100,6 +100,29 @@ def test_a_resumed_producer_goes_on_from_its_steps_not_its_seqs(tmp_path, monkey
     resumed.close()
 
 
+def test_a_resumed_producer_goes_on_from_its_steps_when_its_acked_segments_are_gone(tmp_path, monkeypatch):
+    """The spool lets go of a segment once the next one starts at or below what JetStream acknowledged: the heads
+    in it are gone from the spool, and the producer still goes on from its last step (counting the heads left in
+    the spool, it once skipped a step in the chaos suite's worker-sigkill)."""
+    from runledger.ledger.emit import spool as spool_module
+    from runledger.tools.produce import step_payload, steps_spooled
+
+    monkeypatch.setattr(spool_module, "SEGMENT_EVENTS", 8)
+    spool = tmp_path / "spool"
+    em = Emitter(RUN, PRODUCER, 0, None, spool)
+    for i in range(25):
+        em.emit_dict("step", step_payload(i), step=i)
+        if i % 10 == 9:
+            em.sign_head()
+    em.close()
+    (spool / RUN / PRODUCER / "0" / "acked").write_text("28")  # (every seq acknowledged, as a publisher records it)
+    resumed = Emitter(RUN, PRODUCER, 0, None, spool)
+    resumed.spool.write_acked()
+    assert len(resumed.spool.segments()) == 1  # (the heads' segments let go)
+    assert steps_spooled(resumed) == 25
+    resumed.close()
+
+
 def test_a_head_reads_as_no_checkpoint(tmp_path):
     signer = HeadSigner(RUN, PRODUCER, 0, user=note.Signer.generate("user"))
     head = signer.payload(0, "ab" * 32, first=True)
