@@ -313,7 +313,7 @@ class Ledger:
             for env, payload_text in good:
                 key = (env["run_id"], env["producer"], env["attempt"], env["seq"])
                 eid = env["event_id"]
-                if key[3] <= self.deleted.get(key[:3], -1):  # deleted: never stored again (nor quarantined)
+                if self._deleted(key[:3], key[3]):  # never stored again (nor quarantined)
                     self.counters.deleted += 1
                 elif eid in batch_hashes:
                     self._duplicate(out, batch_hashes[eid], env, subject, data, sseq)
@@ -339,10 +339,9 @@ class Ledger:
         earlier in this fetch; False if some is (then its events are taken one at a time)."""
         first = envs[0]
         ids = [e["event_id"] for e in envs]
-        if first["seq"] <= self.deleted.get((first["run_id"], first["producer"], first["attempt"]), -1):
-            return False
-        if not batch_hashes.keys().isdisjoint(ids) or self.index.any_stored(
-                (first["run_id"], first["producer"], first["attempt"]), first["seq"], len(envs)):
+        chain = (first["run_id"], first["producer"], first["attempt"])
+        if self._deleted(chain, first["seq"]) or not batch_hashes.keys().isdisjoint(ids) or \
+                self.index.any_stored(chain, first["seq"], len(envs)):
             return False
         batch_hashes.update(zip(ids, [e["hash"] for e in envs]))
         out.batches.append((envs, texts, sseq))
@@ -506,6 +505,10 @@ class Ledger:
             for (producer, attempt), (seq, _) in removal.covered(t["payload"]).items():
                 chain = (t["run_id"], producer, attempt)
                 self.deleted[chain] = max(self.deleted.get(chain, -1), seq)
+
+    def _deleted(self, chain: tuple[str, str, int], seq: int) -> bool:
+        """Whether a stored tombstone covers seq `seq` of `chain` (see `_note_deleted`)."""
+        return seq <= self.deleted.get(chain, -1)
 
     def _remove_deleted(self, tombstones: list[dict]) -> None:
         """Take the rows each stored tombstone covers out of the tables (runledger.ledger.storage.removal). A
