@@ -315,6 +315,7 @@ def audit_log(root: Path, console: Console) -> bool:
     from runledger.ledger.ingest.position import LedgerPosition
     from runledger.ledger.tlog import audit, policy
     from runledger.ledger.tlog import log as tlog
+    from runledger.tools.args import attestations
 
     lg = tlog.for_ledger(root, LedgerPosition())
     if lg is None:
@@ -326,7 +327,8 @@ def audit_log(root: Path, console: Console) -> bool:
     console.print(f"tlog checkpoint (verifier key {lg.signer.verifier.text()}):")
     console.print((root / "tlog" / "checkpoint").read_text().rstrip(), markup=False, highlight=False)
     try:
-        done = audit.audit(str(root / "tlog"), [lg.signer.verifier], root, pol=pol)
+        done = audit.audit(str(root / "tlog"), [lg.signer.verifier], root, pol=pol,
+                           attestations=attestations(None))  # (with the local attestation key, as the CLI's)
     except audit.AuditFailed as err:
         console.print(f"tlog audit FAILED: {err}", markup=False)
         return False

@@ -109,3 +109,48 @@ def test_the_admin_deletes_a_run_recorded_with_its_credentials_user(secure, tmp_
                   "--timeout", "5")
     assert refused.returncode != 0
     assert reader(root).execute("select count(*) from events where run_id = 'r2' and kind = 'step'").fetchone()[0] == 1
+
+
+def test_a_deleted_runs_events_resent_by_its_worker_stay_deleted(secure, tmp_path):
+    """After the admin's delete, the run's own worker credential sends the deleted events again, verbatim
+    (as a replayed spool or a captured message would, with no message id the server could dedupe on):
+    none is stored again and none lands in quarantine (which would keep the deleted content)."""
+    from runledger.ledger.contract.canonical import envelope_text
+    from runledger.ledger.contract.events import subject_for
+    from runledger.ledger.storage import reads
+    from runledger.ledger.storage.rows import ENVELOPE_SCHEMA
+
+    root, creds = secure
+    r1_steps(creds, tmp_path / "spool")
+    assert wait_for_count(root, "select count(*) from events where run_id = 'r1' and kind = 'step'", 5, timeout=30) == 5
+    stored = reads.read_events(root, columns=[n for n, _ in ENVELOPE_SCHEMA if n not in ("ts", "ingested_at", "stream_seq")])
+    resend = [(subject_for(e["run_id"], e["kind"]), envelope_text(e, e.pop("payload"), with_hash=True).encode())
+              for e in stored.to_pylist() if e["run_id"] == "r1"]
+    assert len(resend) >= 5
+    r = cli("delete", "r1", "--root", str(root), "--creds", str(creds / "admin.creds"), "--yes")
+    assert r.returncode == 0, r.stderr
+    assert r1_rows(root) == 0
+
+    async def send_again() -> list[str]:
+        errors: list[str] = []
+
+        async def on_error(err):
+            errors.append(str(err))
+
+        nc = await nats.connect(url(creds, "worker-r1"), error_cb=on_error, max_reconnect_attempts=0)
+        for subject, data in resend:  # (into the stream as any publish; the later r2 event orders after them)
+            await nc.publish(subject, data)
+        await nc.flush()
+        await asyncio.sleep(LISTEN_S)
+        await nc.close()
+        return errors
+
+    assert asyncio.run(send_again()) == []
+    later = Emitter("r2", "worker-0", 0, url(creds, "worker-r2"), tmp_path / "spool-r2")  # stored after the resends
+    later.emit_dict("step", STEP, step=0)
+    assert later.close(30)
+    assert wait_for_count(root, "select count(*) from events where run_id = 'r2' and kind = 'step'", 1, timeout=30) == 1
+    assert reader(root).execute("select count(*) from events where run_id = 'r1' and kind <> 'tombstone'").fetchone()[0] == 0
+    assert reader(root).execute("select count(*) from quarantine").fetchone()[0] == 0
+    rc, out = verify(root)
+    assert rc == 0, out

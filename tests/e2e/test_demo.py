@@ -6,6 +6,7 @@ cosigned by the demo's own witness, whose policy `runledger tlog audit --policy`
 from __future__ import annotations
 
 import json
+import re
 
 from runledger import queries
 from support.processes import cli, runledger
@@ -43,5 +44,7 @@ def test_the_quick_demo_shows_a_b_c_and_verifies(tmp_path):
     # issue 48: one local witness cosigned the printed checkpoint; the audit required its cosignature
     assert "— witness.demo.local " in r.stdout, r.stdout[-3000:]
     assert "tlog audit --policy: log runledger.local/demo" in r.stdout and "cosigned by demo-witness" in r.stdout
+    attested = [ln for ln in r.stdout.splitlines() if ln.startswith("tlog audit --policy: attestations:")]
+    assert attested and re.search(r"attestations: [1-9]\d* checked", attested[0]) and "unchecked" not in attested[0], attested
     again = cli("tlog", "audit", "--log", str(root / "tlog"), "--policy", str(root / "tlog-policy.txt"), "--events", str(root))
     assert again.returncode == 0 and "cosigned by demo-witness" in again.stdout, again.stdout + again.stderr
