@@ -39,17 +39,23 @@ def key_id(name: str, public: bytes, kind: int = ED25519) -> int:
     return struct.unpack(">I", hashlib.sha256(name.encode() + b"\n" + bytes([kind]) + public).digest()[:4])[0]
 
 
+def _key_material(text: str, kind: int, what: str) -> bytes:
+    """A key's base64(type||32 bytes), decoded and its type checked (`what`: the key, as an error names it)."""
+    try:
+        material = base64.b64decode(text, validate=True)
+    except ValueError:
+        raise NoteError(f"{what} is not base64") from None
+    if len(material) != 33 or material[0] != kind:
+        raise NoteError(f"{what} is not {KINDS[kind]} (type 0x{kind:02x}, 32 bytes)")
+    return material
+
+
 def parse_vkey(vkey: str, kind: int = ED25519) -> tuple[str, int, bytes]:
     """(name, id, public key) of a verifier key `name+hex(id)+base64(type||key)` of type `kind`, its id checked."""
     parts = vkey.strip().split("+", 2)
     if len(parts) != 3 or not _NAME.match(parts[0]) or not re.fullmatch(r"[0-9a-f]{8}", parts[1]):
         raise NoteError(f"not a verifier key (name+hex id+base64 key): {vkey.strip()[:80]!r}")
-    try:
-        material = base64.b64decode(parts[2], validate=True)
-    except ValueError:
-        raise NoteError("the verifier key's key is not base64") from None
-    if len(material) != 33 or material[0] != kind:
-        raise NoteError(f"{parts[0]}: the verifier key is not {KINDS[kind]} (type 0x{kind:02x}, 32 bytes)")
+    material = _key_material(parts[2], kind, f"{parts[0]}: the verifier key")
     if key_id(parts[0], material[1:], kind) != int(parts[1], 16):
         raise NoteError(f"the verifier key's id {parts[1]} is not the id of its name and key")
     return parts[0], int(parts[1], 16), material[1:]
@@ -77,12 +83,7 @@ def parse_private(text: str, kind: int = ED25519) -> tuple[str, bytes]:
     parts = text.strip().split("+", 4)
     if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"] or not _NAME.match(parts[2]):
         raise NoteError("not a signer key (PRIVATE+KEY+name+hex id+base64 key)")
-    try:
-        material = base64.b64decode(parts[4], validate=True)
-    except ValueError:
-        raise NoteError("the signer key is not base64") from None
-    if len(material) != 33 or material[0] != kind:
-        raise NoteError(f"the signer key is not {KINDS[kind]} (type 0x{kind:02x})")
+    material = _key_material(parts[4], kind, "the signer key")
     if f"{key_id(parts[2], public_of(material[1:]), kind):08x}" != parts[3]:
         raise NoteError("the signer key's id is not the id of its name and key")
     return parts[2], material[1:]
