@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 from runledger import queries
 from support.processes import cli, runledger
@@ -48,3 +49,29 @@ def test_the_quick_demo_shows_a_b_c_and_verifies(tmp_path):
     assert attested and re.search(r"attestations: [1-9]\d* checked", attested[0]) and "unchecked" not in attested[0], attested
     again = cli("tlog", "audit", "--log", str(root / "tlog"), "--policy", str(root / "tlog-policy.txt"), "--events", str(root))
     assert again.returncode == 0 and "cosigned by demo-witness" in again.stdout, again.stdout + again.stderr
+    # issue 47: the same audit on an edited copy of the demo's root fails, naming the edited event
+    edited = tmp_path / "edited"
+    shutil.copytree(root, edited, symlinks=True)
+    name, event_id = _edit_one_step(edited)
+    bad = runledger("tlog", "audit", "--log", str(edited / "tlog"), "--policy", str(edited / "tlog-policy.txt"),
+                    "--events", str(edited), timeout=300)
+    assert bad.returncode == 1 and event_id in bad.stdout + bad.stderr, (name, bad.stdout[-2000:], bad.stderr[-2000:])
+
+
+def _edit_one_step(root) -> tuple[str, str]:
+    """Lower one stored step's loss in place in its Parquet file (what someone holding the root would do to
+    make a run look better): the file's name and the edited event's id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runledger.ledger.storage.paths import event_files
+
+    path = event_files(root, "step", "main")[0]
+    t = pq.read_table(path)
+    payloads = t.column("payload").to_pylist()
+    payload = json.loads(payloads[0])
+    payload["loss"] = payload["loss"] / 2
+    payloads[0] = json.dumps(payload)
+    t = t.set_column(t.schema.get_field_index("payload"), "payload", pa.array(payloads, t.schema.field("payload").type))
+    pq.write_table(t, path)
+    return path.name, t.column("event_id")[0].as_py()
