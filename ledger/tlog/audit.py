@@ -17,6 +17,7 @@ stored attestation of a model checkpoint (runledger.ledger.check.attested). The 
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import datetime
 import hashlib
 import os
@@ -321,34 +322,33 @@ def entries_of_rows(table):
 
 
 def matched(logs: list[list[bytes]], table, deleted: set[str]) -> set[str] | None:
-    """The fast match of leaves and events, in pyarrow's hash tables rather than a dict a leaf: the runs whose
+    """The fast match of leaves and events, as sets of entries rather than a dict lookup a leaf: the runs whose
     leaves are excused (deleted by a tombstone) when it is sure that the leaf-by-leaf match (`audit`'s) finds
     no difference, None when it is not (a difference, or rows whose entries it does not build): that match
-    then runs and names it. Sure when every row's entry (entries_of_rows) is a leaf, no two rows share a key,
-    the leaves are distinct, and each leaf that is no row's entry is a run's a tombstone deleted, of a key no
-    row holds and no other such leaf logs."""
+    then runs and names it. Sure when no two rows share a key, every row's entry (entries_of_rows) is a leaf,
+    the leaves are distinct, and each leaf that is no row's entry is of a run a tombstone deleted, of a key
+    no row holds and no other such leaf logs. (Python's sets of the entries' bytes: faster here than
+    pyarrow's is_in and count_distinct.)"""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = table.num_rows if table is not None else 0
-    expected = entries_of_rows(table) if n else pa.array([], pa.binary())
-    if expected is None:
+    expected = entries_of_rows(table) if n else None
+    if n and (expected is None or table.select(list(KEY_COLUMNS)).group_by(list(KEY_COLUMNS)).aggregate([]).num_rows != n):
         return None
-    leaves = pa.array([e for entries in logs for e in entries], pa.binary())
-    if n and table.select(list(KEY_COLUMNS)).group_by(list(KEY_COLUMNS)).aggregate([]).num_rows != n:
+    leaves = [e for entries in logs for e in entries]
+    have = set(leaves)
+    want = set(expected.to_pylist()) if n else set()
+    if len(have) != len(leaves) or not want <= have:
         return None
-    if len(leaves) and pc.count_distinct(leaves).as_py() != len(leaves):
-        return None
-    if n and not pc.all(pc.is_in(expected, value_set=leaves)).as_py():
-        return None
-    extra = leaves.filter(pc.invert(pc.is_in(leaves, value_set=expected))) if n else leaves
-    if not len(extra):
+    extra = have - want
+    if not extra:
         return set()
     gone = table.filter(pc.is_in(table["run_id"], value_set=pa.array(sorted(deleted), pa.string()))) if n else None
     stored = set(zip(*(gone[c].to_pylist() for c in KEY_COLUMNS))) if gone is not None else set()
     keys: set[Key] = set()
     try:
-        for e in extra.to_pylist():
+        for e in extra:
             key, _ = key_of(e)
             if key[0] not in deleted or key in stored or key in keys:
                 return None
@@ -369,19 +369,23 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
     seen = seen or state_dir()
     events = Path(events)
     result = Audited()
-    logs: list[tuple[checkpoint.Checkpoint, list[bytes]]] = []
-    for where in logs_in(log):
-        cp, entries = audit_log(where, verifiers, seen, pol, result, stamps)
-        result.logs.append(cp)
-        logs.append((cp, entries))
-    table = read_table(events)
-    deleted = deleted_runs(table)
-    excused = None if any(result.tokens.values()) else matched([e for _, e in logs], table, deleted)
-    if excused is None:  # (a difference to name, or the events' times to check against the timestamps)
-        excused = match_leaves(logs, table, deleted, events, result)
-    result.events, result.deleted_runs = table.num_rows if table is not None else 0, sorted(excused)
-    if check_chains:
-        result.signed = _check_chains(events, require_signed, trusted, attestations)
+    # verify's work (its row checks in processes of their own) runs beside the log's, which is this thread's:
+    # its difference is named only when the log has none (leaving the block waits for it either way)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="audit-chains") as pool:
+        chains = pool.submit(_check_chains, events, require_signed, trusted, attestations) if check_chains else None
+        logs: list[tuple[checkpoint.Checkpoint, list[bytes]]] = []
+        for where in logs_in(log):
+            cp, entries = audit_log(where, verifiers, seen, pol, result, stamps)
+            result.logs.append(cp)
+            logs.append((cp, entries))
+        table = read_table(events)
+        deleted = deleted_runs(table)
+        excused = None if any(result.tokens.values()) else matched([e for _, e in logs], table, deleted)
+        if excused is None:  # (a difference to name, or the events' times to check against the timestamps)
+            excused = match_leaves(logs, table, deleted, events, result)
+        result.events, result.deleted_runs = table.num_rows if table is not None else 0, sorted(excused)
+        if chains is not None:
+            result.signed = chains.result()
     return result
 
 
