@@ -17,11 +17,11 @@ from runledger.ledger.tlog import log as tlog
 from support.batches import batch_for
 
 
-def _vkey() -> note.Verifier:
+def _log_verifier() -> note.Verifier:
     return note.read_key(tlog.key_file()).verifier
 
 
-def _stored(root, msgs) -> service.Ledger:
+def _signed_ledger(root, msgs) -> service.Ledger:
     ledger = service.Ledger(root)
     ledger.write(ledger.decode(msgs))
     ledger.commit()
@@ -29,14 +29,19 @@ def _stored(root, msgs) -> service.Ledger:
     return ledger
 
 
-def test_a_deleted_runs_leaves_are_excused_by_name(root, tmp_path):
-    ledger = _stored(root, batch_for(["run-a", "run-b"], 20))
+def _run_a_deleted(root) -> None:
+    """run-a and run-b stored (40 leaves), then run-a deleted by a tombstone (its rows gone, its leaves kept)."""
+    ledger = _signed_ledger(root, batch_for(["run-a", "run-b"], 20))
     payload = removal.tombstone_for(root, "run-a", "alice", "os_user").model_dump(mode="json")
     _, wire = seal("run-a", "cli", 0, 0, "tombstone", payload, None, "")
     ledger.write(ledger.decode([(subject_for("run-a", "tombstone"), wire.encode() if isinstance(wire, str) else wire, 41)]))
     ledger.commit()
     ledger.tlog.sign()
-    done = audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
+
+
+def test_a_deleted_runs_leaves_are_excused_by_name(root, tmp_path):
+    _run_a_deleted(root)
+    done = audit.audit(str(root / "tlog"), [_log_verifier()], root, seen=tmp_path / "seen")
     assert (done.events, done.logs[0].size, done.deleted_runs) == (21, 41, ["run-a"])
     assert "leaves of deleted runs: run-a" in done.text()
 
@@ -44,11 +49,11 @@ def test_a_deleted_runs_leaves_are_excused_by_name(root, tmp_path):
 def test_a_tile_under_a_full_subtree_is_checked_against_the_entries(root, tmp_path):
     """The root of 600 leaves is read from the tiles above tile/0/000 (a full subtree): the audit checks that
     tile too, as every proof of its leaves is made from it."""
-    _stored(root, batch_for(["run-a", "run-b", "run-c"], 200))
+    _signed_ledger(root, batch_for(["run-a", "run-b", "run-c"], 200))
     t = root / "tlog" / "tile/0/000"
     t.write_bytes(t.read_bytes()[:100] + bytes([t.read_bytes()[100] ^ 1]) + t.read_bytes()[101:])
     with pytest.raises(audit.AuditFailed, match="tile tile/0/000 differs from the tree of the entry bundles"):
-        audit.audit(str(root / "tlog"), [_vkey()], root, seen=tmp_path / "seen")
+        audit.audit(str(root / "tlog"), [_log_verifier()], root, seen=tmp_path / "seen")
 
 
 def test_the_entries_built_by_pyarrow_are_entry_of_s_or_none():
@@ -91,12 +96,7 @@ def _cases(entries: list[bytes]) -> dict[str, list[bytes]]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_fast_match_passes_only_what_the_leaf_by_leaf_match_passes(root, case):
-    ledger = _stored(root, batch_for(["run-a", "run-b"], 20))
-    payload = removal.tombstone_for(root, "run-a", "alice", "os_user").model_dump(mode="json")
-    _, wire = seal("run-a", "cli", 0, 0, "tombstone", payload, None, "")
-    ledger.write(ledger.decode([(subject_for("run-a", "tombstone"), wire.encode() if isinstance(wire, str) else wire, 41)]))
-    ledger.commit()
-    ledger.tlog.sign()
+    _run_a_deleted(root)
     table = audit.read_table(root)
     deleted = audit.deleted_runs(table)
     entries = list(audit.tiles.Tiles(root / "tlog").entries(41))
