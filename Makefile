@@ -10,7 +10,7 @@ TORCH := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_WHEELS := $(firstword $(PIP_FIND_LINKS) $(wildcard /opt/wheels))
 
-.PHONY: setup browser postgres s3 demo lint test test-fast bench clean
+.PHONY: setup browser postgres s3 oracle demo lint test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,16 @@ postgres:
 s3:
 	@test -x .venv-s3/bin/swift-proxy-server || { $(PY) -m venv .venv-s3 && .venv-s3/bin/python -m pip install --quiet swift; } >/dev/null 2>&1 || \
 		echo "swift could not be installed: the S3 warehouse tests will be skipped"
+
+# a reader written elsewhere checks the transparency log (dev only, not part of `make test`, which skips it without
+# Go): tests/oracle/tlogcheck, built offline on the Go checksum database's own code (Debian's Go and its
+# golang.org/x/mod: sumdb/tlog, sumdb/note), reads a log the ledger wrote, checks its proofs, refuses tampering
+oracle: setup
+	@{ command -v go && test -f /usr/share/gocode/src/golang.org/x/mod/sumdb/tlog/tile.go; } >/dev/null 2>&1 || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq >/dev/null 2>&1 && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-golang-x-mod-dev >/dev/null 2>&1; } || \
+		{ echo "golang-go and golang-golang-x-mod-dev could not be installed (apt-get as root)"; exit 1; }
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_tlog_oracle.py
 
 # the linter (ruff; its rules in pyproject.toml): `make test` and `make test-fast` run it first
 lint: setup

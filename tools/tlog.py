@@ -137,6 +137,9 @@ def _stamps(args: argparse.Namespace):
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    from runledger.ledger.check import workers
+
+    workers.start_early(args.events)  # (as `verify`: the row checkers' imports run beside this process's next ones)
     from runledger.ledger.tlog import audit, note, policy
 
     stamps = _stamps(args)

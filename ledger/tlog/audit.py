@@ -17,6 +17,7 @@ stored attestation of a model checkpoint (runledger.ledger.check.attested). The 
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import datetime
 import hashlib
 import os
@@ -93,16 +94,20 @@ def audit_log(where: str, verifiers: list[note.Verifier], seen: Path, pol: polic
         names = check_quorum(signed, cp, pol)
         if result is not None:
             result.cosigned[cp.origin] = names
+    entries: list[bytes] = []
     try:
-        entries = list(reader.entries(cp.size))
+        for bundle in reader.bundles(cp.size):
+            entries += bundle
     except (tiles.TileMissing, ValueError) as err:
         raise AuditFailed(f"{where}: the entries of the checkpoint's {cp.size} leaves cannot be read: {err}") from None
-    hashes = [merkle.leaf_hash(e) for e in entries]
-    if merkle.root_of(hashes) != cp.root:
+    sha = hashlib.sha256
+    root, levels = merkle.root_and_levels([sha(b"\x00" + e).digest() for e in entries], tiles.TILE_HEIGHT)
+    if root != cp.root:
         raise AuditFailed(f"{cp.origin}: the entry bundles do not give the checkpoint's root (size {cp.size})")
     try:
         if merkle.tree_hash(reader.node(cp.size), cp.size) != cp.root:
             raise AuditFailed(f"{cp.origin}: the tiles do not give the checkpoint's root (size {cp.size})")
+        check_tiles(reader, cp, levels)
     except tiles.TileMissing as err:
         raise AuditFailed(f"{cp.origin}: a tile of size {cp.size} is missing: {err}") from None
     if stamps is not None:
@@ -122,7 +127,7 @@ def audit_log(where: str, verifiers: list[note.Verifier], seen: Path, pol: polic
             if before.size:
                 proof = merkle.consistency_proof(reader.node(cp.size), before.size, cp.size) if before.size < cp.size else []
                 merkle.verify_consistency(before.size, cp.size, before.root, cp.root, proof)
-            if merkle.root_of(hashes[:before.size]) != before.root:
+            if merkle.tree_hash(_node_of(levels), before.size) != before.root:
                 raise merkle.ProofError("the first leaves differ")
         except merkle.ProofError as err:
             raise AuditFailed(f"{cp.origin}: the log was rewritten: checkpoint size {cp.size} is not consistent with "
@@ -133,6 +138,28 @@ def audit_log(where: str, verifiers: list[note.Verifier], seen: Path, pol: polic
         tmp.write_text(signed)
         os.replace(tmp, path)
     return cp, entries
+
+
+def check_tiles(reader: tiles.Tiles, cp: checkpoint.Checkpoint, levels: dict[int, list[bytes]]) -> None:
+    """Every hash tile of `cp`'s size holds the hashes of the tree rebuilt from the entry bundles (`levels`:
+    merkle.root_and_levels'), byte for byte: the tiles are what proofs are made from, and a tile clients read
+    but the root does not cover (one under a full subtree) is checked too. AuditFailed naming the first
+    that differs."""
+    for k, hashes in sorted(levels.items()):
+        level = k // tiles.TILE_HEIGHT
+        for n in range(0, -(-len(hashes) // tiles.TILE_WIDTH)):
+            got = reader.tile_bytes(level, n, cp.size, keep=False)
+            if got != b"".join(hashes[n * tiles.TILE_WIDTH:(n + 1) * tiles.TILE_WIDTH]):
+                path = tiles.tile_path(level, n, tiles.tile_width(level, n, cp.size))
+                raise AuditFailed(f"{cp.origin}: tile {path} differs from the tree of the entry bundles (size {cp.size})")
+
+
+def _node_of(levels: dict[int, list[bytes]]) -> merkle.Node:
+    """merkle's `node(level, index)` from the tile levels of a rebuilt tree (as tiles.Tiles.node from files)."""
+    def node(level: int, index: int) -> bytes:
+        t, r = divmod(level, tiles.TILE_HEIGHT)
+        return merkle.root_of(levels[t * tiles.TILE_HEIGHT][index << r:(index + 1) << r])
+    return node
 
 
 def check_quorum(signed: str, cp: checkpoint.Checkpoint, pol: policy.Policy) -> list[str]:
@@ -228,34 +255,107 @@ def _b64(h: bytes) -> str:
     return base64.b64encode(h).decode()
 
 
-def read_published(events: Path) -> tuple[dict[Key, str], set[str], dict[Key, str]]:
-    """The events of a root or an export: {key: hash}, the runs a stored tombstone deleted, {key: time}."""
+KEY_COLUMNS = ("run_id", "producer", "attempt", "seq")
+
+
+def read_table(events: Path):
+    """The events of a root or an export (a pyarrow Table of the key, hash, kind and time columns; None
+    for an export of no events)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from runledger.ledger.storage import export, paths, removal
+    from runledger.ledger.storage import export, paths
 
-    cols = ["run_id", "producer", "attempt", "seq", "hash", "kind", "time"]
+    cols = [*KEY_COLUMNS, "hash", "kind", "time"]
     if export.is_export(events):
         files = sorted(events.glob("events/kind=*/run_id=*/*.parquet"))
-        table = pa.concat_tables([pq.read_table(f, columns=cols) for f in files]) if files else None
-    else:
-        paths.check_root(events)
-        from runledger.ledger.storage.reads import read_events
+        return pa.concat_tables([pq.read_table(f, columns=cols) for f in files]) if files else None
+    paths.check_root(events)
+    from runledger.ledger.storage.reads import read_events
 
-        table = read_events(events, columns=cols)
+    return read_events(events, columns=cols)
+
+
+def deleted_runs(table) -> set[str]:
+    """The runs a stored tombstone deleted."""
+    import pyarrow.compute as pc
+
+    from runledger.ledger.storage import removal
+
+    if table is None:
+        return set()
+    return set(pc.unique(table.filter(pc.equal(table["kind"], removal.TOMBSTONE))["run_id"]).to_pylist())
+
+
+def read_published(table) -> tuple[dict[Key, str], dict[Key, str]]:
+    """The events of `table` (read_table's) as {key: hash} and {key: time}."""
     out: dict[Key, str] = {}
-    deleted: set[str] = set()
     times: dict[Key, str] = {}
     if table is None:
-        return out, deleted, times
+        return out, times
+    cols = [*KEY_COLUMNS, "hash", "time"]
     c = {n: table.column(n).to_pylist() for n in cols}
-    for r, p, a, s, h, k, t in zip(*(c[n] for n in cols)):
+    for r, p, a, s, h, t in zip(*(c[n] for n in cols)):
         out[(r, p, a, s)] = h
         times[(r, p, a, s)] = t
-        if k == removal.TOMBSTONE:
-            deleted.add(r)
-    return out, deleted, times
+    return out, times
+
+
+def entries_of_rows(table):
+    """Each row's leaf entry (log.entry_of's RFC 8785 text) built by pyarrow a column at a time (a binary
+    Array), or None where that could differ from entry_of's: a null, or a string RFC 8785 would escape (a
+    control character, a quote, a backslash; non-ASCII is written as it is by both)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for c in (*KEY_COLUMNS, "hash"):
+        col = table[c]
+        if col.null_count or (pa.types.is_string(col.type) and pc.any(pc.match_substring_regex(col, r'[\x00-\x1f"\\]')).as_py()):
+            return None
+    if not all(pa.types.is_integer(table[c].type) for c in ("attempt", "seq")) or \
+            not all(pa.types.is_string(table[c].type) for c in ("run_id", "producer", "hash")):
+        return None
+    text = pc.binary_join_element_wise(
+        '{"attempt":', pc.cast(table["attempt"], pa.string()), ',"hash":"', table["hash"], '","producer":"',
+        table["producer"], '","run_id":"', table["run_id"], '","seq":', pc.cast(table["seq"], pa.string()), "}", "")
+    return pc.cast(text, pa.binary())
+
+
+def matched(logs: list[list[bytes]], table, deleted: set[str]) -> set[str] | None:
+    """The fast match of leaves and events, as sets of entries rather than a dict lookup a leaf: the runs whose
+    leaves are excused (deleted by a tombstone) when it is sure that the leaf-by-leaf match (`audit`'s) finds
+    no difference, None when it is not (a difference, or rows whose entries it does not build): that match
+    then runs and names it. Sure when no two rows share a key, every row's entry (entries_of_rows) is a leaf,
+    the leaves are distinct, and each leaf that is no row's entry is of a run a tombstone deleted, of a key
+    no row holds and no other such leaf logs. (Python's sets of the entries' bytes: faster here than
+    pyarrow's is_in and count_distinct.)"""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows if table is not None else 0
+    expected = entries_of_rows(table) if n else None
+    if n and (expected is None or table.select(list(KEY_COLUMNS)).group_by(list(KEY_COLUMNS)).aggregate([]).num_rows != n):
+        return None
+    leaves = [e for entries in logs for e in entries]
+    have = set(leaves)
+    want = set(expected.to_pylist()) if n else set()
+    if len(have) != len(leaves) or not want <= have:
+        return None
+    extra = have - want
+    if not extra:
+        return set()
+    gone = table.filter(pc.is_in(table["run_id"], value_set=pa.array(sorted(deleted), pa.string()))) if n else None
+    stored = set(zip(*(gone[c].to_pylist() for c in KEY_COLUMNS))) if gone is not None else set()
+    keys: set[Key] = set()
+    try:
+        for e in extra:
+            key, _ = key_of(e)
+            if key[0] not in deleted or key in stored or key in keys:
+                return None
+            keys.add(key)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return {k[0] for k in keys}
 
 
 def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Path | None = None,
@@ -269,10 +369,32 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
     seen = seen or state_dir()
     events = Path(events)
     result = Audited()
+    # verify's work (its row checks in processes of their own) runs beside the log's, which is this thread's:
+    # its difference is named only when the log has none (leaving the block waits for it either way)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="audit-chains") as pool:
+        chains = pool.submit(_check_chains, events, require_signed, trusted, attestations) if check_chains else None
+        logs: list[tuple[checkpoint.Checkpoint, list[bytes]]] = []
+        for where in logs_in(log):
+            cp, entries = audit_log(where, verifiers, seen, pol, result, stamps)
+            result.logs.append(cp)
+            logs.append((cp, entries))
+        table = read_table(events)
+        deleted = deleted_runs(table)
+        excused = None if any(result.tokens.values()) else matched([e for _, e in logs], table, deleted)
+        if excused is None:  # (a difference to name, or the events' times to check against the timestamps)
+            excused = match_leaves(logs, table, deleted, events, result)
+        result.events, result.deleted_runs = table.num_rows if table is not None else 0, sorted(excused)
+        if chains is not None:
+            result.signed = chains.result()
+    return result
+
+
+def match_leaves(logs: list[tuple[checkpoint.Checkpoint, list[bytes]]], table, deleted: set[str], events: Path,
+                 result: Audited) -> set[str]:
+    """Leaves and events matched one by one, both ways, and each event's time against the timestamps;
+    AuditFailed naming the first difference; the runs whose leaves are excused (deleted)."""
     leaves: dict[Key, tuple[str, int, str]] = {}  # key -> (hash, index, origin)
-    for where in logs_in(log):
-        cp, entries = audit_log(where, verifiers, seen, pol, result, stamps)
-        result.logs.append(cp)
+    for cp, entries in logs:
         for i, e in enumerate(entries):
             try:
                 key, h = key_of(e)
@@ -281,7 +403,7 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
             if key in leaves:
                 raise AuditFailed(f"{cp.origin}: leaf {i} logs event {_name(key)} a second time")
             leaves[key] = (h, i, cp.origin)
-    published, deleted, times = read_published(events)
+    published, times = read_published(table)
     excused: set[str] = set()
     for key, (h, i, origin) in leaves.items():
         stored = published.get(key)
@@ -299,10 +421,7 @@ def audit(log: str, verifiers: list[note.Verifier], events: str | Path, seen: Pa
             raise AuditFailed(f"event {_name(key)} in {events} is a leaf of no signed checkpoint (added to the tables "
                               f"behind the log, or stored after the last checkpoint)")
     check_times(leaves, times, result.tokens)
-    result.events, result.deleted_runs = len(published), sorted(excused)
-    if check_chains:
-        result.signed = _check_chains(events, require_signed, trusted, attestations)
-    return result
+    return excused
 
 
 def _check_chains(events: Path, require_signed: bool = False, trusted: set[str] | None = None,

@@ -28,20 +28,30 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 
 
 def root_of(leaves: Sequence[bytes]) -> bytes:
-    """MTH of the leaf hashes `leaves`, in one pass (a stack of the perfect subtrees so far)."""
-    stack: list[tuple[int, bytes]] = []  # (level, hash), levels strictly decreasing
-    for h in leaves:
-        level = 0
-        while stack and stack[-1][0] == level:
-            h = node_hash(stack.pop()[1], h)
-            level += 1
-        stack.append((level, h))
-    if not stack:
-        return EMPTY_ROOT
-    h = stack.pop()[1]
-    while stack:
-        h = node_hash(stack.pop()[1], h)
-    return h
+    """MTH of the leaf hashes `leaves`."""
+    return root_and_levels(leaves)[0]
+
+
+def root_and_levels(leaves: Sequence[bytes], every: int = 0) -> tuple[bytes, dict[int, list[bytes]]]:
+    """MTH of the leaf hashes `leaves`, level by level: each level's nodes paired left to right, an odd
+    last one carried up as it is (RFC 9162's tree: the left subtree of n leaves is the largest power of
+    two below n, so only the right edge is ever unpaired). With `every`, also the hashes of the full
+    subtrees of 2**k leaves for each k a multiple of it ({k: hashes}: tlog-tiles' levels, `every` 8).
+    A list comprehension a level (no Python frame a node): an audit hashes a million leaves."""
+    size = len(leaves)
+    if not size:
+        return EMPTY_ROOT, {}
+    sha, kept = hashlib.sha256, {}
+    level, k = leaves, 0
+    while True:
+        if every and k % every == 0:
+            kept[k] = list(level[:size >> k])
+        if len(level) == 1:
+            return level[0], kept
+        nxt = [sha(b"\x01" + a + b).digest() for a, b in zip(level[0::2], level[1::2])]
+        if len(level) & 1:
+            nxt.append(level[-1])
+        level, k = nxt, k + 1
 
 
 def full_subtree_hashes(leaves: Sequence[bytes]) -> Node:

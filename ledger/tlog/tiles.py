@@ -63,15 +63,18 @@ def pack_entries(entries: list[bytes]) -> bytes:
 
 
 def unpack_entries(data: bytes) -> list[bytes]:
-    out, at = [], 0
-    while at < len(data):
-        if at + 2 > len(data):
+    # (a plain loop over the two length bytes: the audit reads every entry of a log, a million and more)
+    out: list[bytes] = []
+    append, at, end = out.append, 0, len(data)
+    while at < end:
+        if at + 2 > end:
             raise ValueError("an entry bundle cut inside a length")
-        (n,) = struct.unpack_from(">H", data, at)
-        if at + 2 + n > len(data):
+        n = (data[at] << 8) | data[at + 1]
+        at += 2
+        if at + n > end:
             raise ValueError("an entry bundle cut inside an entry")
-        out.append(data[at + 2:at + 2 + n])
-        at += 2 + n
+        append(data[at:at + n])
+        at += n
     return out
 
 
@@ -84,9 +87,10 @@ class Tiles:
         self.http = self.where.startswith(("http://", "https://"))
         self._cache: dict[str, bytes] = {}
 
-    def read(self, rel: str) -> bytes:
+    def read(self, rel: str, keep: bool = True) -> bytes:
+        """The file `rel` (kept for the next read unless `keep` is false, or it is the checkpoint)."""
         if rel in self._cache:
-            return self._cache[rel]
+            return self._cache[rel] if keep else self._cache.pop(rel)
         if self.http:
             url = self.where.rstrip("/") + "/" + rel
             try:
@@ -105,7 +109,7 @@ class Tiles:
                 raise TileMissing(f"{path}: missing") from None
         if len(data) > MAX_READ:
             raise TileMissing(f"{rel}: larger than any tile ({MAX_READ} bytes)")
-        if rel != CHECKPOINT:
+        if keep and rel != CHECKPOINT:
             self._cache[rel] = data
         return data
 
@@ -114,15 +118,18 @@ class Tiles:
 
     def tile(self, level: int, n: int, size: int) -> list[bytes]:
         """The hashes of tile (level, n) as a tree of `size` has it (full, or partial at its width)."""
-        count = size >> (TILE_HEIGHT * level)
-        full, part = divmod(count, TILE_WIDTH)
-        width = TILE_WIDTH if n < full else part if n == full else 0
+        data = self.tile_bytes(level, n, size)
+        return [data[i:i + merkle.HASH_SIZE] for i in range(0, len(data), merkle.HASH_SIZE)]
+
+    def tile_bytes(self, level: int, n: int, size: int, keep: bool = True) -> bytes:
+        """Tile (level, n) of a tree of `size` as its file holds it, checked to be its width's length."""
+        width = tile_width(level, n, size)
         if not width:
             raise TileMissing(f"tile {level}/{n} is beyond a tree of size {size}")
-        data = self.read(tile_path(level, n, width))
+        data = self.read(tile_path(level, n, width), keep)
         if len(data) != width * merkle.HASH_SIZE:
             raise TileMissing(f"{tile_path(level, n, width)}: {len(data)} bytes, not {width * merkle.HASH_SIZE}")
-        return [data[i:i + merkle.HASH_SIZE] for i in range(0, len(data), merkle.HASH_SIZE)]
+        return data
 
     def node(self, size: int) -> merkle.Node:
         """`node(level, index)` for runledger.ledger.tlog.merkle, read from the tiles of a tree of `size`."""
@@ -137,13 +144,25 @@ class Tiles:
     def entries(self, size: int, start: int = 0) -> Iterator[bytes]:
         """The entries of leaves start..size-1, bundle by bundle."""
         n = start // TILE_WIDTH
+        for bundle in self.bundles(size, n):
+            skip = max(0, start - n * TILE_WIDTH)
+            yield from bundle[skip:] if skip else bundle
+            n += 1
+
+    def bundles(self, size: int, first: int = 0) -> Iterator[list[bytes]]:
+        """The entry bundles of a tree of `size` from bundle `first`, each as its list of entries (not kept:
+        a log's entries are read once)."""
+        n = first
         while n * TILE_WIDTH < size:
             width = min(TILE_WIDTH, size - n * TILE_WIDTH)
-            bundle = unpack_entries(self.read(tile_path("entries", n, width)))
+            bundle = unpack_entries(self.read(tile_path("entries", n, width), keep=False))
             if len(bundle) != width:
                 raise TileMissing(f"{tile_path('entries', n, width)}: {len(bundle)} entries, not {width}")
-            for i, e in enumerate(bundle):
-                if n * TILE_WIDTH + i >= start:
-                    yield e
-            self._cache.pop(tile_path("entries", n, width), None)
+            yield bundle
             n += 1
+
+
+def tile_width(level: int, n: int, size: int) -> int:
+    """How many hashes tile (level, n) holds in a tree of `size`: 256, its partial width, or 0 (beyond it)."""
+    full, part = divmod(size >> (TILE_HEIGHT * level), TILE_WIDTH)
+    return TILE_WIDTH if n < full else part if n == full else 0
