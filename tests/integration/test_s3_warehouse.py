@@ -23,17 +23,11 @@ from runledger.ledger.storage.compaction import compact, compact_partition
 from runledger.ledger.storage.files import partition_dir
 from runledger.ledger.storage.tables import Tables
 from support import REPO, s3
+from support.s3 import swift  # noqa: F401 (a fixture)
 from support.processes import LedgerProcess, start_producer, verify as verify_cli, wait_serving
 from support.tables import BATCH, steps_all_counts, write_batches
 
 pytestmark = pytest.mark.skipif(not s3.available(), reason="no Swift for the S3 tests: `make s3` installs it")
-
-
-@pytest.fixture(scope="module")
-def swift():
-    server = s3.SwiftS3().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
