@@ -56,7 +56,7 @@ def bucket_files(swift, uri: str) -> dict[str, int]:
     return {i.path.removeprefix(base): i.size for i in infos if i.type == fs.FileType.File}
 
 
-def logged(name: str, images: list[np.ndarray], notes=None) -> str:
+def logged_on_bucket(name: str, images: list[np.ndarray], notes=None) -> str:
     run = runledger.init(project="bucket", name=name, system_metrics=False)
     for step in range(STEPS):
         runledger.log({"loss": 2.0 / (step + 1), "lr": 0.1}, step=step)
@@ -72,8 +72,8 @@ def test_a_runs_blobs_dashboard_readers_export_and_du_on_the_bucket(swift, serve
     shared, own = np.zeros((8, 8), dtype=np.uint8), np.full((8, 8), 200, dtype=np.uint8)
     notes = tmp_path / "notes.txt"
     notes.write_text("generation settings\n")
-    a = logged("a", [shared, own], notes)
-    b = logged("b", [shared])
+    a = logged_on_bucket("a", [shared, own], notes)
+    b = logged_on_bucket("b", [shared])
     wait_for_count(root, "select count(*) from runs_finished", 2)
     con = queries.connect(root)
     blobs = dict(con.execute("select key || ':' || run_id, sha256 from media").fetchall())
@@ -136,8 +136,8 @@ def test_a_runs_blobs_dashboard_readers_export_and_du_on_the_bucket(swift, serve
 def test_delete_on_the_bucket_leaves_a_tombstone_and_its_files_go_once_no_reader_needs_them(swift, served_bucket, root,
                                                                                           nats_server, monkeypatch):
     shared, own = np.zeros((8, 8), dtype=np.uint8), np.full((8, 8), 200, dtype=np.uint8)
-    doomed = logged("doomed", [shared, own])
-    kept = logged("kept", [shared])
+    doomed = logged_on_bucket("doomed", [shared, own])
+    kept = logged_on_bucket("kept", [shared])
     wait_for_count(root, "select count(*) from runs_finished", 2)
     con = queries.connect(root)
     digests = dict(con.execute(f"select key, sha256 from media where run_id = '{doomed}'").fetchall())
