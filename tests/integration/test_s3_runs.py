@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,3 +168,25 @@ def test_delete_on_the_bucket_leaves_a_tombstone_and_its_files_go_once_no_reader
     assert not left, left
     rc, out = verify(root)
     assert rc == 0 and f"run {doomed}" in out, out
+
+
+def test_the_embedded_default_keeps_its_tables_and_blobs_in_the_bucket(swift, local_root, monkeypatch):
+    """`runledger.init()` with no server, $RUNLEDGER_WAREHOUSE naming a bucket: the root's supervisor (started by
+    init, the object store's keys not in its environment: it reads the root's 0600 file) stores the run's events
+    into the bucket's tables and the run's image beside them; nothing of them under the root; verify 0."""
+    for k, v in swift.credentials().items():
+        monkeypatch.setenv(k, v)
+    warehouse = f"s3://{swift.bucket(f'embedded-{uuid.uuid4().hex[:12]}')}/tables"
+    monkeypatch.setenv("RUNLEDGER_WAREHOUSE", warehouse)
+    run_id = logged_on_bucket("embedded", [np.full((4, 4), 7, dtype=np.uint8)])
+    assert wait_for_count(local_root, f"select count(*) from events where run_id = '{run_id}' and kind = 'metrics'",
+                          STEPS + 1) == STEPS + 1
+    stored = bucket_files(swift, warehouse)
+    (digest,) = queries.connect(local_root).execute("select sha256 from media").fetchone()
+    assert f"media/{digest}" in stored and any(k.endswith(".parquet") and f"run_id={run_id}/" in k for k in stored)
+    assert not list(local_root.rglob("*.parquet")) and not (local_root / media.MEDIA_DIR).exists()
+    assert oct((local_root / objects.CREDENTIALS_FILE).stat().st_mode & 0o777) == "0o600"
+    supervisor = json.loads((local_root / "local" / "state.json").read_text())["pid"]
+    assert s3.SECRET_KEY.encode() not in Path(f"/proc/{supervisor}/environ").read_bytes()
+    rc, out = verify(local_root)
+    assert rc == 0, out
