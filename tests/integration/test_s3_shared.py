@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from runledger import queries
 from runledger.ledger.ingest.partitions import LEASE_TTL_S, Part, partition_of
 from support import REPO, s3
 from support.postgres import PG_BIN, Postgres
@@ -101,10 +102,9 @@ def test_two_roots_on_one_catalog_and_one_bucket_store_every_event_once_across_a
             assert wait_for_count(root, "select count(*) from steps", total, timeout=180) == total
         time.sleep(2.0)  # anything doubled would come with the last commits
         counts = [wait_for_count(root, "select count(distinct event_id) from steps", total, timeout=30) for root in roots]
-        from runledger import queries
-
         for root in roots:
             assert queries.query(root, "select count(*), count(distinct event_id) from steps")[1] == [(total, total)]
+            assert queries.query(root, "select count(*) = count(distinct event_id) from events")[1] == [(True,)]  # (heads too)
             assert queries.query(root, "select count(*) from quarantine")[1] == [(0,)]
             assert not list(root.rglob("*.parquet")) and not list(root.rglob("*.avro")), "table files under a root"
         assert counts == [total, total]
