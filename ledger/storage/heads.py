@@ -30,6 +30,7 @@ from typing import Iterable
 from runledger.ledger.storage import objects
 
 HEADS_DIR = "heads"
+PUTS_AT_ONCE = 16  # a bucket's heads files written side by side (pyarrow's S3 client takes concurrent requests)
 
 Chain = tuple[str, int]  # (producer, attempt) within a run
 Head = tuple[int, str]  # (seq, hash) of the highest seq stored
@@ -103,8 +104,16 @@ def write(root: Path, heads: dict[str, dict[Chain, Head]], runs: Iterable[str]) 
     where = folder(root)
     runs = sorted(runs)
     if isinstance(where, objects.ObjectPath):  # (one PUT each: an object is replaced whole, never seen half)
-        for run_id in runs:
+        def put(run_id: str) -> None:
             (where / f"run_id={run_id}.json").write_text(json.dumps({"run_id": run_id, "chains": _chains(heads, run_id)}))
+
+        if len(runs) > 1:  # (side by side: a commit's runs wait for one PUT's time, not one each)
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(PUTS_AT_ONCE, len(runs))) as pool:
+                list(pool.map(put, runs))
+        elif runs:
+            put(runs[0])
         return
     where.mkdir(parents=True, exist_ok=True)
     for run_id in runs:
@@ -133,6 +142,8 @@ def record(root: Path, envs: list[dict]) -> None:
     runs = {e["run_id"] for e in envs}
     heads = {}
     for run_id in runs:
-        path = run_file(root, run_id)
-        heads[run_id] = read_run(path) if path.exists() else {}
+        try:  # (no look first: in a bucket each look is a request)
+            heads[run_id] = read_run(run_file(root, run_id))
+        except FileNotFoundError:
+            heads[run_id] = {}
     write(root, heads, advance(heads, envs))
