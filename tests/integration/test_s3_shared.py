@@ -8,7 +8,7 @@ The promises under attack: every event stored once (in the bucket, none under ei
 ok from either root (the chain heads are in the bucket, so each root finds every run's), and the other
 machine's instance takes every partition of the dead one over. The time a partition was without a writer is
 measured from the new writer's takeover record, printed for bench/RESULTS.md: run with -s; not asserted, as the
-time depends on the machine's load).
+time depends on the machine's load.
 """
 
 from __future__ import annotations
