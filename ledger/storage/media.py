@@ -46,12 +46,13 @@ def _object(path) -> bool:
     return not isinstance(path, Path)
 
 
-def blob_path(root: str | os.PathLike, digest: str):
-    """Where the blob of this SHA-256 is kept (a Path, or an ObjectPath in the root's bucket); ValueError
-    unless it is 64 lowercase hex digits (so that no name in an event can point anywhere else)."""
+def blob_path(root: str | os.PathLike, digest: str, where=None):
+    """Where the blob of this SHA-256 is kept (a Path, or an ObjectPath in the root's bucket; `where`: the
+    root's `folder`, if known); ValueError unless it is 64 lowercase hex digits (so that no name in an event
+    can point anywhere else)."""
     if not isinstance(digest, str) or len(digest) != 64 or not _HEX.issuperset(digest):
         raise ValueError(f"{str(digest)[:80]!r} is not a SHA-256 in lowercase hex")
-    return folder(root) / digest
+    return (where or folder(root)) / digest
 
 
 def store_bytes(root: str | os.PathLike, data: bytes) -> tuple[str, int]:
@@ -186,10 +187,11 @@ def problems(root: Path, files: list[Path]) -> list[str]:
             continue  # (the row check names a file that cannot be read)
         for event_id, digest, size in zip(*(t.column(c).to_pylist() for c in ("event_id", "sha256", "bytes"))):
             named.setdefault(digest, []).append((event_id, size))
+    where = folder(root)
     for digest, events in sorted(named.items()):
         event_id = events[0][0] + (f" (and {len(events) - 1} more events)" if len(events) > 1 else "")
         try:
-            path = blob_path(root, digest)
+            path = blob_path(root, digest, where)
         except ValueError as err:
             out.append(f"{event_id}: names blob {err}")
             continue
@@ -273,8 +275,9 @@ def remove_unheld(root: Path, digests: set[str] | list[str], grace_s: float = GR
     kept). Run after the run's rows left the tables."""
     held, waiting = set(named(Path(root))), spooled(Path(root))
     removed, kept = [], []
+    where = folder(root)
     for digest in sorted(digests):
-        path = blob_path(root, digest)
+        path = blob_path(root, digest, where)
         try:
             recent = time.time() - (path.stat() if _object(path) else path.lstat()).st_mtime_ns / 1e9 < grace_s
         except FileNotFoundError:
