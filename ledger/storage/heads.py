@@ -62,6 +62,26 @@ def recorded(root: Path) -> bool:
     return isinstance(where, objects.ObjectPath) or where.is_dir()
 
 
+def carry_up(root: Path) -> int:
+    """A root on a bucket whose heads were written under the root (before they moved beside the tables):
+    each run's file the bucket lacks is put there, and the local folder goes (the bucket's copy of a run
+    another machine recorded since is the newer one). Returns the files put."""
+    where, local = folder(root), Path(root) / HEADS_DIR
+    if not isinstance(where, objects.ObjectPath) or not local.is_dir():
+        return 0
+    have = {p.name for p in files(root)}
+    put = 0
+    for path in sorted(local.glob("run_id=*.json")):
+        if path.name not in have:
+            (where / path.name).write_bytes(path.read_bytes())
+            put += 1
+        path.unlink()
+    for left in local.iterdir():  # (a temp file a crash left)
+        left.unlink()
+    local.rmdir()
+    return put
+
+
 def read_run(path: Path) -> dict[Chain, Head]:
     """One run's recorded heads. Raises ValueError if the file is not what the ledger writes."""
     doc = json.loads(path.read_text())
