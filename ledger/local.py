@@ -100,6 +100,7 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
     with locks.hold(d / "start.lock", f"the local server of {root}", wait_s=timeout):
         lease = locks.hold(d / "clients" / f"{os.getpid()}-{secrets.token_hex(4)}.lock", "a client")
         try:
+            _name_warehouse(root)
             url = running_url(root)
             if url is None and not wait:
                 if not starting(root):
@@ -111,6 +112,21 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
             lease.release()
             raise
     return Attachment(url, lease, Path(root), idle_s)
+
+
+def _name_warehouse(root: str | Path) -> None:
+    """$RUNLEDGER_WAREHOUSE (s3://bucket/prefix) names the root's warehouse before its ledger starts, with the
+    AWS_* credentials kept in the root's 0600 file for the supervisor (runledger.ledger.storage.objects): the
+    embedded default's tables and blobs then live in the bucket. A root keeps the warehouse its tables were
+    made in: another is refused (RuntimeError, one line)."""
+    from runledger.ledger.storage import objects
+
+    named = os.environ.get(settings.WAREHOUSE_ENV)
+    if named:
+        try:
+            objects.use_warehouse(Path(root), named)
+        except ValueError as err:
+            raise RuntimeError(f"${settings.WAREHOUSE_ENV}: {err}") from None
 
 
 def revive(root: str | Path, idle_s: float = IDLE_S) -> bool:

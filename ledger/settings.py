@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT_ENV = "RUNLEDGER_ROOT"
 NATS_ENV = "RUNLEDGER_NATS"
 CREDS_ENV = "RUNLEDGER_CREDS"
+WAREHOUSE_ENV = "RUNLEDGER_WAREHOUSE"  # s3://bucket/prefix: the embedded default's tables there (runledger.ledger.local)
+AWS_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")  # a warehouse's: never in a child's
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"  # nats-server's own default port
 APP = "runledger"
 
@@ -96,8 +98,9 @@ def read_creds(path: str | Path) -> str:
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a process runledger starts: this one's, less the server and credentials
     settings (a child is told its server by the caller; a URL there may hold a password, readable in
-    /proc/PID/environ), plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if k not in (NATS_ENV, CREDS_ENV)}
+    /proc/PID/environ) and the object store's keys (a child reads its root's 0600 s3.credentials:
+    runledger.ledger.storage.objects), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in (NATS_ENV, CREDS_ENV, *AWS_SECRETS)}
     env.update(extra)
     return env
 

@@ -479,7 +479,7 @@ def media_type(head: bytes, name: str | None) -> str:
 def image_size(head: bytes, root: Path, digest: str) -> dict:
     """{"width", "height"} of a PNG (from its header), else {}."""
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        with open(blob_path(root, digest), "rb") as f:
+        with blob_path(root, digest).open("rb") as f:
             header = f.read(24)
         if len(header) == 24 and header[12:16] == b"IHDR":
             width, height = struct.unpack(">II", header[16:24])

@@ -143,7 +143,9 @@ class Series:
     def _buckets(cur, f: Path, kind: str, run_id: str, x: str, cols: list[str], width: float) -> list[tuple]:
         import pyarrow.parquet as pq
 
-        have = set(pq.read_schema(f).names)  # (a name first logged after this file was written: null here)
+        from runledger.ledger.storage.objects import source
+
+        have = set(pq.read_schema(source(f)).names)  # (a name first logged after this file was written: null here)
         picked = ", ".join(f"{quote(c)}::double as {quote(c)}" if c in have else f"null::double as {quote(c)}" for c in cols)
         aggs = []
         for c in map(quote, cols):

@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 
-from runledger.ledger.storage.media import blob_path
+from runledger.ledger.storage.media import read_blob
 from runledger.ui.snapshot import Snapshot, rows_of
 
 HEAT_ROWS = 48
@@ -108,10 +108,10 @@ def blob(snapshot: Snapshot, run_id: str, digest: str) -> tuple[bytes, str]:
                           {"run": run_id, "d": digest}).fetchone()
     if row is None:
         raise BlobRefused(f"run {run_id} names no blob {digest[:80]!r}")
-    path = blob_path(snapshot.root, digest)
-    if path.is_symlink() or not path.is_file():
-        raise BlobRefused(f"the blob {digest} is missing (runledger verify names it)")
-    data = path.read_bytes()
+    try:
+        data = read_blob(snapshot.root, digest)  # (under the root, or in its bucket)
+    except FileNotFoundError:
+        raise BlobRefused(f"the blob {digest} is missing (runledger verify names it)") from None
     if hashlib.sha256(data).hexdigest() != digest:
         raise BlobRefused(f"the blob {digest} has changed (runledger verify names it)")
     return data, row[0] if row[0] in INLINE_TYPES else "application/octet-stream"

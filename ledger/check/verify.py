@@ -141,7 +141,7 @@ VERIFY_TRIES = 5  # a live ledger may compact or write while verify reads: read 
 
 def _files_now(root: Path) -> list[tuple[str, int]] | None:
     """The files verify reads, with their mtimes (None if one vanished while looking)."""
-    files = [*paths.event_files(root), *paths.quarantine_files(root), *sorted((root / heads.HEADS_DIR).glob("*.json"))]
+    files = [*paths.event_files(root), *paths.quarantine_files(root), *heads.files(root)]
     try:
         return [(str(p), p.stat().st_mtime_ns) for p in files]
     except FileNotFoundError:
@@ -537,9 +537,11 @@ def _check_heads(root: Path, walk: chainwalk.ChainWalk, recorded: dict, unreadab
     report.problems += unreadable
     gone = _tombstoned(root, report)
     for run_id in sorted(runs - recorded.keys()):
-        if not heads.run_file(root, run_id).exists():
+        where = heads.run_file(root, run_id)
+        if not where.exists():
+            shown = where.relative_to(root) if isinstance(where, Path) else where  # (or in the bucket)
             report.problems.append(f"run {run_id}: events are stored but no chain heads are recorded for it "
-                                   f"({heads.run_file(root, run_id).relative_to(root)} is missing)")
+                                   f"({shown} is missing)")
     for run_id, chains in sorted(recorded.items()):
         for (producer, attempt), (seq, h) in sorted(chains.items()):
             key, chain = (run_id, producer, attempt), f"{run_id}:{producer}:{attempt}"

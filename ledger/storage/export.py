@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runledger.ledger.storage import paths
+from runledger.ledger.storage import objects, paths
 
 MANIFEST = "export.json"
 FORMAT = "runledger-export"
@@ -96,14 +96,16 @@ def export(root: str | Path, out: str | Path, runs: list[str] | None = None, fmt
         raise ExportRefused(f"no events of run {missing[0]!r} under {root}" + (f" (nor of {len(missing) - 1} more)"
                                                                             if len(missing) > 1 else ""))
     files = [f for f in files if f.parent.name.removeprefix("run_id=") in set(wanted)]
+    named = objects.warehouse_of(root)
+    base = objects.ObjectPath(named["warehouse"]) if named else root  # (the tables' files: in a bucket, or under the root)
     out.mkdir(parents=True, exist_ok=True)
     listed, total_rows, total_bytes = [], 0, 0
     for f in files:
-        rel = f.relative_to(root)
+        rel = f.relative_to(base)
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if fmt == "parquet":
-            shutil.copyfile(f, target)
+            _copy(f, target)
             rows = pq.ParquetFile(target).metadata.num_rows
         else:
             target = target.with_suffix(".csv")
@@ -123,12 +125,22 @@ def export(root: str | Path, out: str | Path, runs: list[str] | None = None, fmt
     return Exported(wanted, len(listed), total_rows, total_bytes, time.monotonic() - started)
 
 
-def _write_csv(source: Path, target: Path) -> int:
+def _copy(stored, target: Path) -> None:
+    """A stored file's bytes into `target`: a local copy, or the object read from its bucket."""
+    if not objects.is_object(stored):
+        shutil.copyfile(stored, target)
+        return
+    with stored.open("rb") as src, open(target, "wb") as dst:
+        while chunk := src.read(1 << 20):
+            dst.write(chunk)
+
+
+def _write_csv(stored: Path, target: Path) -> int:
     """One stored file's envelope columns, canonical payload text, stream_seq and ingested_at as CSV; its rows."""
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(source)
+    pf = pq.ParquetFile(objects.source(stored))
     columns = [c for c in CSV_COLUMNS if c in pf.schema_arrow.names]
     rows = 0
     with pcsv.CSVWriter(target, _csv_schema(pf, columns)) as w:
@@ -150,7 +162,7 @@ def _heads(files: list[Path]) -> dict[str, list[dict]]:
     import pyarrow.parquet as pq
 
     out: dict[str, list[dict]] = {}
-    tables = [pq.read_table(f, columns=["run_id", "producer", "attempt", "seq", "hash"]) for f in files]
+    tables = [pq.read_table(objects.source(f), columns=["run_id", "producer", "attempt", "seq", "hash"]) for f in files]
     if not tables:
         return out
     links = pa.concat_tables(tables)

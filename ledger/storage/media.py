@@ -7,6 +7,12 @@ blob serves every event that names its digest, of any run. `problems` (what `run
 hashes each blob the stored `media` events name and names the one that is missing, is not a plain file
 (a link may point anywhere), or whose bytes are not its digest's. Only the standard library here (and
 pyarrow in `problems`): `runledger.values` writes blobs without loading more.
+
+A root whose tables are on object storage (`runledger.ledger.storage.objects`) keeps its blobs beside them, at
+`{warehouse}/media/{sha256}`: each written by one PUT (whole or not at all, as the rename gives on disk),
+read, hashed, counted and removed there, so a blob is wherever its events' tables are, for every machine
+that reads them. A blob in place is reused as it is; one older than half of GRACE_S is written again,
+which dates it now (an object's time cannot be touched), so `remove_unheld` keeps it.
 """
 
 from __future__ import annotations
@@ -14,28 +20,49 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Callable
 
 MEDIA_DIR = "media"  # the contract's MEDIA_DIR (runledger.ledger.contract.events)
-GRACE_S = 600.0  # a blob written or reused this recently is kept by `remove_unheld` (its event may be in flight)
+GRACE_S = float(os.environ.get("RUNLEDGER_MEDIA_GRACE_S", 600.0))  # a blob written or reused this recently is kept by
+# `remove_unheld` (its event may be in flight)
 _HEX = frozenset("0123456789abcdef")
 _CHUNK = 1 << 20
 
 
-def blob_path(root: str | os.PathLike, digest: str) -> Path:
-    """Where the blob of this SHA-256 is kept; ValueError unless it is 64 lowercase hex digits (so that no
-    name in an event can point anywhere else)."""
+def folder(root: str | os.PathLike):
+    """Where the root's blobs are: `media/` beside its tables (in the bucket of a warehouse on object
+    storage, an ObjectPath; else under the root)."""
+    if not (Path(root) / "warehouse.json").exists():  # (objects.WAREHOUSE_FILE: pyarrow only where one is named)
+        return Path(root) / MEDIA_DIR
+    from runledger.ledger.storage import objects
+
+    named = objects.configure(Path(root))
+    return objects.ObjectPath(named["warehouse"]) / MEDIA_DIR if named else Path(root) / MEDIA_DIR
+
+
+def _object(path) -> bool:
+    return not isinstance(path, Path)
+
+
+def blob_path(root: str | os.PathLike, digest: str, where=None):
+    """Where the blob of this SHA-256 is kept (a Path, or an ObjectPath in the root's bucket; `where`: the
+    root's `folder`, if known); ValueError unless it is 64 lowercase hex digits (so that no name in an event
+    can point anywhere else)."""
     if not isinstance(digest, str) or len(digest) != 64 or not _HEX.issuperset(digest):
         raise ValueError(f"{str(digest)[:80]!r} is not a SHA-256 in lowercase hex")
-    return Path(root) / MEDIA_DIR / digest
+    return (where or folder(root)) / digest
 
 
 def store_bytes(root: str | os.PathLike, data: bytes) -> tuple[str, int]:
     """Keep `data` as a blob under the root; (its SHA-256, its size). A blob already in place is not written again."""
     digest = hashlib.sha256(data).hexdigest()
     final = blob_path(root, digest)
-    if not _in_place(final, len(data)):
+    if _object(final):
+        if not _in_place(final, len(data)):
+            final.write_bytes(data)
+    elif not _in_place(final, len(data)):
         _write(final.parent, lambda f: f.write(data), lambda: final)
     return digest, len(data)
 
@@ -50,7 +77,19 @@ def _reused(path: Path) -> bool:
 
 
 def store_file(root: str | os.PathLike, path: str | os.PathLike) -> tuple[str, int]:
-    """Keep a file's bytes as a blob under the root, read once (hashed while copied); (its SHA-256, its size)."""
+    """Keep a file's bytes as a blob under the root, read once (hashed while copied); (its SHA-256, its size).
+    Into a bucket it is read twice: hashed, then sent (an object's name is its digest, known only at the end)."""
+    where = folder(root)
+    if _object(where):
+        with open(path, "rb") as src:
+            digest = hashlib.file_digest(src, "sha256").hexdigest()
+        size = os.path.getsize(path)
+        target = where / digest
+        if not _in_place(target, size):
+            with open(path, "rb") as src, target.open("wb") as out:
+                while chunk := src.read(_CHUNK):
+                    out.write(chunk)
+        return digest, size
     h, size = hashlib.sha256(), [0]
 
     def copy(out) -> None:
@@ -94,7 +133,13 @@ def _write(folder: Path, write: Callable, final: Callable[[], Path | None]) -> N
 
 def _in_place(path: Path, size: int) -> bool:
     """Whether a blob is already there: a plain file of that size (one edited since is verify's to name); marked
-    as used now if so."""
+    as used now if so (an object written within half of GRACE_S: an older one is written again)."""
+    if _object(path):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        return st.st_size == size and time.time() - st.st_mtime_ns / 1e9 < GRACE_S / 2
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -103,8 +148,26 @@ def _in_place(path: Path, size: int) -> bool:
 
 
 def digest_of(path: Path) -> str:
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _absent(path) -> bool:
+    return not path.exists() if _object(path) else not os.path.lexists(path)
+
+
+def _not_plain(path) -> bool:
+    """A link or a folder where a blob should be (an object is always a plain one)."""
+    return not _object(path) and (path.is_symlink() or not path.is_file())
+
+
+def read_blob(root: Path, digest: str) -> bytes:
+    """The bytes of the blob of `digest`: FileNotFoundError if it is missing, or not a plain file (a link may
+    point anywhere)."""
+    path = blob_path(root, digest)
+    if _absent(path) or _not_plain(path):
+        raise FileNotFoundError(str(path))
+    return path.read_bytes()
 
 
 def problems(root: Path, files: list[Path]) -> list[str]:
@@ -113,25 +176,28 @@ def problems(root: Path, files: list[Path]) -> list[str]:
     that names it (the first, and how many more). Each blob is hashed once."""
     import pyarrow.parquet as pq
 
+    from runledger.ledger.storage.objects import source
+
     named: dict[str, list[tuple[str, int]]] = {}
     out = []
     for f in files:
         try:
-            t = pq.read_table(f, columns=["event_id", "sha256", "bytes"])
+            t = pq.read_table(source(f), columns=["event_id", "sha256", "bytes"])
         except (OSError, ValueError):
             continue  # (the row check names a file that cannot be read)
         for event_id, digest, size in zip(*(t.column(c).to_pylist() for c in ("event_id", "sha256", "bytes"))):
             named.setdefault(digest, []).append((event_id, size))
+    where = folder(root)
     for digest, events in sorted(named.items()):
         event_id = events[0][0] + (f" (and {len(events) - 1} more events)" if len(events) > 1 else "")
         try:
-            path = blob_path(root, digest)
+            path = blob_path(root, digest, where)
         except ValueError as err:
             out.append(f"{event_id}: names blob {err}")
             continue
-        if not os.path.lexists(path):
+        if _absent(path):
             out.append(f"{path}: the blob {event_id} names is missing (deleted?)")
-        elif path.is_symlink() or not path.is_file():
+        elif _not_plain(path):
             out.append(f"{path}: the blob {event_id} names is not a plain file (a link or a folder: planted?)")
         elif path.stat().st_size != events[0][1] or digest_of(path) != digest:
             out.append(f"{path}: the blob {event_id} names has changed (its bytes' SHA-256 is not its name)")
@@ -144,13 +210,14 @@ def named(root: Path, run_id: str | None = None) -> dict[str, dict[str, int]]:
     """digest -> {run_id: the blob's size} for the blobs the stored media events (of `run_id`, or of every run) name."""
     import pyarrow.parquet as pq
 
+    from runledger.ledger.storage.objects import source
     from runledger.ledger.storage.paths import event_files, is_tables
 
     out: dict[str, dict[str, int]] = {}
     if not is_tables(Path(root)):
         return out
     for f in event_files(Path(root), "media", run_id):
-        t = pq.read_table(f, columns=["run_id", "sha256", "bytes"])
+        t = pq.read_table(source(f), columns=["run_id", "sha256", "bytes"])
         for run, digest, size in zip(*(t.column(c).to_pylist() for c in ("run_id", "sha256", "bytes"))):
             out.setdefault(digest, {})[run] = size
     return out
@@ -180,9 +247,7 @@ def spooled(root: Path) -> set[str]:
 def usage(root: Path) -> dict:
     """{"blobs", "bytes": of the blob files under {root}/media, "runs": run_id -> bytes of the blobs its stored
     events name, "unnamed": blobs no stored event names}."""
-    folder = Path(root) / MEDIA_DIR
-    files = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")} \
-        if folder.is_dir() else {}
+    files = _blobs(root)
     runs: dict[str, int] = {}
     held = named(Path(root))
     for digest, by in held.items():
@@ -191,17 +256,30 @@ def usage(root: Path) -> dict:
     return {"blobs": len(files), "bytes": sum(files.values()), "runs": runs, "unnamed": len(set(files) - set(held))}
 
 
+def _blobs(root: Path) -> dict[str, int]:
+    """digest -> size of the blobs the root keeps."""
+    where = folder(root)
+    if _object(where):  # (one listing, which gives the sizes)
+        from pyarrow import fs
+
+        from runledger.ledger.storage import objects
+
+        infos = objects.filesystem().get_file_info(fs.FileSelector(where.key, allow_not_found=True))
+        return {i.base_name: i.size for i in infos if i.type == fs.FileType.File and not i.base_name.startswith(".")}
+    return {p.name: p.stat().st_size for p in where.iterdir() if p.is_file() and not p.name.startswith(".")} \
+        if where.is_dir() else {}
+
+
 def remove_unheld(root: Path, digests: set[str] | list[str], grace_s: float = GRACE_S) -> tuple[list[str], list[str]]:
     """Remove those of `digests` (a deleted run's blobs) that nothing holds (see the module docstring): (removed,
     kept). Run after the run's rows left the tables."""
-    import time
-
     held, waiting = set(named(Path(root))), spooled(Path(root))
     removed, kept = [], []
+    where = folder(root)
     for digest in sorted(digests):
-        path = blob_path(root, digest)
+        path = blob_path(root, digest, where)
         try:
-            recent = time.time() - path.lstat().st_mtime < grace_s
+            recent = time.time() - (path.stat() if _object(path) else path.lstat()).st_mtime_ns / 1e9 < grace_s
         except FileNotFoundError:
             continue
         if digest in held or digest in waiting or recent:

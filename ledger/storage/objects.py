@@ -229,6 +229,10 @@ class ObjectPath:
 
         return filesystem().get_file_info(self.key).type != fs.FileType.NotFound
 
+    def is_file(self) -> bool:
+        """Whether the object is there (a snapshot's file, whose size its manifest gave, is taken to be)."""
+        return self.key in _SIZES or self.exists()
+
     @property
     def parents(self) -> list["ObjectPath"]:
         out, p = [], self
@@ -241,7 +245,8 @@ class ObjectPath:
         return Path(self.uri[len(str(other)):].lstrip("/"))
 
     def stat(self) -> SimpleNamespace:
-        """Its size (and a fixed time: an object is never rewritten), from its manifest where known."""
+        """Its size, from its manifest where known (a table's file: never rewritten, so a fixed time), else
+        its size and time from the server (a chain heads file is replaced as the chain grows)."""
         from pyarrow import fs
 
         if self.key in _SIZES:
@@ -249,7 +254,7 @@ class ObjectPath:
         info = filesystem().get_file_info(self.key)
         if info.type == fs.FileType.NotFound:
             raise FileNotFoundError(self.uri)
-        return SimpleNamespace(st_size=info.size, st_mtime_ns=0)
+        return SimpleNamespace(st_size=info.size, st_mtime_ns=info.mtime_ns or 0)
 
     def open(self, mode: str = "rb"):
         if mode == "rb":

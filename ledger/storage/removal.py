@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from runledger.ledger.storage.digest import digest_ok, with_digest
 from runledger.ledger.storage.files import file_name, write_atomic
+from runledger.ledger.storage.objects import source
 from runledger.ledger.storage.paths import event_files
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def stored_tombstones(root: Path, run_id: str | None = None) -> list[dict]:
     if not files:
         return []
     cols = ["event_id", "run_id", "producer", "attempt", "seq", "time", "hash", "payload", "stream_seq"]
-    rows = pa.concat_tables([pq.read_table(f, columns=cols) for f in files]).sort_by("stream_seq").to_pylist()
+    rows = pa.concat_tables([pq.read_table(source(f), columns=cols) for f in files]).sort_by("stream_seq").to_pylist()
     for r in rows:
         r["payload"] = json.loads(r["payload"])
     return rows
@@ -85,7 +86,7 @@ def remove_covered(root: Path, tombstone: dict, tables=None) -> int:
             continue
         old, new = [], []
         for f in files:
-            t = pq.read_table(f)
+            t = pq.read_table(source(f))
             mask = _covered_mask(t, chains)
             gone = pc.sum(mask).as_py() or 0
             if not gone:
@@ -141,7 +142,7 @@ def remaining(root: Path, tombstone: dict) -> int:
     chains, n = covered(tombstone["payload"]), 0
     files = [f for kind in REGISTRY if kind != TOMBSTONE for f in event_files(Path(root), kind, tombstone["run_id"])]
     for f in files:
-        n += pc.sum(_covered_mask(pq.read_table(f, columns=["producer", "attempt", "seq"]), chains)).as_py() or 0
+        n += pc.sum(_covered_mask(pq.read_table(source(f), columns=["producer", "attempt", "seq"]), chains)).as_py() or 0
     return n
 
 

@@ -11,6 +11,7 @@ before the tables (`paths.is_old`) is refused (`paths.NotALedger`: `Tables` refu
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from runledger.ledger.storage.rows import QUARANTINE_SCHEMA, TIMESTAMP, Rows, St
 if TYPE_CHECKING:
     from runledger.ledger.storage.tables import Tables
 
+log = logging.getLogger(__name__)
 
 _TABLES: dict[Path, "Tables"] = {}
 
@@ -96,6 +98,8 @@ def start_heads(root: Path) -> bool:
     """A root that records no chain heads yet starts recording them, from what is stored; True if it did
     (a root written before heads were recorded: truncation before this moment cannot be found)."""
     if heads.recorded(root):
+        if heads.carry_up(root):  # (a bucket's root from before its heads were kept beside the tables)
+            log.warning("root %s: its chain heads moved into the bucket beside its tables", root)
         return False
     found = stored_heads(root)
     heads.write(root, found, found)

@@ -71,6 +71,21 @@ def default_uri(root: Path) -> str:
     return f"sqlite:///{Path(root).resolve() / CATALOG_FILE}"
 
 
+def reading_catalog(root: Path):
+    """The root's catalog as another engine opens it (pyiceberg's SqlCatalog, for Polars' `scan_iceberg`,
+    Daft's `read_iceberg`): the root's SQL catalog (sqlite in the root, or the shared one it names) with its
+    warehouse's file IO, so that a table's files are read wherever they are (in a bucket, with the endpoint
+    and credentials the root's readers use: `objects.iceberg_properties`)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    root = Path(root).resolve()
+    named = objects.configure(root)
+    shared = root / paths.CATALOG_URI_FILE
+    uri = shared.read_text().strip() if shared.exists() else default_uri(root)
+    where = {"warehouse": named["warehouse"], **objects.iceberg_properties()} if named else {"warehouse": f"file://{root}"}
+    return SqlCatalog(CATALOG_NAME, uri=uri, **where)
+
+
 class Tables:
     """The tables of one root, for its writer."""
 

@@ -23,17 +23,11 @@ from runledger.ledger.storage.compaction import compact, compact_partition
 from runledger.ledger.storage.files import partition_dir
 from runledger.ledger.storage.tables import Tables
 from support import REPO, s3
+from support.s3 import swift  # noqa: F401 (a fixture)
 from support.processes import LedgerProcess, start_producer, verify as verify_cli, wait_serving
 from support.tables import BATCH, steps_all_counts, write_batches
 
 pytestmark = pytest.mark.skipif(not s3.available(), reason="no Swift for the S3 tests: `make s3` installs it")
-
-
-@pytest.fixture(scope="module")
-def swift():
-    server = s3.SwiftS3().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -267,3 +261,23 @@ def test_the_chaos_run_on_the_bucket_loses_and_doubles_nothing(swift, tmp_path, 
     assert report.ok, report.problems[:5]
     assert logged.startswith("ok"), logged
     assert not list((tmp_path / "chaos" / "ledger").rglob("*.parquet"))  # (the tables were in the bucket)
+
+
+def test_heads_a_bucket_root_kept_under_it_are_carried_into_the_bucket(swift, warehouse, root):
+    """A root on a bucket from before its chain heads moved beside the tables (they were in {root}/heads):
+    the next write carries them into the bucket, and verify finds every run's."""
+    from runledger.ledger.storage import heads
+
+    p = write_batches(root, 2)
+    recorded = heads.read_all(root)[0]
+    local = root / heads.HEADS_DIR
+    local.mkdir()
+    for path in heads.files(root):  # (as the earlier code left it: under the root, none in the bucket)
+        (local / path.name).write_bytes(path.read_bytes())
+        path.unlink()
+    assert not heads.files(root) and verify(root).problems  # (the runs' heads are not where verify looks)
+    write_batches(root, 1, p, first=2)
+    assert not local.exists() and [p.name for p in heads.files(root)] == ["run_id=run-1.json"]
+    assert recorded["run-1"][("worker-0", 0)][0] == 2 * BATCH - 1
+    assert heads.read_all(root)[0]["run-1"][("worker-0", 0)][0] == 3 * BATCH - 1  # (carried, then moved on)
+    assert verify(root).ok

@@ -19,6 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from runledger.ledger.bus.natsserver import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -212,3 +214,11 @@ class SwiftS3:
     def bucket(self, name: str) -> str:
         self.client().create_dir(name)
         return name
+
+
+@pytest.fixture(scope="module")
+def swift():
+    """A Swift S3 server for a test module (imported by the modules that use it)."""
+    server = SwiftS3().start()
+    yield server
+    server.stop()

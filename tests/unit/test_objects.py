@@ -73,6 +73,19 @@ def test_a_root_keeps_its_warehouse_and_its_credentials_in_a_0600_file(tmp_path,
     assert not (local / objects.WAREHOUSE_FILE).exists()
 
 
+def test_a_process_the_root_starts_gets_no_object_store_keys(monkeypatch):
+    """The supervisor, nats-server, the chaos rig's children: the keys reach them only through the root's
+    0600 file (what the endpoint says is no secret, and stays)."""
+    from runledger.ledger import settings
+
+    for k, v in (("AWS_ACCESS_KEY_ID", "id"), ("AWS_SECRET_ACCESS_KEY", "secret"), ("AWS_SESSION_TOKEN", "token"),
+                 ("AWS_ENDPOINT_URL", "http://127.0.0.1:1")):
+        monkeypatch.setenv(k, v)
+    env = settings.child_env()
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} & env.keys()
+    assert "secret" not in env.values() and env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:1"
+
+
 def test_an_object_path_joins_names_and_parents_like_a_path():
     p = ObjectPath("s3://b/pre/events/kind=step/run_id=r/part-1.parquet")
     assert p.name == "part-1.parquet" and p.parent == ObjectPath("s3://b/pre/events/kind=step/run_id=r")
