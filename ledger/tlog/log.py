@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.storage import locks
@@ -41,6 +41,7 @@ SIGN_EVERY_S = 2.0  # the most often a checkpoint is signed while commits keep c
 KEY_ENV = "RUNLEDGER_TLOG_KEY"
 OFF_ENV = "RUNLEDGER_TLOG"  # "off": no log (the bench's baseline)
 RUN_FINISHED = "run_finished"
+FOLLOWS_KEY = "commits_say_leaves"  # in the state: the tables' commits say each one's first leaf (see resume)
 
 
 class TlogRefused(RuntimeError):
@@ -159,18 +160,89 @@ class Log:
 
     # -- opening: rebuild, check against the last signature, catch up with the tables --
 
-    def open(self, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> int:
-        """Rebuild the log from its entry bundles, refuse it if it differs from its last signed
-        checkpoint, append a leaf for every `stored` (key, hash) that has none (in the order given),
-        and sign. Returns how many leaves were appended."""
+    @property
+    def name(self) -> str:
+        """The log's name in the tables' commits (runledger.ledger.storage.leaves) and its state files."""
+        return self.part or "log"
+
+    def _opened_state(self) -> dict:
+        """The log's state, its origin checked against the key's (TlogRefused) and recorded if new."""
         with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
             state = self._state()
-        signed = state.get("signed")
         if state.get("origin") and self.origin and state["origin"] != self.origin:
             raise TlogRefused(f"{self.dir}: the log's origin is {state['origin']!r}, but the key given signs as "
                               f"{self.origin!r}: give this ledger the log's key")
         if self.origin and not state.get("origin"):
             self._save_state(origin=self.origin)
+        return state
+
+    def follow_commits(self, on: bool) -> None:
+        """Record whether the tables' commits say every event's first leaf (runledger.ledger.storage.leaves)
+        since the log last held every stored event: on after a catch-up from all of them, off (before
+        its next commit) when a ledger stores without this log. Only `resume` reads it."""
+        with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
+            if bool(self._state().get(FOLLOWS_KEY)) != on:
+                self._save_state(**{FOLLOWS_KEY: on})
+
+    # -- opening: from the right edge and the commits since (resume), or rebuilt from every entry (open) --
+
+    def resume(self, since: Callable[[int], list[tuple[tuple[str, str, int, int], str]]]) -> int | None:
+        """Open the log from its right edge (O(log n) tiles) and append the leaves of the events the
+        tables took since its durable size, `since(size)` (the commits after it:
+        runledger.ledger.storage.leaves.since, raising LookupError when it cannot say), then sign.
+        Returns how many leaves were appended, or None when only `open` can tell (the commits did not
+        follow the log: it was off or refused meanwhile; a tile of the edge missing or torn; its root
+        not the last signed one; the tables' history gone): nothing was changed then."""
+        state = self._opened_state()
+        signed, size = state.get("signed"), int(state.get("size", 0))
+        if not state.get(FOLLOWS_KEY) or (size < signed["size"] if signed else size > 0):
+            return None
+        try:
+            levels, bundle = self._edge(size)
+            if signed and self._root_at(size, signed["size"]).hex() != signed["root"]:
+                raise ValueError(f"its tiles do not give the root of its last signed checkpoint (size {signed['size']})")
+            missing = since(size)
+        except (tiles.TileMissing, ValueError, KeyError, TypeError, LookupError) as err:
+            log.warning("%s: %s; rebuilding the log from every entry and stored event", self.dir, err)
+            return None
+        self.size, self.levels, self.bundle, self._partials_at = size, levels, bundle, size
+        self._signed_size = signed["size"] if signed else -1
+        self._append_stored(missing)
+        self.sign()
+        return len(missing)
+
+    def _root_at(self, size: int, at: int) -> bytes:
+        """The root of the first `at` leaves, from the tiles of a tree of `size` (O(log n) of them)."""
+        return merkle.tree_hash(tiles.Tiles(self.dir).node(size), at) if at else merkle.root_of([])
+
+    def _edge(self, size: int) -> tuple[list[list[bytes]], list[bytes]]:
+        """The right edge of a tree of `size` from its partial tiles and bundle (as `_extend` keeps it),
+        the bundle's leaves checked against the level-0 tile."""
+        reader = tiles.Tiles(self.dir)
+        levels, t = [], 0
+        while size >> (tiles.TILE_HEIGHT * t):
+            n, width = divmod(size >> (tiles.TILE_HEIGHT * t), tiles.TILE_WIDTH)
+            levels.append(reader.tile(t, n, size) if width else [])
+            t += 1
+        bundle = list(reader.entries(size, size - size % tiles.TILE_WIDTH))
+        if [merkle.leaf_hash(e) for e in bundle] != (levels[0] if levels else []):
+            raise ValueError("its partial entry bundle does not give its partial tile")
+        for e in bundle:
+            key_of(e)
+        return levels, bundle
+
+    def _append_stored(self, stored: list[tuple[tuple[str, str, int, int], str]]) -> None:
+        if stored:
+            log.warning("%s: %d stored events had no leaf (a commit cut short?); appending them", self.dir, len(stored))
+            self.append_entries([canonical_json({"attempt": k[2], "hash": h, "producer": k[1], "run_id": k[0],
+                                                 "seq": k[3]}).encode() for k, h in stored])
+
+    def open(self, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> int:
+        """Rebuild the log from its entry bundles, refuse it if it differs from its last signed
+        checkpoint, append a leaf for every `stored` (key, hash) that has none (in the order given),
+        and sign. Returns how many leaves were appended."""
+        state = self._opened_state()
+        signed = state.get("signed")
         size = int(state.get("size", 0))
         reader = tiles.Tiles(self.dir)
         entries: list[bytes] = []
@@ -196,10 +268,7 @@ class Log:
         stored = list(stored)
         seen = {key_of(e)[0] for e in entries} if stored else set()
         missing = [(k, h) for k, h in stored if k not in seen]
-        if missing:
-            log.warning("%s: %d stored events had no leaf (a commit cut short?); appending them", self.dir, len(missing))
-            self.append_entries([canonical_json({"attempt": k[2], "hash": h, "producer": k[1], "run_id": k[0],
-                                                 "seq": k[3]}).encode() for k, h in missing])
+        self._append_stored(missing)
         self.sign()
         return len(missing)
 
@@ -348,9 +417,12 @@ class Log:
         return True
 
 
-def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> Log | None:
-    """The ledger's log of `root` (or partition `part`), opened and caught up with `stored`; None when
-    the log is off ($RUNLEDGER_TLOG=off)."""
+def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]] | Callable,
+             since: Callable | None = None) -> Log | None:
+    """The ledger's log of `root` (or partition `part`), opened and caught up with the stored events: from
+    its right edge and `since` (Log.resume) when the tables' commits say where it stands, else from
+    `stored` (every stored event, or a function reading them: only called then); None when the log
+    is off ($RUNLEDGER_TLOG=off)."""
     if not enabled():
         return None
     from runledger.ledger.tlog import timestamping, witnessing
@@ -359,7 +431,10 @@ def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str
     _check_one_log_per_key(Path(root))
     lg.witnessing = witnessing.from_env(lg.dir, lg.signer.verifier, lg.attach_cosignatures)
     lg.timestamping = timestamping.for_log(lg.dir, write_file)
-    lg.open(stored)
+    if since is None or lg.resume(since) is None:
+        lg.open(stored() if callable(stored) else stored)
+    if since is not None:  # (the ledger's commits from now on say each one's first leaf)
+        lg.follow_commits(True)
     if (lg.dir / tiles.CHECKPOINT).exists():  # (signed before this start: asked again)
         for asked in (lg.witnessing, lg.timestamping):
             if asked is not None:
@@ -403,10 +478,33 @@ def stored_events(root: Path, has=None) -> list[tuple[tuple[str, str, int, int],
     return [((r, p, a, s), h) for r, p, a, s, h in zip(*cols) if has is None or has(r)]
 
 
-def for_ledger(root: Path, position) -> Log | None:
+def part_of(position) -> str | None:
+    """The log of a ledger's `position`: None for the root's, a partition's key (`tlog/p{N}/`)."""
+    return position.key if getattr(position, "partitioned", False) else None
+
+
+def for_ledger(root: Path, position, tables=None) -> Log | None:
     """The log of a ledger's `position` (the root's, or a partition's: `tlog/p{N}/`), opened and caught
-    up with the tables; None when the log is off."""
+    up with its `tables` (runledger.ledger.storage.tables.Tables: the commits since the log's size,
+    else every stored event); None when the log is off (then recorded: see unfollowed)."""
+    part = part_of(position)
     if not enabled():
+        unfollowed(Path(root), part)
         return None
-    part = position.key if getattr(position, "partitioned", False) else None
-    return open_for(Path(root), part, stored_events(Path(root), getattr(position, "has", None) if part else None))
+    from runledger.ledger.storage import leaves
+
+    def since(size: int):
+        return leaves.since(tables, part or "log", size)
+
+    return open_for(Path(root), part,
+                    lambda: stored_events(Path(root), getattr(position, "has", None) if part else None),
+                    since if tables is not None else None)
+
+
+def unfollowed(root: Path, part: str | None) -> None:
+    """A ledger stores without the log of `part` (off, or refused): its commits no longer say their first
+    leaf, so its next start catches it up from every stored event (Log.follow_commits). Nothing to do
+    where there is no log yet."""
+    lg = Log(root, part)
+    if lg.state_path.exists():
+        lg.follow_commits(False)
