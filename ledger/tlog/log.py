@@ -75,13 +75,24 @@ def load_or_make_key(path: Path | None = None, name: str | None = None) -> note.
     return note.load_or_make_key(path or key_file(), name, "the transparency log's signing key")
 
 
-def log_dir(root: Path, part: str | None = None) -> Path:
-    return Path(root) / PUBLIC_DIR / (part or "")
+def log_dir(root: Path, part: str | None = None):
+    """The log's public folder: `{root}/tlog/` (a partition's `tlog/p{N}/`), or beside the tables on object
+    storage, `{warehouse}/tlog/` (an ObjectPath; this process then reads and writes the root's bucket:
+    runledger.ledger.storage.objects). Its private state stays in the root (STATE_DIR) either way."""
+    from runledger.ledger.storage import objects
+
+    named = objects.configure(Path(root))
+    base = objects.ObjectPath(named["warehouse"]) / PUBLIC_DIR if named else Path(root) / PUBLIC_DIR
+    return base / part if part else base
 
 
-def write_file(path: Path, data: bytes, durable: bool = True) -> None:
+def write_file(path, data: bytes, durable: bool = True) -> None:
     """Write `path` whole (a temp file renamed over it); `durable`: fsynced with its folder before return
-    (else the caller syncs it later: `_sync`)."""
+    (else the caller syncs it later: `_sync`). An object (runledger.ledger.storage.objects.ObjectPath) is
+    written whole by one PUT, durable once it returns."""
+    if not isinstance(path, Path):
+        path.write_bytes(data)
+        return
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
         fsync_dir(path.parent.parent)
@@ -97,7 +108,8 @@ def write_file(path: Path, data: bytes, durable: bool = True) -> None:
 
 
 def _sync(paths: set[Path]) -> None:
-    """fsync files written without it, then their folders."""
+    """fsync files written without it, then their folders (objects are durable once written)."""
+    paths = {p for p in paths if isinstance(p, Path)}
     for p in paths:
         try:
             fd = os.open(p, os.O_RDONLY)
