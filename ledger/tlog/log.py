@@ -143,6 +143,7 @@ class Log:
         self._partials_at = -1  # the size whose partial tiles are written
         self._last_sign = 0.0
         self._signed_size = -1
+        self.shared = None  # runledger.ledger.storage.signedrows.SignedRows: the last signed, in a shared catalog
         self.witnessing = None  # runledger.ledger.tlog.witnessing.Witnessing: asked after each signature
         self.timestamping = None  # runledger.ledger.tlog.timestamping.Timestamping: asked after each signature
 
@@ -151,19 +152,25 @@ class Log:
             return None
         return self.signer.name + (f"/{self.part}" if self.part else "")
 
-    def _state(self) -> dict:
+    def _local_state(self) -> dict:
         try:
-            state = json.loads(self.state_path.read_text())
+            return json.loads(self.state_path.read_text())
         except FileNotFoundError:
-            state = {}
+            return {}
+
+    def _state(self) -> dict:
+        state = self._local_state()
         try:
             state["size"] = int(self.size_path.read_text())
         except (FileNotFoundError, ValueError):  # (lost with a power cut: the bundles and tables say again)
-            state["size"] = state.get("signed", {}).get("size", 0)
+            state["size"] = (state.get("signed") or {}).get("size", 0)
+        if self.shared is not None and self.origin:  # (the hosts of one log: the catalog's row says, not ours)
+            state["signed"] = self.shared.get(self.origin)
+            state["size"] = state["signed"]["size"] if state["signed"] else 0
         return state
 
     def _save_state(self, **fields) -> None:
-        state = {k: v for k, v in {**self._state(), **fields}.items() if k != "size"}
+        state = {k: v for k, v in {**self._local_state(), **fields}.items() if k != "size"}
         write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
 
     def _save_size(self) -> None:
@@ -401,7 +408,11 @@ class Log:
             self._dirty = set()
             cp = checkpoint.Checkpoint(self.origin, self.size, root)
             signed = checkpoint.sign(cp, self.signer)
-            self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
+            new = {"size": self.size, "root": root.hex()}
+            if self.shared is not None and not self.shared.swap(self.origin, last, new):
+                raise TlogRefused(f"{self.dir}: another ledger host signed a checkpoint of this log since size "
+                                  f"{last['size'] if last else 0} (the catalog's row moved): not signing a fork")
+            self._save_state(signed=new, origin=self.origin)
             write_file(self.dir / tiles.CHECKPOINT, signed.encode())
         self._signed_size, self._last_sign = self.size, time.monotonic()
         if self.witnessing is not None:
@@ -430,16 +441,18 @@ class Log:
 
 
 def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]] | Callable,
-             since: Callable | None = None) -> Log | None:
+             since: Callable | None = None, shared=None) -> Log | None:
     """The ledger's log of `root` (or partition `part`), opened and caught up with the stored events: from
     its right edge and `since` (Log.resume) when the tables' commits say where it stands, else from
-    `stored` (every stored event, or a function reading them: only called then); None when the log
-    is off ($RUNLEDGER_TLOG=off)."""
+    `stored` (every stored event, or a function reading them: only called then); its last signed
+    checkpoint in `shared` (a shared catalog's SignedRows) if given; None when the log is off
+    ($RUNLEDGER_TLOG=off)."""
     if not enabled():
         return None
     from runledger.ledger.tlog import timestamping, witnessing
 
     lg = Log(root, part, load_or_make_key())
+    lg.shared = shared
     _check_one_log_per_key(Path(root))
     lg.witnessing = witnessing.from_env(lg.dir, lg.signer.verifier, lg.attach_cosignatures)
     lg.timestamping = timestamping.for_log(lg.dir, write_file)
@@ -503,14 +516,14 @@ def for_ledger(root: Path, position, tables=None) -> Log | None:
     if not enabled():
         unfollowed(Path(root), part)
         return None
-    from runledger.ledger.storage import leaves
+    from runledger.ledger.storage import leaves, signedrows
 
     def since(size: int):
         return leaves.since(tables, part or "log", size)
 
     return open_for(Path(root), part,
                     lambda: stored_events(Path(root), getattr(position, "has", None) if part else None),
-                    since if tables is not None else None)
+                    since if tables is not None else None, signedrows.of_tables(tables))
 
 
 def unfollowed(root: Path, part: str | None) -> None:
