@@ -106,6 +106,7 @@ class Tables:
         self._added: dict[tuple[str, str], int] = {}  # (table, run) -> metric columns this process added for it
         self._manifests: dict[str, list] = {}  # manifest path -> its live data files (manifests never change)
         self.commit_no = self._last_commit()
+        self.registered_anew = moved is not None  # (its snapshots' history, the log's place in it, is gone)
         if moved is not None:
             self._register(moved)
         if mark:

@@ -519,6 +519,8 @@ def for_ledger(root: Path, position, tables=None) -> Log | None:
     from runledger.ledger.storage import leaves, signedrows
 
     def since(size: int):
+        if getattr(tables, "registered_anew", False):
+            raise LookupError("the root was moved: its tables' history is registered anew")
         return leaves.since(tables, part or "log", size)
 
     return open_for(Path(root), part,

@@ -186,3 +186,18 @@ def test_expired_history_falls_back_to_every_stored_event(root, tmp_path, monkey
     assert _leaf_keys(root, 40)[10:] == [f"run-b/worker-0/0/{s}" for s in range(30)]
     again.tlog.sign()
     assert _audited(root, tmp_path) == 40
+
+
+def test_a_root_moved_after_a_crash_still_gives_every_event_its_leaf(root, tmp_path, monkeypatch):
+    first = service.Ledger(root)
+    _taken_in(first, batch_for(["run-a"], 10))
+    first.tlog.sign()
+    with monkeypatch.context() as m:
+        _unsigned(m)
+        _taken_in(first, batch_for(["run-b"], 10, first_sseq=11))  # then the process dies, unsigned
+    store.forget_tables(root)
+    moved = root.rename(tmp_path / "moved")  # (its tables are registered anew there: their history is gone)
+    again = _restarted(moved)
+    assert again.tlog.size == 20
+    again.tlog.sign()
+    assert _audited(moved, tmp_path) == 20
