@@ -38,9 +38,9 @@ def _no_full_read(monkeypatch) -> None:
     monkeypatch.setattr(tlog, "stored_events", every_event)
 
 
-def _leaf_keys(root, size: int) -> list[str]:
+def _leaf_keys(log_dir, size: int) -> list[str]:
     return ["{run_id}/{producer}/{attempt}/{seq}".format(**json.loads(e))
-            for e in tiles.Tiles(root / "tlog").entries(size)]
+            for e in tiles.Tiles(log_dir).entries(size)]
 
 
 def _audited(root, tmp_path) -> int:
@@ -68,7 +68,7 @@ def test_commits_after_the_last_signature_get_their_leaves_in_commit_order_witho
     _no_full_read(monkeypatch)
     again = _restarted(root)
     assert again.tlog.size == 50
-    assert _leaf_keys(root, 50)[20:] == [f"run-{r}/worker-0/0/{s}" for r in "bcd" for s in range(10)]
+    assert _leaf_keys(root / "tlog", 50)[20:] == [f"run-{r}/worker-0/0/{s}" for r in "bcd" for s in range(10)]
     assert _audited(root, tmp_path) == 50
 
 
@@ -183,7 +183,7 @@ def test_expired_history_falls_back_to_every_stored_event(root, tmp_path, monkey
     first.tables._expire(first.tables.table("step"), 1)  # only the newest snapshot kept
     again = _restarted(root)
     assert again.tlog.size == 40
-    assert _leaf_keys(root, 40)[10:] == [f"run-b/worker-0/0/{s}" for s in range(30)]
+    assert _leaf_keys(root / "tlog", 40)[10:] == [f"run-b/worker-0/0/{s}" for s in range(30)]
     again.tlog.sign()
     assert _audited(root, tmp_path) == 40
 
@@ -201,3 +201,22 @@ def test_a_root_moved_after_a_crash_still_gives_every_event_its_leaf(root, tmp_p
     assert again.tlog.size == 20
     again.tlog.sign()
     assert _audited(moved, tmp_path) == 20
+
+
+def test_a_partitions_restart_finds_its_own_commits_among_another_partitions(root, tmp_path, monkeypatch):
+    from runledger.ledger.ingest.partitions import Part, partition_of
+
+    k = 2
+    runs = [f"run-{i}" for i in range(20)]
+    mine, theirs = ([r for r in runs if partition_of(r, k) == p][:2] for p in (0, 1))
+    a, b = service.Ledger(root, position=Part(k, 0)), service.Ledger(root, position=Part(k, 1))
+    _taken_in(a, batch_for(mine[:1], 10))
+    a.tlog.sign()
+    with monkeypatch.context() as m:
+        _unsigned(m)
+        _taken_in(a, batch_for(mine[1:], 10, first_sseq=11))  # partition 0 dies unsigned...
+        _taken_in(b, batch_for(theirs, 10, first_sseq=21))  # ...while partition 1 commits to the same table
+    _no_full_read(monkeypatch)
+    again = service.Ledger(root, position=Part(k, 0))
+    assert again.tlog.size == 20
+    assert _leaf_keys(root / "tlog" / "p0", 20) == [f"{r}/worker-0/0/{s}" for r in mine for s in range(10)]
