@@ -5,15 +5,23 @@ and at every `run_finished`.
 
 Crash consistency. Tiles and bundles are written (fsynced) before the log's size moves; the size and
 the last signed (size, root) are kept apart from the public tiles, in `{root}/tlog-state/`, read and
-written under a lock. When the ledger starts (`Log.open`), the log is rebuilt from its entry bundles:
-a recomputed root that differs from the last signed checkpoint's is refused with one line (TlogRefused);
-every stored event without a leaf (a commit that died before its leaves were written) is appended.
+written under a lock. When the ledger starts (`Log.resume`), the right edge is read from the partial
+tiles of the log's size and checked against the last signed root (O(log n) tiles), and the events of
+the commits past that size (each commit records its first leaf in the tables' snapshots:
+runledger.ledger.storage.leaves) get their leaves: a commit that died before its leaves were written,
+or between its tables. Where that cannot tell (the log was off or refused while the ledger stored, a
+torn edge, the tables' history gone), the log is rebuilt from its entry bundles (`Log.open`): a
+recomputed root that differs from the last signed checkpoint's is refused with one line (TlogRefused);
+every stored event without a leaf is appended.
 Leaves are only appended after the tables took their events, so no leaf lacks its event, except the
 leaves of a deleted run (the tombstone says so; the log keeps what existed).
 
 Signing. Before each signature the tree is checked to extend the last signed one (the stored root of
 the last signed size is recomputed from the tiles): the log never signs two inconsistent checkpoints.
-Another ledger host taking a partition over reads the same state and extends the same log. The key
+Another ledger host taking a partition over reads the same state and extends the same log; with a
+shared catalog, the last signed size and root are its compare-and-swap row
+(runledger.ledger.storage.signedrows), so hosts with state of their own never fork it either. With the
+tables on object storage, the public files are beside them in the bucket (`log_dir`). The key
 is a file outside the data root, 0600 ($RUNLEDGER_TLOG_KEY, else $XDG_CONFIG_HOME/runledger/tlog.key,
 made on first use and said where).
 """
