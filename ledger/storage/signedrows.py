@@ -27,30 +27,49 @@ class SignedRows:
             meta.create_all(engine)
 
     def get(self, origin: str) -> dict | None:
-        """{"size", "root"} of the last checkpoint signed for `origin`, or None."""
+        """{"size", "root"} of the last checkpoint signed for `origin`, or None. OSError when the catalog
+        cannot be reached (the log then signs at a later commit or quiet moment)."""
         from sqlalchemy import select
 
-        with self.engine.connect() as c:
-            row = c.execute(select(self.table.c.size, self.table.c.root).where(self.table.c.origin == origin)).first()
+        with _reached():
+            with self.engine.connect() as c:
+                row = c.execute(select(self.table.c.size, self.table.c.root)
+                                .where(self.table.c.origin == origin)).first()
         return {"size": int(row[0]), "root": row[1]} if row else None
 
     def swap(self, origin: str, old: dict | None, new: dict) -> bool:
-        """Move the row of `origin` from `old` (None: no row yet) to `new`; False if it was not `old`."""
+        """Move the row of `origin` from `old` (None: no row yet) to `new`; False if it was not `old`.
+        OSError when the catalog cannot be reached (whether the row moved is then read again next time)."""
         from sqlalchemy import insert, update
         from sqlalchemy.exc import IntegrityError
 
         t = self.table
         if old is None:
             try:
-                with self.engine.begin() as c:
+                with _reached(), self.engine.begin() as c:
                     c.execute(insert(t).values(origin=origin, size=new["size"], root=new["root"]))
             except IntegrityError:  # (another host's first signature came first)
                 return False
             return True
-        with self.engine.begin() as c:
+        with _reached(), self.engine.begin() as c:
             done = c.execute(update(t).where(t.c.origin == origin, t.c.size == old["size"], t.c.root == old["root"])
                              .values(size=new["size"], root=new["root"]))
             return done.rowcount == 1
+
+
+class _reached:
+    """A catalog's server that cannot be reached (down, restarting) as an OSError, one line."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, tb) -> bool:
+        from sqlalchemy.exc import IntegrityError, OperationalError
+
+        if err is not None and isinstance(err, OperationalError) and not isinstance(err, IntegrityError):
+            raise OSError(f"the catalog's row of the last signed checkpoint cannot be reached: "
+                          f"{str(err).splitlines()[0][:200]}") from err
+        return False
 
 
 def of_tables(tables) -> SignedRows | None:
