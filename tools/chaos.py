@@ -343,7 +343,8 @@ def audit_log(root: Path, wait_s: float = 30.0) -> str:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            done = audit.audit(str(root / "tlog"), [verifier], root, seen=root.parent / "tlog-seen", check_chains=False)
+            done = audit.audit(str(tlog.log_dir(root)), [verifier], root, seen=root.parent / "tlog-seen",
+                               check_chains=False)
             return done.text().splitlines()[-1]
         except audit.AuditFailed as err:
             if time.monotonic() > deadline:

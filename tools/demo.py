@@ -325,9 +325,9 @@ def audit_log(root: Path, console: Console) -> bool:
         lg.witnessing.wait_idle(30)
     pol = policy.load(os.environ[policy.POLICY_ENV]) if os.environ.get(policy.POLICY_ENV) else None
     console.print(f"tlog checkpoint (verifier key {lg.signer.verifier.text()}):")
-    console.print((root / "tlog" / "checkpoint").read_text().rstrip(), markup=False, highlight=False)
+    console.print((lg.dir / "checkpoint").read_text().rstrip(), markup=False, highlight=False)
     try:
-        done = audit.audit(str(root / "tlog"), [lg.signer.verifier], root, pol=pol,
+        done = audit.audit(str(lg.dir), [lg.signer.verifier], root, pol=pol,
                            attestations=attestations(None))  # (with the local attestation key, as the CLI's)
     except audit.AuditFailed as err:
         console.print(f"tlog audit FAILED: {err}", markup=False)

@@ -159,6 +159,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         verifiers = pol.log_keys()
     else:
         raise UsageError("give the log's verifier key: --vkey, or a --policy with a `log` line")
+    if args.log.startswith("s3://"):  # (beside the tables: the bucket as the root names it, else the environment's)
+        from runledger.ledger.storage import objects
+
+        if objects.configure(Path(args.events)) is None:
+            objects.configure_env()
     try:
         done = audit.audit(args.log, verifiers, args.events, Path(args.state) if args.state else None, pol=pol,
                            stamps=stamps, require_signed=args.require_signed, trusted=producer_keys(args.producer_keys),
@@ -197,7 +202,8 @@ def register(sub) -> None:
     add_root(s)
     s.set_defaults(func=cmd_consistency)
     s = ts.add_parser("audit", help="check a log and the published tables from public files alone")
-    s.add_argument("--log", required=True, metavar="DIR|URL", help="the log's folder ({root}/tlog) or URL prefix")
+    s.add_argument("--log", required=True, metavar="DIR|URL",
+                   help="the log's folder ({root}/tlog), URL prefix, or s3://WAREHOUSE/tlog (a warehouse's)")
     s.add_argument("--vkey", default=None, help="the log's verifier key, or a file of them (default: --policy's logs)")
     s.add_argument("--policy", default=None, metavar="F",
                    help="a C2SP tlog-policy file: the checkpoint must carry its quorum of witness cosignatures")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -29,8 +30,11 @@ def tlog_route(root: str | Path):
             return PlainTextResponse("not a tlog-tiles path", status_code=404)
         path = base / rel
         try:
-            with open(path, "rb") as f:
-                data = f.read(tiles.MAX_READ + 1)
+            if isinstance(path, Path):
+                with open(path, "rb") as f:
+                    data = f.read(tiles.MAX_READ + 1)
+            else:  # (beside the tables on object storage)
+                data = await run_in_threadpool(path.read_bytes)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return PlainTextResponse("not found", status_code=404)
         if len(data) > tiles.MAX_READ:
@@ -46,8 +50,6 @@ def tlog_route(root: str | Path):
 
 def proof_route(root: str | Path):
     """/api/tlog/proof/EVENT_ID: the event's C2SP tlog-proof (text/plain), 404 with the reason if none."""
-    from starlette.concurrency import run_in_threadpool
-
     async def proof(request: Request) -> Response:
         event_id = request.path_params["event_id"]
         if not re.fullmatch(r"[A-Za-z0-9._:-]{1,200}", event_id):

@@ -49,7 +49,7 @@ from nats.js.errors import NotFoundError
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.storage import heads, index, locks, reads, relays, store, streampos
-from runledger.ledger.storage import removal
+from runledger.ledger.storage import leaves, removal
 from runledger.ledger.storage.compaction import compact_partition
 from runledger.ledger.storage.positions import root_id, taken_upto
 from runledger.ledger.storage.rows import Rows, StoredEvent, events_table, group_events
@@ -263,6 +263,7 @@ class Ledger:
             self._remove_deleted(tombstones)
         self.tlog = self._open_tlog()  # the transparency log, caught up with the tables
         self._unlogged: list[dict] = []  # events written whose leaves go in after their commit
+        self._uncommitted = 0  # how many of them no commit took yet
         log.info("ledger root %s: stream seq %d taken (%s), %d quarantined messages", self.root, self.taken_upto,
                  self.expected_stream or "no stream recorded yet", len(self.quarantined))
 
@@ -402,6 +403,7 @@ class Ledger:
                 self._pending.setdefault(kind, []).append(path)
             decoded.written_groups.add((kind, run_id))
             self.counters.stored += len(rows.envs)
+            self._uncommitted += len(rows.envs)
             self.index.add_all([(e["run_id"], e["producer"], e["attempt"], e["seq"]) for e in rows.envs])
             if kind == removal.TOMBSTONE:
                 self._tombstones += rows.envs
@@ -432,7 +434,7 @@ class Ledger:
         files that no longer give its last signed checkpoint). A refused log stops nothing: the tables
         go on storing every event, and its leaves go in from them once the log is fixed (see _tlog_refused)."""
         try:
-            return tlog.for_ledger(self.root, self.position)
+            return tlog.for_ledger(self.root, self.position, self.tables)
         except tlog.TlogRefused as err:
             self._tlog_refused(err)
             return None
@@ -441,6 +443,14 @@ class Ledger:
         log.error("the transparency log is not extended (the tables still store every event; `runledger tlog audit` "
                   "fails until it is fixed, and the next ledger start catches its leaves up): %s", _error_line(err))
         self.tlog = None
+        tlog.unfollowed(self.root, tlog.part_of(self.position))  # (before any commit without leaves)
+
+    def _leaves_props(self) -> dict[str, str] | None:
+        """The first leaf the events of the commit under way take in the log (runledger.ledger.storage.leaves):
+        after the leaves of every event committed before it, appended or still to be."""
+        if self.tlog is None:
+            return None
+        return leaves.commit_props(self.tlog.name, self.tlog.size + len(self._unlogged) - self._uncommitted)
 
     def commit(self) -> None:
         """Make what was written readable and record how far it goes: what must happen before an ack.
@@ -458,17 +468,20 @@ class Ledger:
                 self._pending = self._not_committed(self._pending)
             self._uncertain = True
             at = streampos.commit_props(self.writer, self._taken, self.stream_id) if self._taken else None
+            first_leaf = self._leaves_props()
             if not self.position.partitioned:
-                self.tables.commit(self._pending, at)
+                self.tables.commit(self._pending, at, first_leaf)
             else:  # several writers conflict: a table whose commit went through is not taken again
                 number = None
                 names = list(self._pending)
                 for name in names:
                     if number is not None:
                         self.tables.commit_no = number - 1  # (one number for the tables of one commit)
-                    number = self.tables.commit({name: self._pending[name]}, at if name == names[-1] else None)
+                    number = self.tables.commit({name: self._pending[name]}, at if name == names[-1] else None,
+                                                first_leaf)
                     del self._pending[name]
             self._uncertain = False
+            self._uncommitted = 0
             self.last_commit = (datetime.now(timezone.utc).isoformat(timespec="milliseconds"), self.tables.commit_no)
             self._pending = {}
         if self.tlog is not None and self._unlogged:  # the tables hold them: their leaves, then maybe a signature

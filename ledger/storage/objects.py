@@ -105,6 +105,14 @@ def configure(root: Path) -> dict | None:
     return named
 
 
+def configure_env() -> None:
+    """Make this process read object storage with the environment's endpoint, region and credentials alone
+    (a reader given an s3:// URI and no root that names its warehouse: `runledger tlog audit --log`)."""
+    with _LOCK:
+        _CONFIG.clear()
+        _CONFIG.update(_from_env())
+
+
 def _write_private(path: Path, text: str) -> None:
     """Write `text` to `path` atomically, readable by this user only (0600) from the moment it exists."""
     tmp = path.with_name(f".{path.name}.tmp")

@@ -333,14 +333,20 @@ def _snapshot_of(metadata: dict, commit: int | None) -> dict | None:
     return best
 
 
-def _files_of(snapshot: dict | None, rebase: _Rebase, deletes: list[DeleteFile] | None = None) -> list[DataFile]:
+def _files_of(snapshot: dict | None, rebase: _Rebase, deletes: list[DeleteFile] | None = None,
+              listed: set[str] | None = None) -> list[DataFile]:
     """The data files of `snapshot`; its delete files (the ledger never writes any, but a hand may
-    commit one) go to `deletes`, whether their manifest says it holds deletes or not."""
+    commit one) go to `deletes`, whether their manifest says it holds deletes or not. With `listed`,
+    the manifests in it are skipped and those read added (snapshots share most of theirs)."""
     if snapshot is None:
         return []
     out = []
     for manifest in _avro(rebase(snapshot["manifest-list"])):
         path = manifest["manifest_path"]
+        if listed is not None:
+            if path in listed:
+                continue
+            listed.add(path)
         entries = _MANIFESTS.get(path)
         if entries is None:
             entries = []
@@ -442,9 +448,10 @@ def held_files(root: Path) -> set[Path]:
     out: set[Path] = set()
     for location in _catalog_rows(root).values():
         metadata = json.loads(_immutable(rebase(location)))
+        listed: set[str] = set()  # (each manifest once: O(files), not O(files x snapshots kept))
         for snapshot in metadata.get("snapshots") or []:
             deletes: list[DeleteFile] = []
-            out.update(f.path for f in _files_of(snapshot, rebase, deletes))
+            out.update(f.path for f in _files_of(snapshot, rebase, deletes, listed))
             out.update(d.path for d in deletes)  # (kept: what other engines read, and evidence for verify)
         try:
             graveyard = json.loads((rebase(metadata["location"]) / "metadata" / GRAVEYARD).read_text())

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from runledger.ledger.storage import leaves
 from runledger.ledger.storage.paths import COMMIT_KEY, POSITION_FILE
 
 STREAM_KEY = "runledger.stream"
@@ -64,13 +65,13 @@ def commit_props(writer: str, seq: int, stream: str | None) -> dict[str, str]:
 
 def carried(summary: dict | None, props: dict[str, str] | None = None) -> dict[str, str]:
     """The position properties of a child snapshot: its parent's (`summary`), carried forward, updated
-    by its own commit's `props`. A commit fed by another stream than its parent's drops the parent's
+    by its own commit's `props` (and the parent's place on the transparency log: leaves.carried). A commit fed by another stream than its parent's drops the parent's
     seqs: they are the old stream's, not the new one's."""
     props = props or {}
     parent = {k: v for k, v in (summary or {}).items() if k == STREAM_KEY or k.startswith(SEQ_PREFIX)}
     if props.get(STREAM_KEY) and parent.get(STREAM_KEY) not in (None, props[STREAM_KEY]):
         parent = {}
-    return {**parent, **props}
+    return {**leaves.carried(summary or {}), **parent, **props}  # (the log's place is not the stream's)
 
 
 @dataclass

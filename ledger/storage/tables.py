@@ -121,6 +121,7 @@ class Tables:
         self._added: dict[tuple[str, str], int] = {}  # (table, run) -> metric columns this process added for it
         self._manifests: dict[str, list] = {}  # manifest path -> its live data files (manifests never change)
         self.commit_no = self._last_commit()
+        self.registered_anew = moved is not None  # (its snapshots' history, the log's place in it, is gone)
         if moved is not None:
             self._register(moved)
         if mark:
@@ -239,12 +240,15 @@ class Tables:
                 last = max(last, int(snap.summary.additional_properties.get(COMMIT_KEY, 0)))
         return last
 
-    def commit(self, files: dict[str, list[Path]], position: dict[str, str] | None = None) -> int:
+    def commit(self, files: dict[str, list[Path]], position: dict[str, str] | None = None,
+               leaves: dict[str, str] | None = None) -> int:
         """Commit written files (table -> files), each table's in one snapshot; returns the commit number.
         Tables are committed one after the other: a crash between two leaves the later ones' files as
         orphans, and the ledger, which acks only after the whole commit, stores those events again.
         `position` (runledger.ledger.storage.streampos.commit_props: how far on the stream the commit
-        goes) goes into the last table's snapshot only, so that it is recorded once all are in."""
+        goes) goes into the last table's snapshot only, so that it is recorded once all are in; `leaves`
+        (runledger.ledger.storage.leaves.commit_props: the commit's first leaf in the transparency log)
+        into every table's, so that a commit cut short between tables is found by its first leaf too."""
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         self.commit_no += 1
@@ -252,13 +256,14 @@ class Tables:
         for name in names:
             listed, props = files[name], position if name == names[-1] else None
             t = self.table(name)
-            self._retrying(t, lambda tx: self._append(tx, t, listed, parquet_file_to_data_file, props))
+            self._retrying(t, lambda tx: self._append(tx, t, listed, parquet_file_to_data_file, props, leaves))
             if len(t.metadata.snapshots) >= 2 * KEEP_SNAPSHOTS:  # (so a commit's cost stays flat)
                 self._expire(t, KEEP_SNAPSHOTS)
         return self.commit_no
 
-    def _append(self, tx, t, paths, to_data_file, position: dict[str, str] | None = None) -> None:
-        props = {**_positions(tx, position), COMMIT_KEY: str(self.commit_no)}
+    def _append(self, tx, t, paths, to_data_file, position: dict[str, str] | None = None,
+                leaves: dict[str, str] | None = None) -> None:
+        props = {**_positions(tx, position), **(leaves or {}), COMMIT_KEY: str(self.commit_no)}
         with tx.update_snapshot(snapshot_properties=props).merge_append() as append:
             for p in paths:
                 append.append_data_file(to_data_file(t.io, tx.table_metadata, str(p)))

@@ -69,8 +69,9 @@ def _seen_file(origin: str, folder: Path) -> Path:
 
 
 def logs_in(where: str) -> list[str]:
-    """A log's folder or URL; a local `tlog/` of a partitioned ledger: each partition's."""
-    if where.startswith(("http://", "https://")) or (Path(where) / tiles.CHECKPOINT).exists():
+    """A log's folder or URL (http(s)://, or s3:// beside the tables); a local `tlog/` of a partitioned
+    ledger: each partition's."""
+    if where.startswith(("http://", "https://", "s3://")) or (Path(where) / tiles.CHECKPOINT).exists():
         return [where]
     parts = sorted((p for p in Path(where).glob("p*") if (p / tiles.CHECKPOINT).exists()),
                    key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else -1)
@@ -191,7 +192,7 @@ def check_timestamps(where: str, reader: tiles.Tiles, cp: checkpoint.Checkpoint,
     checkpoint of its size, whose root is read from the tiles; AuditFailed naming the first refused, or
     the missing one when required. Returns what they showed, said in a few words, and the tokens that
     checked by size."""
-    local = not reader.http
+    local = not reader.remote
     sizes = [s for s in timestamps.sizes_in(Path(where)) if s <= cp.size] if local else [cp.size]
     found: dict[int, bytes] = {}
     for size in sizes:

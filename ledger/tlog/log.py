@@ -5,15 +5,23 @@ and at every `run_finished`.
 
 Crash consistency. Tiles and bundles are written (fsynced) before the log's size moves; the size and
 the last signed (size, root) are kept apart from the public tiles, in `{root}/tlog-state/`, read and
-written under a lock. When the ledger starts (`Log.open`), the log is rebuilt from its entry bundles:
-a recomputed root that differs from the last signed checkpoint's is refused with one line (TlogRefused);
-every stored event without a leaf (a commit that died before its leaves were written) is appended.
+written under a lock. When the ledger starts (`Log.resume`), the right edge is read from the partial
+tiles of the log's size and checked against the last signed root (O(log n) tiles), and the events of
+the commits past that size (each commit records its first leaf in the tables' snapshots:
+runledger.ledger.storage.leaves) get their leaves: a commit that died before its leaves were written,
+or between its tables. Where that cannot tell (the log was off or refused while the ledger stored, a
+torn edge, the tables' history gone), the log is rebuilt from its entry bundles (`Log.open`): a
+recomputed root that differs from the last signed checkpoint's is refused with one line (TlogRefused);
+every stored event without a leaf is appended.
 Leaves are only appended after the tables took their events, so no leaf lacks its event, except the
 leaves of a deleted run (the tombstone says so; the log keeps what existed).
 
 Signing. Before each signature the tree is checked to extend the last signed one (the stored root of
 the last signed size is recomputed from the tiles): the log never signs two inconsistent checkpoints.
-Another ledger host taking a partition over reads the same state and extends the same log. The key
+Another ledger host taking a partition over reads the same state and extends the same log; with a
+shared catalog, the last signed size and root are its compare-and-swap row
+(runledger.ledger.storage.signedrows), so hosts with state of their own never fork it either. With the
+tables on object storage, the public files are beside them in the bucket (`log_dir`). The key
 is a file outside the data root, 0600 ($RUNLEDGER_TLOG_KEY, else $XDG_CONFIG_HOME/runledger/tlog.key,
 made on first use and said where).
 """
@@ -25,7 +33,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from runledger.ledger.contract.canonical import canonical_json
 from runledger.ledger.storage import locks
@@ -41,6 +49,7 @@ SIGN_EVERY_S = 2.0  # the most often a checkpoint is signed while commits keep c
 KEY_ENV = "RUNLEDGER_TLOG_KEY"
 OFF_ENV = "RUNLEDGER_TLOG"  # "off": no log (the bench's baseline)
 RUN_FINISHED = "run_finished"
+FOLLOWS_KEY = "commits_say_leaves"  # in the state: the tables' commits say each one's first leaf (see resume)
 
 
 class TlogRefused(RuntimeError):
@@ -74,13 +83,24 @@ def load_or_make_key(path: Path | None = None, name: str | None = None) -> note.
     return note.load_or_make_key(path or key_file(), name, "the transparency log's signing key")
 
 
-def log_dir(root: Path, part: str | None = None) -> Path:
-    return Path(root) / PUBLIC_DIR / (part or "")
+def log_dir(root: Path, part: str | None = None):
+    """The log's public folder: `{root}/tlog/` (a partition's `tlog/p{N}/`), or beside the tables on object
+    storage, `{warehouse}/tlog/` (an ObjectPath; this process then reads and writes the root's bucket:
+    runledger.ledger.storage.objects). Its private state stays in the root (STATE_DIR) either way."""
+    from runledger.ledger.storage import objects
+
+    named = objects.configure(Path(root))
+    base = objects.ObjectPath(named["warehouse"]) / PUBLIC_DIR if named else Path(root) / PUBLIC_DIR
+    return base / part if part else base
 
 
-def write_file(path: Path, data: bytes, durable: bool = True) -> None:
+def write_file(path, data: bytes, durable: bool = True) -> None:
     """Write `path` whole (a temp file renamed over it); `durable`: fsynced with its folder before return
-    (else the caller syncs it later: `_sync`)."""
+    (else the caller syncs it later: `_sync`). An object (runledger.ledger.storage.objects.ObjectPath) is
+    written whole by one PUT, durable once it returns."""
+    if not isinstance(path, Path):
+        path.write_bytes(data)
+        return
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
         fsync_dir(path.parent.parent)
@@ -96,7 +116,8 @@ def write_file(path: Path, data: bytes, durable: bool = True) -> None:
 
 
 def _sync(paths: set[Path]) -> None:
-    """fsync files written without it, then their folders."""
+    """fsync files written without it, then their folders (objects are durable once written)."""
+    paths = {p for p in paths if isinstance(p, Path)}
     for p in paths:
         try:
             fd = os.open(p, os.O_RDONLY)
@@ -130,6 +151,7 @@ class Log:
         self._partials_at = -1  # the size whose partial tiles are written
         self._last_sign = 0.0
         self._signed_size = -1
+        self.shared = None  # runledger.ledger.storage.signedrows.SignedRows: the last signed, in a shared catalog
         self.witnessing = None  # runledger.ledger.tlog.witnessing.Witnessing: asked after each signature
         self.timestamping = None  # runledger.ledger.tlog.timestamping.Timestamping: asked after each signature
 
@@ -138,19 +160,25 @@ class Log:
             return None
         return self.signer.name + (f"/{self.part}" if self.part else "")
 
-    def _state(self) -> dict:
+    def _local_state(self) -> dict:
         try:
-            state = json.loads(self.state_path.read_text())
+            return json.loads(self.state_path.read_text())
         except FileNotFoundError:
-            state = {}
+            return {}
+
+    def _state(self) -> dict:
+        state = self._local_state()
         try:
             state["size"] = int(self.size_path.read_text())
         except (FileNotFoundError, ValueError):  # (lost with a power cut: the bundles and tables say again)
-            state["size"] = state.get("signed", {}).get("size", 0)
+            state["size"] = (state.get("signed") or {}).get("size", 0)
+        if self.shared is not None and self.origin:  # (the hosts of one log: the catalog's row says, not ours)
+            state["signed"] = self.shared.get(self.origin)
+            state["size"] = state["signed"]["size"] if state["signed"] else 0
         return state
 
     def _save_state(self, **fields) -> None:
-        state = {k: v for k, v in {**self._state(), **fields}.items() if k != "size"}
+        state = {k: v for k, v in {**self._local_state(), **fields}.items() if k != "size"}
         write_file(self.state_path, json.dumps(state, sort_keys=True).encode())
 
     def _save_size(self) -> None:
@@ -159,18 +187,89 @@ class Log:
 
     # -- opening: rebuild, check against the last signature, catch up with the tables --
 
-    def open(self, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> int:
-        """Rebuild the log from its entry bundles, refuse it if it differs from its last signed
-        checkpoint, append a leaf for every `stored` (key, hash) that has none (in the order given),
-        and sign. Returns how many leaves were appended."""
+    @property
+    def name(self) -> str:
+        """The log's name in the tables' commits (runledger.ledger.storage.leaves) and its state files."""
+        return self.part or "log"
+
+    def _opened_state(self) -> dict:
+        """The log's state, its origin checked against the key's (TlogRefused) and recorded if new."""
         with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
             state = self._state()
-        signed = state.get("signed")
         if state.get("origin") and self.origin and state["origin"] != self.origin:
             raise TlogRefused(f"{self.dir}: the log's origin is {state['origin']!r}, but the key given signs as "
                               f"{self.origin!r}: give this ledger the log's key")
         if self.origin and not state.get("origin"):
             self._save_state(origin=self.origin)
+        return state
+
+    def follow_commits(self, on: bool) -> None:
+        """Record whether the tables' commits say every event's first leaf (runledger.ledger.storage.leaves)
+        since the log last held every stored event: on after a catch-up from all of them, off (before
+        its next commit) when a ledger stores without this log. Only `resume` reads it."""
+        with locks.hold(self.lock_path, f"transparency log {self.dir}", wait_s=30):
+            if bool(self._state().get(FOLLOWS_KEY)) != on:
+                self._save_state(**{FOLLOWS_KEY: on})
+
+    # -- opening: from the right edge and the commits since (resume), or rebuilt from every entry (open) --
+
+    def resume(self, since: Callable[[int], list[tuple[tuple[str, str, int, int], str]]]) -> int | None:
+        """Open the log from its right edge (O(log n) tiles) and append the leaves of the events the
+        tables took since its durable size, `since(size)` (the commits after it:
+        runledger.ledger.storage.leaves.since, raising LookupError when it cannot say), then sign.
+        Returns how many leaves were appended, or None when only `open` can tell (the commits did not
+        follow the log: it was off or refused meanwhile; a tile of the edge missing or torn; its root
+        not the last signed one; the tables' history gone): nothing was changed then."""
+        state = self._opened_state()
+        signed, size = state.get("signed"), int(state.get("size", 0))
+        if not state.get(FOLLOWS_KEY) or (size < signed["size"] if signed else size > 0):
+            return None
+        try:
+            levels, bundle = self._edge(size)
+            if signed and self._root_at(size, signed["size"]).hex() != signed["root"]:
+                raise ValueError(f"its tiles do not give the root of its last signed checkpoint (size {signed['size']})")
+            missing = since(size)
+        except (tiles.TileMissing, ValueError, KeyError, TypeError, LookupError) as err:
+            log.warning("%s: %s; rebuilding the log from every entry and stored event", self.dir, err)
+            return None
+        self.size, self.levels, self.bundle, self._partials_at = size, levels, bundle, size
+        self._signed_size = signed["size"] if signed else -1
+        self._append_stored(missing)
+        self.sign()
+        return len(missing)
+
+    def _root_at(self, size: int, at: int) -> bytes:
+        """The root of the first `at` leaves, from the tiles of a tree of `size` (O(log n) of them)."""
+        return merkle.tree_hash(tiles.Tiles(self.dir).node(size), at) if at else merkle.root_of([])
+
+    def _edge(self, size: int) -> tuple[list[list[bytes]], list[bytes]]:
+        """The right edge of a tree of `size` from its partial tiles and bundle (as `_extend` keeps it),
+        the bundle's leaves checked against the level-0 tile."""
+        reader = tiles.Tiles(self.dir)
+        levels, t = [], 0
+        while size >> (tiles.TILE_HEIGHT * t):
+            n, width = divmod(size >> (tiles.TILE_HEIGHT * t), tiles.TILE_WIDTH)
+            levels.append(reader.tile(t, n, size) if width else [])
+            t += 1
+        bundle = list(reader.entries(size, size - size % tiles.TILE_WIDTH))
+        if [merkle.leaf_hash(e) for e in bundle] != (levels[0] if levels else []):
+            raise ValueError("its partial entry bundle does not give its partial tile")
+        for e in bundle:
+            key_of(e)
+        return levels, bundle
+
+    def _append_stored(self, stored: list[tuple[tuple[str, str, int, int], str]]) -> None:
+        if stored:
+            log.warning("%s: %d stored events had no leaf (a commit cut short?); appending them", self.dir, len(stored))
+            self.append_entries([canonical_json({"attempt": k[2], "hash": h, "producer": k[1], "run_id": k[0],
+                                                 "seq": k[3]}).encode() for k, h in stored])
+
+    def open(self, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> int:
+        """Rebuild the log from its entry bundles, refuse it if it differs from its last signed
+        checkpoint, append a leaf for every `stored` (key, hash) that has none (in the order given),
+        and sign. Returns how many leaves were appended."""
+        state = self._opened_state()
+        signed = state.get("signed")
         size = int(state.get("size", 0))
         reader = tiles.Tiles(self.dir)
         entries: list[bytes] = []
@@ -196,10 +295,7 @@ class Log:
         stored = list(stored)
         seen = {key_of(e)[0] for e in entries} if stored else set()
         missing = [(k, h) for k, h in stored if k not in seen]
-        if missing:
-            log.warning("%s: %d stored events had no leaf (a commit cut short?); appending them", self.dir, len(missing))
-            self.append_entries([canonical_json({"attempt": k[2], "hash": h, "producer": k[1], "run_id": k[0],
-                                                 "seq": k[3]}).encode() for k, h in missing])
+        self._append_stored(missing)
         self.sign()
         return len(missing)
 
@@ -320,7 +416,11 @@ class Log:
             self._dirty = set()
             cp = checkpoint.Checkpoint(self.origin, self.size, root)
             signed = checkpoint.sign(cp, self.signer)
-            self._save_state(signed={"size": self.size, "root": root.hex()}, origin=self.origin)
+            new = {"size": self.size, "root": root.hex()}
+            if self.shared is not None and not self.shared.swap(self.origin, last, new):
+                raise TlogRefused(f"{self.dir}: another ledger host signed a checkpoint of this log since size "
+                                  f"{last['size'] if last else 0} (the catalog's row moved): not signing a fork")
+            self._save_state(signed=new, origin=self.origin)
             write_file(self.dir / tiles.CHECKPOINT, signed.encode())
         self._signed_size, self._last_sign = self.size, time.monotonic()
         if self.witnessing is not None:
@@ -348,18 +448,26 @@ class Log:
         return True
 
 
-def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]]) -> Log | None:
-    """The ledger's log of `root` (or partition `part`), opened and caught up with `stored`; None when
-    the log is off ($RUNLEDGER_TLOG=off)."""
+def open_for(root: Path, part: str | None, stored: Iterable[tuple[tuple[str, str, int, int], str]] | Callable,
+             since: Callable | None = None, shared=None) -> Log | None:
+    """The ledger's log of `root` (or partition `part`), opened and caught up with the stored events: from
+    its right edge and `since` (Log.resume) when the tables' commits say where it stands, else from
+    `stored` (every stored event, or a function reading them: only called then); its last signed
+    checkpoint in `shared` (a shared catalog's SignedRows) if given; None when the log is off
+    ($RUNLEDGER_TLOG=off)."""
     if not enabled():
         return None
     from runledger.ledger.tlog import timestamping, witnessing
 
     lg = Log(root, part, load_or_make_key())
+    lg.shared = shared
     _check_one_log_per_key(Path(root))
     lg.witnessing = witnessing.from_env(lg.dir, lg.signer.verifier, lg.attach_cosignatures)
     lg.timestamping = timestamping.for_log(lg.dir, write_file)
-    lg.open(stored)
+    if since is None or lg.resume(since) is None:
+        lg.open(stored() if callable(stored) else stored)
+    if since is not None:  # (the ledger's commits from now on say each one's first leaf)
+        lg.follow_commits(True)
     if (lg.dir / tiles.CHECKPOINT).exists():  # (signed before this start: asked again)
         for asked in (lg.witnessing, lg.timestamping):
             if asked is not None:
@@ -403,10 +511,35 @@ def stored_events(root: Path, has=None) -> list[tuple[tuple[str, str, int, int],
     return [((r, p, a, s), h) for r, p, a, s, h in zip(*cols) if has is None or has(r)]
 
 
-def for_ledger(root: Path, position) -> Log | None:
+def part_of(position) -> str | None:
+    """The log of a ledger's `position`: None for the root's, a partition's key (`tlog/p{N}/`)."""
+    return position.key if getattr(position, "partitioned", False) else None
+
+
+def for_ledger(root: Path, position, tables=None) -> Log | None:
     """The log of a ledger's `position` (the root's, or a partition's: `tlog/p{N}/`), opened and caught
-    up with the tables; None when the log is off."""
+    up with its `tables` (runledger.ledger.storage.tables.Tables: the commits since the log's size,
+    else every stored event); None when the log is off (then recorded: see unfollowed)."""
+    part = part_of(position)
     if not enabled():
+        unfollowed(Path(root), part)
         return None
-    part = position.key if getattr(position, "partitioned", False) else None
-    return open_for(Path(root), part, stored_events(Path(root), getattr(position, "has", None) if part else None))
+    from runledger.ledger.storage import leaves, signedrows
+
+    def since(size: int):
+        if getattr(tables, "registered_anew", False):
+            raise LookupError("the root was moved: its tables' history is registered anew")
+        return leaves.since(tables, part or "log", size)
+
+    return open_for(Path(root), part,
+                    lambda: stored_events(Path(root), getattr(position, "has", None) if part else None),
+                    since if tables is not None else None, signedrows.of_tables(tables))
+
+
+def unfollowed(root: Path, part: str | None) -> None:
+    """A ledger stores without the log of `part` (off, or refused): its commits no longer say their first
+    leaf, so its next start catches it up from every stored event (Log.follow_commits). Nothing to do
+    where there is no log yet."""
+    lg = Log(root, part)
+    if lg.state_path.exists():
+        lg.follow_commits(False)

@@ -12,13 +12,17 @@ class NotProved(LookupError):
     """No proof to give: no such event, no log, or not under a signed checkpoint yet; one line."""
 
 
-def logs_of(root: Path) -> list[Path]:
-    """The root's logs: `tlog/`, or each partition's `tlog/p{N}/`."""
+def logs_of(root: Path) -> list:
+    """The root's logs: `tlog/`, or each partition's `tlog/p{N}/` (folders, or on object storage beside
+    the tables: see log.log_dir)."""
     base = log.log_dir(Path(root))
     if (base / tiles.CHECKPOINT).exists():
         return [base]
-    return sorted((p for p in base.glob("p*") if (p / tiles.CHECKPOINT).exists()),
-                  key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else -1)
+    if isinstance(base, Path):
+        parts = [p for p in base.glob("p*") if (p / tiles.CHECKPOINT).exists()]
+    else:  # (an object store has no folders: the partitions' checkpoints are listed)
+        parts = [f.parent for f in base.files(suffix="/" + tiles.CHECKPOINT) if f.parent.parent == base]
+    return sorted(parts, key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else -1)
 
 
 def text_of(signed: str) -> str:

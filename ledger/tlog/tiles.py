@@ -1,5 +1,5 @@
 """A log as C2SP tlog-tiles (c2sp.org/tlog-tiles): the paths of hash tiles and entry bundles, and a
-log read from its files alone, from a folder or over HTTP (`Tiles`): its checkpoint, its node hashes
+log read from its files alone, from a folder, over HTTP or from object storage (`Tiles`): its checkpoint, its node hashes
 (for runledger.ledger.tlog.merkle's proofs), its entries. Writing them is runledger.ledger.tlog.log's."""
 
 from __future__ import annotations
@@ -82,10 +82,16 @@ class Tiles:
     """A log's public files, from a folder (`tlog/` or `tlog/p{N}/`) or a URL prefix, read for one tree
     size: only the tiles that size needs (tlog-tiles: never an arbitrary partial tile)."""
 
-    def __init__(self, where: str | Path) -> None:
+    def __init__(self, where) -> None:
         self.where = str(where)
         self.http = self.where.startswith(("http://", "https://"))
+        self.object = self.where.startswith("s3://")  # beside the tables on object storage
         self._cache: dict[str, bytes] = {}
+
+    @property
+    def remote(self) -> bool:
+        """Read over HTTP or from object storage: files are read by name only, never listed."""
+        return self.http or self.object
 
     def read(self, rel: str, keep: bool = True) -> bytes:
         """The file `rel` (kept for the next read unless `keep` is false, or it is the checkpoint)."""
@@ -100,6 +106,14 @@ class Tiles:
                 if err.code == 404:
                     raise TileMissing(f"{url}: not found") from None
                 raise
+        elif self.object:
+            from runledger.ledger.storage.objects import ObjectPath
+
+            path = ObjectPath(self.where) / rel
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                raise TileMissing(f"{path}: missing") from None
         else:
             path = Path(self.where) / rel
             try:

@@ -35,7 +35,7 @@ class Timestamping:
 
     def __init__(self, log_dir: Path, authority: Authority, keep: Callable[[Path, bytes], None],
                  every_s: float = EVERY_S) -> None:
-        self.dir, self.authority, self.keep, self.every_s = Path(log_dir), authority, keep, every_s
+        self.dir, self.authority, self.keep, self.every_s = log_dir, authority, keep, every_s  # (a Path or ObjectPath)
         self.retry_s = RETRY_S
         self.failing: str | None = None  # why, while the authority fails
         self.stamped: list[int] = []  # the sizes stamped by this process, in order
