@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not PG_BIN.exists(), reason="no PostgreSQL binar
 
 
 @pytest.fixture(scope="module")
-def shared_catalog():
+def catalog_engine():
     from sqlalchemy import create_engine
 
     server = Postgres()
@@ -50,13 +50,13 @@ def _published(lg: Log, signer: note.Signer) -> checkpoint.Checkpoint:
     return checkpoint.open_signed((lg.dir / tiles.CHECKPOINT).read_text(), [signer.verifier])
 
 
-def test_a_host_taking_the_log_over_extends_it_and_a_stale_one_is_refused(tmp_path, shared_catalog):
+def test_a_host_taking_the_log_over_extends_it_and_a_stale_one_is_refused(tmp_path, catalog_engine):
     signer = note.Signer.generate("runledger.test/takeover")
-    a = _host(tmp_path, "a", signer, shared_catalog)
+    a = _host(tmp_path, "a", signer, catalog_engine)
     a.append_entries(_entries_of(10, "a"))
     a.sign()
     before = _published(a, signer)
-    b = _host(tmp_path, "b", signer, shared_catalog)  # another host: nothing of a's state but the row
+    b = _host(tmp_path, "b", signer, catalog_engine)  # another host: nothing of a's state but the row
     assert b.size == 10
     b.append_entries(_entries_of(5, "b"))
     b.sign()
@@ -71,13 +71,13 @@ def test_a_host_taking_the_log_over_extends_it_and_a_stale_one_is_refused(tmp_pa
     assert _published(b, signer) == after
 
 
-def test_two_hosts_signing_from_the_same_size_at_once_never_fork_the_log(tmp_path, shared_catalog):
+def test_two_hosts_signing_from_the_same_size_at_once_never_fork_the_log(tmp_path, catalog_engine):
     signer = note.Signer.generate("runledger.test/race")
-    first = _host(tmp_path, "first", signer, shared_catalog)
+    first = _host(tmp_path, "first", signer, catalog_engine)
     first.append_entries(_entries_of(20, "x"))
     first.sign()
     base = _published(first, signer)
-    racers = [_host(tmp_path, name, signer, shared_catalog) for name in ("c", "d")]
+    racers = [_host(tmp_path, name, signer, catalog_engine) for name in ("c", "d")]
     for lg, n in zip(racers, (2, 4)):  # (different sizes: each one's partial tiles are its own)
         lg.append_entries(_entries_of(n, lg.root.name))
     start, outcome = threading.Barrier(2), {}
@@ -97,7 +97,7 @@ def test_two_hosts_signing_from_the_same_size_at_once_never_fork_the_log(tmp_pat
         t.join(60)
     assert sorted(outcome.values()) == ["refused", "signed"], outcome
     winner = next(lg for lg in racers if outcome[lg.root.name] == "signed")
-    row = SignedRows(shared_catalog).get(winner.origin)
+    row = SignedRows(catalog_engine).get(winner.origin)
     assert row == {"size": winner.size, "root": winner.tree_root().hex()}
     now = _published(winner, signer)
     assert now.size == winner.size
