@@ -69,7 +69,9 @@ def test_two_ledgers_on_one_postgres_catalog_survive_its_crash_mid_commit(tmp_pa
         while stored_or_none(root, postgres.uri) < PER_RUN // 2:  # commits under way (every 0.2 s while busy)
             assert time.monotonic() < deadline, "nothing was stored"
             time.sleep(0.2)
-        assert any(p.poll() is None for p in producers)  # ... and more coming
+        # ... and more to store when the catalog dies (whether the producers are still publishing or their events
+        # wait in the stream depends on the machine's load; the ledgers meeting the crash is asserted below)
+        assert stored_or_none(root, postgres.uri) < PER_RUN * len(RUNS)
         postgres.kill()
         time.sleep(2.0)  # the ledgers retry their commits, acking nothing
         postgres.start()
