@@ -58,7 +58,8 @@ def main():
     (x, y), (x_eval, y_eval) = make_data(rng)
     a, b, c = CONFIG["sizes"]
     params = {"w1": rng.normal(size=(a, b)) * np.sqrt(2 / a), "b1": np.zeros(b), "w2": np.zeros((b, c)), "b2": np.zeros(c)}
-    run = runledger.init(project="numpy-mlp", name=args.name, config={**CONFIG, "steps": args.steps}, root=args.root)
+    run = runledger.init(project="numpy-mlp", name=args.name, config={**CONFIG, "steps": args.steps}, root=args.root,
+                         loss_unit="sample")  # a classifier: the mean loss over the batch's examples
     for step in range(args.steps):
         start = time.perf_counter()
         idx = rng.integers(0, len(x), CONFIG["batch_size"])

@@ -86,7 +86,8 @@ def main():
     opt_state, train_step, evaluate = optimizer.init(params), make_train_step(optimizer), jax.jit(loss_fn)
     batches, logged = jax.random.PRNGKey(CONFIG["seed"] + 2), {}
 
-    run = runledger.init(project="optax-mlp", name=args.name, config={**CONFIG, "steps": args.steps}, root=args.root)
+    run = runledger.init(project="optax-mlp", name=args.name, config={**CONFIG, "steps": args.steps}, root=args.root,
+                         loss_unit="sample")  # a classifier: the mean loss over the batch's examples
     for step in range(args.steps):
         start = time.perf_counter()
         idx = jax.random.randint(jax.random.fold_in(batches, step), (CONFIG["batch_size"],), 0, len(x))

@@ -17,6 +17,15 @@ key "health"; `marin-2024` is Marin's older eval rule on top of `marin`). A thre
 give its value in a profile; a negative value turns that form of a check off (OFF), so that each
 profile reads one form: e.g. grad_norm_max is OFF by default and 2.0 under "marin", and
 grad_norm_median_ratio the other way round. A run's own thresholds win over its profile.
+
+The loss's unit (issue 43, item 13): a run declares what its loss is averaged over (`init(loss_unit=)`,
+the config key "loss_unit": per token, per byte, per sample, other; or nothing). Marin's absolute loss
+numbers (`per_token`: the loss-floor rise, the trend's rise, the spike's 0.05 minimum) are nats per
+token of an LLM's tokenizer, so they judge only a loss declared per token; a per-byte loss that declares
+its tokenizer's bytes per token (config "bytes_per_token") gets them converted (divided by it); any
+other loss gets the default relative form of those checks (the thresholds marked `loss_form` take their
+default values), and the audit row says which in its evidence's "loss_unit" line. A run's own
+thresholds are in its own unit and are never converted.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ DEFAULT_PROFILE = "default"
 PROFILES = (DEFAULT_PROFILE, "marin", "marin-2024")
 PARENTS = {"marin-2024": ("marin",)}  # a profile's values fall back to these before the default
 OFF = -1.0  # a form of a check whose threshold is negative does not run
+LOSS_UNITS = ("token", "byte", "sample", "other")  # what a run's loss is averaged over (config "loss_unit")
 MARIN = "Marin alert (infra/grafana hero_health.py): "
 
 
@@ -40,6 +50,8 @@ class Threshold:
     formerly: str | None = None
     profiles: tuple[tuple[str, float], ...] = ()  # (profile, value) where the profile differs from the default
     rule: str = ""  # Marin's rule, for docs/health.md, where the threshold is one form of it
+    per_token: bool = False  # an absolute loss in nats per token (converted for a per-byte loss)
+    loss_form: bool = False  # picks a loss check's form: its default value unless the loss is per token (or converts)
 
     def value(self, profile: str = DEFAULT_PROFILE) -> float:
         """The threshold in `profile` (marin-2024 is marin's values with its own on top)."""
@@ -94,33 +106,36 @@ RULE_BOOK: tuple[Threshold, ...] = (
     Threshold("loss_floor_rise_max", OFF, "loss",
               "runledger: off by default (1.0 is a per-token anchor; on a per-byte loss it misses a 12% rise)",
               ("health/loss_floor",), profiles=(("marin", 1.0),),
-              rule="Marin checklist: loss floor more than 1.0 above the trailing floor"),
+              rule="Marin checklist: loss floor more than 1.0 above the trailing floor",
+              per_token=True, loss_form=True),
     Threshold("loss_floor_sigma", 8.0, "loss noise (sigma)",
               "runledger: a block's lowest loss above the lowest before it by > 8 sigma of the run's per-step loss "
               "noise (a block's min sits a few sigma above the trailing min on a flat healthy loss)",
-              ("health/loss_floor",), profiles=(("marin", OFF),)),
+              ("health/loss_floor",), profiles=(("marin", OFF),), loss_form=True),
     Threshold("loss_rise_max", OFF, "loss",
               "runledger: off by default (0.05 is about one standard deviation of the statistic on a small run: "
               "20 of 20 healthy runs warned)", ("health/loss_trend",), profiles=(("marin", 0.05),),
-              rule="runledger's former default: mean loss of a window above the previous window by > 0.05"),
+              rule="runledger's former default: mean loss of a window above the previous window by > 0.05",
+              per_token=True, loss_form=True),
     Threshold("loss_rise_sigma", 3.0, "standard errors",
               "runledger: a window's mean loss above the previous window's by > 3 standard errors of that "
               "difference (sigma x sqrt(2/n), sigma the run's per-step loss noise; healthy small runs: at most 2.3 "
               "over 20 seeds)",
-              ("health/loss_trend",), profiles=(("marin", OFF),)),
+              ("health/loss_trend",), profiles=(("marin", OFF),), loss_form=True),
     Threshold("loss_spike_sigma", 10.0, "loss noise (sigma)",
               "runledger: a step's loss above the median of the loss_spike_baseline_steps before it by > 10 sigma "
               "of the run's per-step noise, a robust sigma (healthy small runs: at most 3.5 over 20 seeds; heavy-tailed "
               "synthetic noise reaches 8; Levanter skips a step at 6 sigma of a window's own, non-robust, spread)",
-              ("health/loss_spike",), profiles=(("marin", OFF),)),
+              ("health/loss_spike",), profiles=(("marin", OFF),), loss_form=True),
     Threshold("loss_spike_baseline_steps", 20.0, "steps",
               "Marin alert: at least 20 baseline samples", ("health/loss_spike",)),
     Threshold("loss_spike_marin_sigma", OFF, "sigma of the baseline",
               "runledger: off by default (a time-windowed rule for a run logging every few seconds)",
               ("health/loss_spike",), profiles=(("marin", 6.0),),
               rule=MARIN + "over the last hour but 5 min, the recent 5-min floor of the loss above the baseline "
-                           "mean + max(0.05, 6 sigma), >= 20 baseline and >= 5 recent samples"),
-    Threshold("loss_spike_min_rise", 0.05, "loss", "Marin alert: max(0.05, 6 sigma)", ("health/loss_spike",)),
+                           "mean + max(0.05, 6 sigma), >= 20 baseline and >= 5 recent samples", loss_form=True),
+    Threshold("loss_spike_min_rise", 0.05, "loss", "Marin alert: max(0.05, 6 sigma)", ("health/loss_spike",),
+              per_token=True, loss_form=True),
     Threshold("loss_spike_recent_s", 300.0, "s", "Marin alert: the recent 5-min floor", ("health/loss_spike",)),
     Threshold("loss_spike_baseline_s", 3600.0, "s", "Marin alert: the last hour (but the recent 5 min)",
               ("health/loss_spike",)),
@@ -284,14 +299,21 @@ def check_profile(profile: str) -> str:
     return profile
 
 
+def check_loss_unit(unit: str) -> str:
+    """`unit` if it is a loss unit, else a ValueError naming them."""
+    if unit not in LOSS_UNITS:
+        raise ValueError(f"unknown loss unit {unit!r} (units: {', '.join(LOSS_UNITS)})")
+    return unit
+
+
 def _sql_str(s: str | None) -> str:
     return "NULL" if s is None else "'" + s.replace("'", "''") + "'"
 
 
 def values_sql() -> str:
-    """The rows of views.sql's threshold_defaults: (name, value, unit, anchor, formerly)."""
+    """The rows of views.sql's threshold_defaults: (name, value, unit, anchor, formerly, per_token, loss_form)."""
     return ",\n    ".join(f"({_sql_str(t.name)}, {t.default!r}, {_sql_str(t.unit)}, {_sql_str(t.anchor)}, "
-                          f"{_sql_str(t.formerly)})" for t in RULE_BOOK)
+                          f"{_sql_str(t.formerly)}, {t.per_token}, {t.loss_form})" for t in RULE_BOOK)
 
 
 def profiles_sql() -> str:

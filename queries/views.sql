@@ -524,6 +524,8 @@ with starts as (
         (f.schedule ->> 'anchor_lr')::double as anchor_lr,
         (f.config -> 'moe' ->> 'n_experts')::bigint as n_experts,
         coalesce(f.config ->> 'health', 'default') as health,
+        f.config ->> 'loss_unit' as loss_unit,
+        try_cast(f.config ->> 'bytes_per_token' as double) as bytes_per_token,
         (f.config ->> 'ckpt_every')::bigint as ckpt_every,
         (f.config ->> 'planned_mfu')::double as planned_mfu
     from first_start f join latest_start l using (run_id)
@@ -540,7 +542,7 @@ from parsed;
 create or replace view threshold_defaults as
 select * from (values
     {{threshold_defaults}}
-) as t(name, value, unit, anchor, formerly);
+) as t(name, value, unit, anchor, formerly, per_token, loss_form);
 
 -- the thresholds of each named health profile that differ from the defaults (queries/thresholds.py:
 -- `runledger.init(health="marin")` records the profile as the config key "health")
@@ -549,26 +551,59 @@ select * from (values
     {{threshold_profiles}}
 ) as t(profile, name, value);
 
+-- what each run's loss is averaged over, and what that does to its profile's loss thresholds
+-- (queries/thresholds.py, "The loss's unit"): Marin's per-token numbers judge a loss declared per token;
+-- a per-byte loss with bytes_per_token gets them divided by it; any other (or undeclared) loss gets the
+-- default relative form of the loss checks. `note`: the one line the loss checks' evidence carries
+-- (null under the default profile, whose loss checks hold no absolute loss number).
+create or replace view run_loss_unit as
+select
+    run_id, health as profile, loss_unit, bytes_per_token,
+    case when loss_unit = 'token' then 'token'
+         when loss_unit = 'byte' and bytes_per_token > 0 then 'converted'
+         else 'default' end as applies,
+    case when health = 'default' then null
+         when loss_unit = 'token' then 'loss per token: profile ' || health || '''s per-token loss numbers apply'
+         when loss_unit = 'byte' and bytes_per_token > 0
+             then 'loss per byte: profile ' || health || '''s per-token loss numbers divided by '
+                  || bytes_per_token || ' bytes per token'
+         else coalesce('loss per ' || loss_unit, 'loss unit undeclared') || ': profile ' || health
+              || '''s per-token loss numbers not applied; the default relative form judges' end as note
+from run_plan;
+
 -- the thresholds in force for each run: the defaults, else its health profile's (run_plan.health),
 -- overridden by run_started.thresholds (what the audit and the agents read); a negative value turns
--- that form of a check off
+-- that form of a check off. A loss check's form and its per-token numbers follow run_loss_unit.
 create or replace view run_thresholds as
 with given as (
     select
-        r.run_id, d.name, d.value, d.anchor, coalesce(p.health, 'default') as profile, q.value as in_profile,
+        r.run_id, d.name, d.value, d.anchor, d.per_token, d.loss_form, coalesce(p.health, 'default') as profile,
+        q.value as in_profile, coalesce(u.applies, 'default') as applies, u.bytes_per_token,
         coalesce(json_extract(p.thresholds, '$.' || d.name),
                  json_extract(p.thresholds, '$.' || d.formerly))::double as given
     from audit_runs r
     cross join threshold_defaults d
     left join run_plan p using (run_id)
+    left join run_loss_unit u using (run_id)
     left join threshold_profiles q on q.profile = coalesce(p.health, 'default') and q.name = d.name
+), in_unit as (
+    -- a loss check's profile form stands only on a per-token (or converted) loss; a per-token number is
+    -- divided by the bytes per token of a per-byte loss (an OFF, negative, stays OFF)
+    select
+        *,
+        coalesce(case when loss_form and applies = 'default' then null else in_profile end, value) as ruled,
+        case when loss_form and applies = 'default' then null else in_profile end as in_force
+    from given
 )
 select
     run_id, name,
-    coalesce(given, in_profile, value) as value,
+    coalesce(given, case when per_token and applies = 'converted' and ruled >= 0
+                         then ruled / bytes_per_token else ruled end) as value,
     case when given is not null then 'run_started.thresholds'
-         when in_profile is not null then 'profile ' || profile else anchor end as source
-from given;
+         else (case when in_force is not null then 'profile ' || profile else anchor end)
+              || (case when per_token and applies = 'converted' and ruled >= 0 then ' (divided by bytes_per_token)'
+                       else '' end) end as source
+from in_unit;
 
 -- the fork audit's window (queries/fork): for each fork (its first fork start), every step after its fork step
 -- that it and its parent both logged, the last fork_window_steps of them (0: all), the two runs' steps side

@@ -44,7 +44,7 @@ from runledger.ledger.contract.events import MAX_LABEL, MAX_METRIC_NAME, MAX_MET
 from runledger.ledger.emit.sink import NullSink
 from runledger.ledger.emit.spool import chain_dir
 from runledger.queries.names import slug
-from runledger.queries.thresholds import NAMES, PROFILES
+from runledger.queries.thresholds import LOSS_UNITS, NAMES, PROFILES
 from runledger import values
 from runledger.console import Console, wanted as console_wanted
 from runledger.system import SystemSampler
@@ -594,11 +594,22 @@ class Current:
             run.finish("failed", reason=f"{cls.exc[0].__name__}: {cls.exc[1]}")
 
 
+def _check_loss_unit(config: dict) -> None:
+    """A LogError unless config's loss_unit (if any) is a known unit and its bytes_per_token a positive number."""
+    unit = config.get("loss_unit")
+    if unit is not None and unit not in LOSS_UNITS:
+        raise LogError(f"loss_unit={unit!r}: one of {', '.join(LOSS_UNITS)}")
+    bpt = config.get("bytes_per_token")
+    if bpt is not None and (isinstance(bpt, bool) or not isinstance(bpt, (int, float)) or not 0 < bpt < float("inf")):
+        raise LogError(f"bytes_per_token={bpt!r}: a positive number (the bytes of text per token of the loss's tokenizer)")
+
+
 def init(project: str | None = None, name: str | None = None, config: dict | Any = None, tags: list[str] | None = None,
          resume: bool | str | None = None, id: str | None = None, *, root: str | Path | None = None,
          nats: str | None = None, producer: str = PRODUCER, system_metrics: bool | float = True,
          thresholds: dict[str, float] | None = None, mode: str | None = None, resumed_from: dict | None = None,
-         console: bool | None = None, health: str | None = None, **ignored: Any) -> Run:
+         console: bool | None = None, health: str | None = None, loss_unit: str | None = None,
+         bytes_per_token: float | None = None, **ignored: Any) -> Run:
     """Start a run (or, with `resume`, the run's next attempt) and make it the current one.
 
     project, config, tags: as W&B's. name: the run's display name, not unique (any number of runs may
@@ -618,6 +629,9 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
     console: record what the script writes to stdout and stderr, line by line, as `console` events (the default,
         as W&B does; False, or W&B's settings console="off": not): `runledger.console`.
     health: the health profile ("marin", "marin-2024"; queries/thresholds.py), recorded as config["health"].
+    loss_unit: what the logged loss is averaged over: "token", "byte", "sample" or "other" (config["loss_unit"]);
+        Marin's profile holds only a per-token loss to its absolute loss numbers. bytes_per_token: for a
+        per-byte loss, its tokenizer's bytes per token, which converts them (config["bytes_per_token"]).
     thresholds: overrides of the health checks' thresholds (`runledger audit health`), by name
         (queries/thresholds.py: e.g. {"grad_norm_max": 5.0, "block_steps": 20}).
     resumed_from: the checkpoint this attempt goes on from, {"path", "step", "content_hash"} (as
@@ -644,6 +658,8 @@ def init(project: str | None = None, name: str | None = None, config: dict | Any
         if health not in PROFILES:
             raise LogError(f"health={health!r}: one of {', '.join(PROFILES)}")
         config["health"] = health
+    config.update({k: v for k, v in (("loss_unit", loss_unit), ("bytes_per_token", bytes_per_token)) if v is not None})
+    _check_loss_unit(config)
     labels = {k: str(v) for k, v in (("name", name), ("group", ignored.get("group")),
                                      ("job_type", ignored.get("job_type"))) if v is not None and str(v) != ""}
     for k, v in labels.items():

@@ -160,6 +160,15 @@ def shown(text: str) -> str:
     return repr(text if len(text) <= 120 else text[:120] + "…")
 
 
+def health_profile(text: str) -> str:
+    """A health profile of the rule book (`runledger.queries.thresholds.PROFILES`)."""
+    from runledger.queries.thresholds import PROFILES
+
+    if text not in PROFILES:
+        raise Bad(f"{shown(text)} is not a health profile: one of {', '.join(PROFILES)}")
+    return text
+
+
 def preset(text: str) -> str:
     """A preset of `runledger.training.config.PRESETS` (read when a command is given one: the others never
     load the training config, nor the contract it hashes with)."""

@@ -45,6 +45,9 @@ def register(subparsers) -> None:
     p.add_argument("--extend-context", metavar="AT_STEP:SEQ_LEN", type=pair_of("AT_STEP:SEQ_LEN", int, int), default=None,
                    help="a scheduled context extension (probed ahead; agents may hold it)")
     p.add_argument("--planned-tokens-per-s", type=checks.positive_float, default=None, help="the plan (default: from planned_mfu)")
+    p.add_argument("--health", type=checks.health_profile, default=None, metavar="PROFILE",
+                   help="the health profile the audits and agents hold the run to: default, marin, marin-2024 "
+                        "(recorded as the config's health, as runledger.init(health=) does; a resume names it again)")
     p.add_argument("--threshold", action="append", type=assignment, default=[], metavar="NAME=VALUE",
                    help="override an agent/audit threshold for this run (recorded in run_started)")
     p.add_argument("--set", action="append", type=assignment, default=[], metavar="SECTION.FIELD=VALUE", dest="overrides",
@@ -133,8 +136,17 @@ def parse_thresholds(pairs: list[str]) -> dict[str, float]:
     return out
 
 
+def config_of(args):
+    """The run's config: the preset, its --set overrides and its --health profile (in the config, as
+    `runledger.init(health=)` records it, and so in its hash: a resume of the run names it again)."""
+    from runledger.training.config import preset
+
+    cfg = with_overrides(preset(args.preset), args.overrides)
+    return cfg if args.health is None else dataclasses.replace(cfg, health=args.health)
+
+
 def run(args) -> int:
-    from runledger.training.config import config_hash, preset
+    from runledger.training.config import config_hash
     from runledger.training.decisions import ledger_decisions
     from runledger.training.resume import ckpt_dir, fork_point, resume_point
     from runledger.training.schedule import retime
@@ -142,7 +154,7 @@ def run(args) -> int:
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's per-save chatter
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU here" on every start
-    cfg = with_overrides(preset(args.preset), args.overrides)
+    cfg = config_of(args)
     if args.resume and args.fork_from:
         log.error("--resume and --fork-from exclude each other")
         return 2

@@ -87,6 +87,16 @@ class TrainConfig:
     ckpt_every: int = 10
     log_every: int = 10
     planned_mfu: float = 0.10  # planned tokens/s = planned_mfu * measured peak / flops_per_token
+    health: str = "default"  # the health profile the audits and agents hold the run to (queries/thresholds.py)
+    # the logged loss is the mean cross-entropy over every next byte of the batch (the tokens are bytes): nats
+    # per byte. No bytes_per_token: there is no subword tokenizer whose per-token numbers (Marin's) it could meet.
+    loss_unit: str = "byte"
+
+    def __post_init__(self) -> None:
+        from runledger.queries.thresholds import check_loss_unit, check_profile
+
+        check_profile(self.health)
+        check_loss_unit(self.loss_unit)
 
     @property
     def tokens_per_step(self) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runledger.ledger.check.replay import replay_run, run_events
+from runledger.ledger.contract import decision_state
 from runledger.queries import forks
 from runledger.training import checkpoint
 from runledger.training.worker import Start
@@ -39,7 +40,18 @@ def resume_point(root: str | Path, run_id: str) -> tuple[Start, str | None]:
     schedule = (state.schedule if state is not None and state.schedule else None) or meta.get("schedule")
     dispatch = (state.dispatch if state is not None and state.dispatch else None) or meta.get("dispatch")
     return (Start(attempt=attempt, checkpoint_path=ckpt["path"], step=int(ckpt["step"]), schedule=schedule,
-                  content_hash=ckpt["content_hash"], dispatch=dispatch), first_hash or meta.get("config_hash"))
+                  content_hash=ckpt["content_hash"], dispatch=dispatch,
+                  extension_holds=extension_holds(state.decisions if state is not None else {})),
+            first_hash or meta.get("config_hash"))
+
+
+def extension_holds(decisions: dict[str, dict]) -> tuple[tuple[int, bool], ...]:
+    """The context extension's holds and releases the worker applied, as (step, held) in step order: a resumed
+    attempt goes on with them where its past did (they are answered, and the agent sees them in force)."""
+    moves = [(d["applied_at_step"], d["action"] == "hold_context_extension") for d in decisions.values()
+             if d.get("action") in ("hold_context_extension", "release_context_extension")
+             and d.get("status") == decision_state.APPLIED and d.get("applied_at_step") is not None]
+    return tuple(sorted(moves, key=lambda m: m[0]))
 
 
 def fork_point(root: str | Path, parent_run: str, at_step: int) -> Start:

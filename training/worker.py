@@ -54,6 +54,10 @@ class Start:
     content_hash: str | None = None  # expected hash of the checkpoint (checked on restore)
     parent: dict | None = None  # fork: {"run_id", "step", "content_hash", "path"}
     dispatch: dict | None = None  # dispatch mode / capacity factors in force (decisions replayed)
+    # the context extension's hold as the attempts before applied it, (step, held) in order (decisions replayed):
+    # a resumed attempt holds and releases it at the steps its past did, so that it redoes their updates at the
+    # same length (those decisions are answered, and never handed to it again)
+    extension_holds: tuple[tuple[int, bool], ...] = ()
 
 
 @dataclass
@@ -292,7 +296,8 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
                                        "after": {"step": int(meta["step"]), "checkpoint": meta["path"],
                                                  "content_hash": meta["content_hash"]}}
 
-    held = {"now": False}
+    replayed = dict(start.extension_holds)  # step -> held from then on (the latest at a step wins)
+    held = {"now": next((h for st, h in reversed(start.extension_holds) if st < first), False)}
 
     def carry_out(k: int) -> int:
         """Decisions between update k-1 and update k; returns the next update (a rollback moves it)."""
@@ -344,6 +349,8 @@ def train(cfg: TrainConfig, *, run_id: str, ckpt_dir: str | Path, sink: EventSin
     def maybe_extend(k: int) -> None:
         """Before update k: probe ahead of a scheduled extension, or make it (unless it is held)."""
         nonlocal cfg, L, fpt, train_step
+        if k - 1 in replayed and k > first:  # held or released before update k in an attempt before this one
+            held["now"] = replayed[k - 1]
         ext = schedule.get("context_extension")
         if ext is None or cfg.model.seq_len == ext["seq_len"]:
             return  # none scheduled, or extended already (in this attempt or the one resumed from)

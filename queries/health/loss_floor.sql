@@ -36,11 +36,13 @@ select
     j.worst as value,
     t.value as threshold,
     j.first_step as at_step,
-    case when j.blocks is null then json_object('reason', 'fewer than two blocks of steps with a loss')
+    json_merge_patch(case when j.blocks is null then json_object('reason', 'fewer than two blocks of steps with a loss')
          else json_object('blocks', j.blocks, 'blocks_over', j.blocks_over,
                           'loss_noise_sigma', t.sigma,
                           'measure', case when t.abs_max >= 0 then 'min loss of a block - min loss of the blocks before it'
-                                          else '(min loss of a block - min loss of the blocks before it) / the run''s loss noise sigma' end) end::varchar as evidence
+                                          else '(min loss of a block - min loss of the blocks before it) / the run''s loss noise sigma' end) end,
+                     json_object('loss_unit', u.note))::varchar as evidence
 from audit_runs r
 join threshold t using (run_id)
 left join jumps j using (run_id)
+left join run_loss_unit u using (run_id)

@@ -66,13 +66,15 @@ select
     s.worst as value,
     case when t.marin_k >= 0 then t.marin_k else t.k end as threshold,
     s.first_step as at_step,
-    case when coalesce(e.n, 0) = 0 then json_object('reason', 'no step reports a loss')
+    json_merge_patch(case when coalesce(e.n, 0) = 0 then json_object('reason', 'no step reports a loss')
          else json_object('steps_over', coalesce(s.steps_over, 0), 'loss_noise_sigma', n.sigma,
                           'measure', case when t.marin_k >= 0
                                           then '(recent floor - baseline mean) / baseline sigma; over: floor > mean + max(loss_spike_min_rise, loss_spike_marin_sigma x sigma)'
-                                          else '(loss - median of the loss_spike_baseline_steps before it) / the run''s loss noise sigma' end) end::varchar as evidence
+                                          else '(loss - median of the loss_spike_baseline_steps before it) / the run''s loss noise sigma' end) end,
+                     json_object('loss_unit', u.note))::varchar as evidence
 from audit_runs r
 join th t using (run_id)
 left join seen e using (run_id)
 left join summary s using (run_id)
 left join loss_noise n using (run_id)
+left join run_loss_unit u using (run_id)

@@ -46,11 +46,13 @@ select
     x.worst as value,
     t.value as threshold,
     x.first_step as at_step,
-    case when x.windows is null then json_object('reason', 'fewer than 2 x window_blocks blocks of steps with a loss')
+    json_merge_patch(case when x.windows is null then json_object('reason', 'fewer than 2 x window_blocks blocks of steps with a loss')
          else json_object('windows', x.windows, 'windows_over', x.windows_over,
                           'loss_noise_sigma', t.sigma,
                           'measure', case when t.abs_max >= 0 then 'mean loss of the trailing window - mean loss of the window before it'
-                                          else '(mean loss of the trailing window - of the window before it) / its standard error from the loss noise' end) end::varchar as evidence
+                                          else '(mean loss of the trailing window - of the window before it) / its standard error from the loss noise' end) end,
+                     json_object('loss_unit', u.note))::varchar as evidence
 from audit_runs r
 join threshold t using (run_id)
 left join rises x using (run_id)
+left join run_loss_unit u using (run_id)

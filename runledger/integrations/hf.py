@@ -42,6 +42,19 @@ log = logging.getLogger("runledger.integrations.hf")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 
 
+# what a model's loss is averaged over, told by its head's class name (transformers' naming): a language model's
+# or a token classifier's loss is the mean over the labelled tokens, a classifier's of a whole input the mean over
+# the batch's examples; any other head declares nothing (docs/health.md, "The loss's unit")
+TOKEN_HEADS = ("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForConditionalGeneration", "ForTokenClassification")
+SAMPLE_HEADS = ("ForSequenceClassification", "ForMultipleChoice", "ForImageClassification")
+
+
+def loss_unit(model) -> str | None:
+    """What the loss of `model` is averaged over: "token", "sample" or None (unknown), from its class name."""
+    name = type(model).__name__ if model is not None else ""
+    return "token" if name.endswith(TOKEN_HEADS) else "sample" if name.endswith(SAMPLE_HEADS) else None
+
+
 def rewrite_logs(logs: dict) -> dict:
     """The Trainer's log names as W&B's callback writes them: eval_x -> eval/x, test_x -> test/x, x -> train/x."""
     out = {}
@@ -98,6 +111,7 @@ class RunledgerCallback(TrainerCallback, ExportableState):
         if model is not None and hasattr(model, "num_parameters"):
             config["num_parameters"] = model.num_parameters()
         self.run = runledger.init(project=self.project, name=args.run_name or self.name, config=config, tags=self.tags,
+                                  loss_unit=loss_unit(model),
                                   id=run_id, resume="allow" if run_id else None, root=self.root, nats=self.nats,
                                   producer=f"rank-{args.process_index}" if self.every_rank else PRODUCER,
                                   system_metrics=self.system_metrics, mode=self.mode,

@@ -102,6 +102,7 @@ def test_a_trainer_and_its_resume_are_one_run_of_two_attempts_exactly_as_its_log
         assert {k: config["model"][k] for k in model if k not in ("architectures", "dtype")} == \
             {k: v for k, v in json.loads(json.dumps(model)).items() if k not in ("architectures", "dtype")}
         assert config["num_parameters"] == trainer.model.num_parameters()
+        assert config["loss_unit"] == "token"  # GPT2LMHeadModel: a causal LM's loss, the mean over its tokens
         assert all(c == config_hash for a, _, _, _, c in saved if a == attempt)
     # the audits: each checkpoint carries its attempt's config hash; the resume names checkpoint-4, as saved
     health = {r["check"]: r for r in audit.run_suite(local_root, "health", run_id).rows()}

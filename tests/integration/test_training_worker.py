@@ -130,3 +130,35 @@ def test_a_stop_request_ends_the_run_at_a_step_boundary_with_a_checkpoint(tmp_pa
     assert res.status == "stopped" and res.final_step == 3
     assert [(s, p["reason"]) for s, p in rec.payloads("checkpoint")] == [(3, "final")]
     assert rec.payloads("run_finished")[0][1]["status"] == "stopped"
+
+
+def test_a_resumed_run_holds_and_releases_its_context_extension_where_its_past_did(tmp_path):
+    """Issue 43: the demo's resumed worker was not told of the hold in force (a decision answered before, never
+    handed out again) and trained at the longer length from its first step, which its past never did. Attempt 0
+    holds an extension scheduled at step 2, releases it before update 6 and stops after 7; attempt 1, resumed
+    from the checkpoint at 4 with the holds replayed from the ledger, trains 5 at 64 and 6-7 at 128 as it did."""
+    from runledger.ledger.contract import decision_state
+    from runledger.training.resume import extension_holds
+
+    plan = {1: [{"decision_id": "d-hold", "action": "hold_context_extension", "params": {}}],
+            5: [{"decision_id": "d-release", "action": "release_context_extension", "params": {}}]}
+    first, again = ListSink(), ListSink()
+    train(CFG, run_id="held", ckpt_dir=tmp_path, sink=first, peak_flops=PEAK, steps=7, extend=(2, 128),
+          decisions=lambda step: plan.get(step, []))
+    decisions = {}
+    for step, p in first.payloads("decision_applied"):
+        decision_state.fold_applied(decisions, p, step)
+    holds = extension_holds(decisions)
+    assert holds == ((1, True), (5, False))
+    meta = checkpoint.latest(tmp_path, at_or_before=4)
+    train(CFG, run_id="held", ckpt_dir=tmp_path, sink=again, peak_flops=PEAK, steps=7, extend=(2, 128),
+          start=Start(attempt=1, checkpoint_path=meta["path"], step=4, schedule=meta["schedule"],
+                      content_hash=meta["content_hash"], extension_holds=holds))
+
+    def lengths(rec):
+        return {s: p["seq_len"] for s, p in rec.payloads("drops") if not p.get("probe")}
+
+    assert lengths(first) == {1: 64, 2: 64, 3: 64, 4: 64, 5: 64, 6: 128, 7: 128}
+    assert lengths(again) == {5: 64, 6: 128, 7: 128}
+    losses = [{s: p["loss"] for s, p in rec.payloads("step") if s >= 5} for rec in (first, again)]
+    assert losses[1] == pytest.approx(losses[0], abs=1e-6)  # the replay is exact: resume_matches' 0.002 holds

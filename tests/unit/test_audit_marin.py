@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import zlib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -162,8 +163,14 @@ def marin_root(tmp_path_factory) -> Path:
     write(led, "jittery-throughput-early", "throughput_early", jitter=0.25)
     # Marin's profile: a grad norm of 3 in warmup and a loss 1.5x for 350 s fail it; the default forms pass the
     # first. (A flat loss: Marin's baseline is the last hour's, flat on a hero run, falling fast on this one.)
-    write(led, "marin-clean", health="marin", flat=True)
-    write(led, "marin-spike", "loss_spike_sustained", health="marin", flat=True)
+    write(led, "marin-clean", health="marin", flat=True, config={"loss_unit": "token"})
+    write(led, "marin-spike", "loss_spike_sustained", health="marin", flat=True, config={"loss_unit": "token"})
+    # the loss's unit: a +0.3-nat rise under Marin's profile, its loss declared per token (Marin's per-token
+    # anchors judge it), per byte, undeclared (the default relative forms judge it) and per byte with 4 bytes
+    # per token (the anchors divided by 4)
+    for run_id, unit in (("marin-rise-token", {"loss_unit": "token"}), ("marin-rise-byte", {"loss_unit": "byte"}),
+                         ("marin-rise-undeclared", {}), ("marin-rise-bpt", {"loss_unit": "byte", "bytes_per_token": 4})):
+        write(led, run_id, "loss_rise", health="marin", config=unit)
     # a resumed attempt redoing steps 101-120 with its config unchanged: 0.01 nats off its past, or the same
     for run_id, shift in (("resumed-off", 0.01), ("resumed-same", 0.0)):
         write(led, run_id, last=120, finish=False)
@@ -284,6 +291,29 @@ def test_marin_s_loss_spike_reads_the_recent_floor(audited):
     assert audited[("loss-spike", "loss_spike")]["threshold"] == THRESHOLDS["loss_spike_sigma"].default
 
 
+def test_marin_s_per_token_loss_numbers_judge_only_a_loss_declared_per_token(audited):
+    def row(run, check):
+        r = audited[(run, check)]
+        return r, json.loads(r["evidence"]).get("loss_unit", "")
+
+    floor, line = row("marin-rise-token", "loss_floor")  # a 0.3 rise is under Marin's per-token 1.0
+    assert floor["status"] == "ok" and floor["threshold"] == 1.0 and "per-token loss numbers apply" in line, floor
+    assert row("marin-rise-token", "loss_spike")[0]["threshold"] == 6.0
+    for run in ("marin-rise-byte", "marin-rise-undeclared"):  # the default forms judge it
+        floor, line = row(run, "loss_floor")
+        assert floor["status"] == "fail" and floor["threshold"] == THRESHOLDS["loss_floor_sigma"].default, floor
+        assert line.endswith("per-token loss numbers not applied; the default relative form judges"), line
+        assert row(run, "loss_spike")[0]["threshold"] == THRESHOLDS["loss_spike_sigma"].default
+        trend = row(run, "loss_decreasing")[0]
+        assert trend["status"] == "warn" and trend["threshold"] == THRESHOLDS["loss_rise_sigma"].default, trend
+    assert row("marin-rise-byte", "loss_floor")[1].startswith("loss per byte: ")
+    assert row("marin-rise-undeclared", "loss_floor")[1].startswith("loss unit undeclared: ")
+    floor, line = row("marin-rise-bpt", "loss_floor")  # 1.0 per token is 0.25 per byte at 4 bytes a token
+    assert floor["status"] == "fail" and floor["threshold"] == 0.25 and "divided by 4" in line, floor
+    assert row("marin-rise-bpt", "loss_decreasing")[0]["threshold"] == pytest.approx(0.05 / 4)
+    assert row("clean", "loss_floor")[1] == ""  # the default profile has no absolute loss number to say it of
+
+
 def test_a_resumed_attempt_is_held_to_its_past(audited):
     off = audited[("resumed-off", "resume_matches")]
     assert off["status"] == "fail" and off["at_step"] == 101 and off["value"] == pytest.approx(0.01), off
@@ -363,3 +393,17 @@ def test_init_records_the_health_profile_in_the_config():
     run.finish()
     with pytest.raises(runledger.LogError, match="health='hero'"):
         runledger.init(name="bad-profile", health="hero", mode="disabled")
+
+
+def test_init_records_the_loss_unit_and_refuses_an_unknown_one():
+    import runledger
+
+    run = runledger.init(name="per-byte", loss_unit="byte", bytes_per_token=4.2, mode="disabled")
+    assert (run.config["loss_unit"], run.config["bytes_per_token"]) == ("byte", 4.2)
+    run.finish()
+    for bad, said in (({"loss_unit": "nats"}, "loss_unit='nats': one of token, byte, sample, other"),
+                      ({"config": {"loss_unit": "bits"}}, "loss_unit='bits'"),
+                      ({"loss_unit": "byte", "bytes_per_token": 0}, "bytes_per_token=0")):
+        with pytest.raises(runledger.LogError, match=re.escape(said)) as err:
+            runledger.init(name="bad-unit", mode="disabled", **bad)
+        assert "\n" not in str(err.value)
