@@ -13,26 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from support import REPO
-from support.postgres import PG_BIN, Postgres
+from support.postgres import postgres  # noqa: F401 (a fixture)
 from support.processes import LedgerProcess, cli
 from support.reading import reader
 
 RUNS = ["pga", "pgb", "pgc", "pgd"]  # over both partitions
 PER_RUN = 4_000
 RATE = 800  # events/s per producer: still publishing when the catalog dies
-
-
-@pytest.fixture
-def postgres():
-    if not (PG_BIN / "initdb").exists():
-        pytest.skip(f"no PostgreSQL server binaries at {PG_BIN} (Debian's postgresql-15)")
-    pg = Postgres()
-    pg.start()
-    yield pg
-    pg.stop()
 
 
 def stored_through_pg(root: Path, uri: str) -> tuple[int, int]:

@@ -24,7 +24,7 @@ import pytest
 from runledger import queries
 from runledger.ledger.ingest.partitions import LEASE_TTL_S, Part, partition_of
 from support import REPO, s3
-from support.postgres import PG_BIN, Postgres
+from support.postgres import postgres  # noqa: F401 (a fixture)
 from support.processes import LedgerProcess, cli
 from support.reading import wait_for_count
 from support.s3 import swift  # noqa: F401 (a fixture)
@@ -35,16 +35,6 @@ K = 4
 RUNS = [f"run{i}" for i in range(6)]
 PER_RUN = 2_000
 RATE = 400  # events/s per producer: still publishing when a writer is killed
-
-
-@pytest.fixture
-def shared_catalog():
-    if not (PG_BIN / "initdb").exists():
-        pytest.skip(f"no PostgreSQL server binaries at {PG_BIN} (Debian's postgresql-15)")
-    pg = Postgres()
-    pg.start()
-    yield pg
-    pg.stop()
 
 
 def writers_of(roots) -> dict[int, str]:
@@ -72,12 +62,12 @@ def wait_spread(roots, timeout=90) -> dict[int, str]:
 
 
 def test_two_roots_on_one_catalog_and_one_bucket_store_every_event_once_across_a_takeover(
-        swift, shared_catalog, nats_server, tmp_path, monkeypatch):
+        swift, postgres, nats_server, tmp_path, monkeypatch):
     for k, v in swift.credentials().items():
         monkeypatch.setenv(k, v)  # (each instance keeps them in its root's s3.credentials)
     warehouse = f"s3://{swift.bucket(f'shared-{uuid.uuid4().hex[:12]}')}/tables"
     roots = [tmp_path / "machine-a", tmp_path / "machine-b"]
-    args = ("--partitions", str(K), "--catalog", shared_catalog.uri, "--warehouse", warehouse)
+    args = ("--partitions", str(K), "--catalog", postgres.uri, "--warehouse", warehouse)
     instances = [LedgerProcess(r, nats_server.url, tmp_path / f"ledger-{r.name}.log", *args).start() for r in roots]
     producers = []
     try:

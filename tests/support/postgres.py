@@ -8,6 +8,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from runledger.ledger.bus.natsserver import free_port
 
 
@@ -49,3 +51,14 @@ class Postgres:
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@pytest.fixture
+def postgres():
+    """A throwaway PostgreSQL server for one test (skipped where Debian's server binaries are not installed)."""
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(f"no PostgreSQL server binaries at {PG_BIN} (Debian's postgresql-15)")
+    pg = Postgres()
+    pg.start()
+    yield pg
+    pg.stop()
