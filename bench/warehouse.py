@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             big["s3 (Swift)"] = _big(work / "s3-big", args.big, args.commands)
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)  # (a 1M-event root is hundreds of MB)
     print(f"{args.events} step events, batches of {args.batch}; load average {os.getloadavg()[0]:.1f}")
     print(f"{'warehouse':<12} {'events/s':>10} {'commit ms':>10} {'sql s':>7} {'verify s':>9}")
     for name, r in results.items():
