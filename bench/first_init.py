@@ -63,11 +63,11 @@ CHILD = """
         setattr(owner, attr, wrapper)
 
     popen_at = []
-    start = local._start_supervisor
+    start = local._spawn_supervisor
     def start_supervisor(*a, **k):
         popen_at.append(time.time())
         return start(*a, **k)
-    local._start_supervisor = start_supervisor
+    local._spawn_supervisor = start_supervisor
     timed(local, "attach", "init: attach")
     timed(core, "next_attempt", "init: next_attempt")
     timed(emitter.Emitter, "__init__", "init: Emitter")

@@ -102,12 +102,10 @@ def attach(root: str | Path, idle_s: float = IDLE_S, timeout: float = START_TIME
         try:
             _name_warehouse(root)
             url = running_url(root)
-            if url is None and not wait:
-                if not starting(root):
-                    _spawn_supervisor(root, idle_s)
-                url = LocalUrl(root)
-            elif url is None:
-                url = _start_supervisor(root, idle_s, timeout)
+            if url is None:  # (one spawned meanwhile and still starting is waited for, never doubled: the
+                # second would find the first's supervisor.lock taken and exit, and this caller with it)
+                spawned = None if starting(root) else _spawn_supervisor(root, idle_s)
+                url = _wait_up(root, spawned, timeout) if wait else LocalUrl(root)
         except BaseException:
             lease.release()
             raise
@@ -203,13 +201,15 @@ def starting(root: str | Path) -> bool:
         return False
 
 
-def _start_supervisor(root: str | Path, idle_s: float, timeout: float) -> str:
+def _wait_up(root: str | Path, spawned: subprocess.Popen | None, timeout: float) -> str:
+    """The URL of the root's supervisor once it is up: the one this caller `spawned`, or one another
+    process spawned that is still starting (None). Raises if it ends first, or is not up in `timeout`."""
     d = local_dir(root)
-    proc = _spawn_supervisor(root, idle_s)
     deadline = time.monotonic() + timeout
     while (url := running_url(root)) is None:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the local runledger server of {root} exited with {proc.returncode}; see {d / 'supervisor.log'}")
+        if spawned.poll() is not None if spawned is not None else not starting(root):
+            code = f" with {spawned.returncode}" if spawned is not None else ""
+            raise RuntimeError(f"the local runledger server of {root} exited{code}; see {d / 'supervisor.log'}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"the local runledger server of {root} did not start within {timeout:.0f}s; see {d / 'supervisor.log'}")
         time.sleep(0.05)

@@ -395,3 +395,23 @@ def test_the_local_server_stops_when_idle_and_down_stops_it(tmp_path, monkeypatc
     assert local.down(root)
     assert local.running_url(root) is None
     second.release()
+
+
+def test_attaching_while_another_process_s_server_starts_waits_for_it_rather_than_starting_a_second(local_root):
+    """A run's `init` starts the root's server without waiting (wait=False); a process that attaches and
+    waits while that one is still starting (a short run can finish first, on a loaded machine) takes the
+    same server. Starting a second one made it lose the race for the supervisor's lock and exit 0, and the
+    attaching process raise."""
+    root = local_root
+    runs_init = local.attach(root, idle_s=60, wait=False)  # (as `init` does: it comes up meanwhile)
+    try:
+        assert local.starting(root) and local.running_url(root) is None, "the server was up before the test attached"
+        waited = local.attach(root, idle_s=60)
+        try:
+            assert waited.url == local.running_url(root) == runs_init.url()
+            supervisors = local._processes(root, local._is_supervisor)
+            assert len(supervisors) == 1, [p.info["cmdline"] for p in supervisors]
+        finally:
+            waited.release()
+    finally:
+        runs_init.release()
