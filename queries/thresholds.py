@@ -124,7 +124,7 @@ RULE_BOOK: tuple[Threshold, ...] = (
               ("health/loss_trend",), profiles=(("marin", OFF),), loss_form=True),
     Threshold("loss_spike_sigma", 10.0, "loss noise (sigma)",
               "runledger: a step's loss above the median of the loss_spike_baseline_steps before it by > 10 sigma "
-              "of the run's per-step noise, a robust sigma (healthy small runs: at most 3.5 over 20 seeds; heavy-tailed "
+              "of the per-step noise at its sequence length, a robust sigma (healthy small runs: at most 3.5 over 20 seeds; heavy-tailed "
               "synthetic noise reaches 8; Levanter skips a step at 6 sigma of a window's own, non-robust, spread)",
               ("health/loss_spike",), profiles=(("marin", OFF),), loss_form=True),
     Threshold("loss_spike_baseline_steps", 20.0, "steps",

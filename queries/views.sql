@@ -849,13 +849,32 @@ select
     sum(tokens) over (partition by run_id order by block) as tokens_seen
 from latest;
 
--- per run: the noise of its per-step loss (what the loss checks' default forms count in), sigma =
--- 1.4826 x the median absolute deviation of the step-to-step changes of the loss / sqrt(2): robust to
--- the trend (a change's mean) and to the spikes the checks look for (a median); from every attempt,
--- each step against the one before it in the same attempt
+-- per (run, sequence length): the noise of its per-step loss (what the loss checks' default forms count
+-- in), sigma = 1.4826 x the median absolute deviation of the step-to-step changes of the loss / sqrt(2):
+-- robust to the trend (a change's mean) and to the spikes the checks look for (a median); from every
+-- attempt, each step against the one before it in the same attempt at the same sequence length (a context
+-- extension changes the loss's level and its noise: at 1024 bytes the toy worker's batch is one sequence,
+-- whose loss ranges over nats where 16 of 128 varied by tenths). seq_len is null where steps report none
+-- (a user's loop): one stretch, the whole run.
+create or replace view loss_noise_by_len as
+with changes as (
+    select run_id, seq_len,
+           loss - lag(loss) over (partition by run_id, producer, attempt, seq_len order by step) as change
+    from steps_all
+    where loss is not null
+), centred as (
+    select run_id, seq_len, change, median(change) over (partition by run_id, seq_len) as mid
+    from changes where change is not null
+)
+select run_id, seq_len, count(*) as changes, 1.4826 * median(abs(change - mid)) / sqrt(2) as sigma
+from centred
+group by run_id, seq_len;
+
+-- per run: the same noise over all its stretches (the changes within each, pooled; a run of one sequence
+-- length: its own)
 create or replace view loss_noise as
 with changes as (
-    select run_id, loss - lag(loss) over (partition by run_id, producer, attempt order by step) as change
+    select run_id, loss - lag(loss) over (partition by run_id, producer, attempt, seq_len order by step) as change
     from steps_all
     where loss is not null
 ), centred as (

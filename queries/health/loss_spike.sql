@@ -1,4 +1,4 @@
--- Did the loss spike: a step above the median of the steps before it by more than loss_spike_sigma x the run's loss noise (default), or the recent 5-min floor above the last hour's mean + max(0.05, 6 sigma) (Marin)?
+-- Did the loss spike: a step above the median of the steps before it at its sequence length by more than loss_spike_sigma x the loss noise at that length (default), or the recent 5-min floor above the last hour's mean + max(0.05, 6 sigma) (Marin)?
 with th as (
     select
         run_id,
@@ -12,18 +12,20 @@ with th as (
     from run_thresholds
     group by run_id
 ), losses as (
-    select run_id, producer, attempt, step, epoch(ts) as t, loss from steps_all where loss is not null
+    select run_id, producer, attempt, step, seq_len, epoch(ts) as t, loss from steps_all where loss is not null
 ), relative as (
-    -- default: each step against the median of the baseline_n steps before it in its attempt
+    -- default: each step against the median of the baseline_n steps before it in its attempt at its sequence
+    -- length, in units of the noise at that length (a context extension's new level and noise are not a spike)
     select
         l.run_id, l.step, l.loss,
         (l.loss - median(l.loss) over w) / nullif(n.sigma, 0) as z,
         count(*) over w as history
     from losses l
     join th using (run_id)
-    left join loss_noise n using (run_id)
+    left join loss_noise_by_len n on n.run_id = l.run_id and n.seq_len is not distinct from l.seq_len
     where th.k >= 0
-    window w as (partition by l.run_id, l.producer, l.attempt order by l.step rows between th.baseline_n::bigint preceding and 1 preceding)
+    window w as (partition by l.run_id, l.producer, l.attempt, l.seq_len order by l.step
+                 rows between th.baseline_n::bigint preceding and 1 preceding)
 ), relative_over as (
     select r.run_id, r.step, r.z, r.history >= t.baseline_n and r.z > t.k as over
     from relative r
@@ -70,7 +72,7 @@ select
          else json_object('steps_over', coalesce(s.steps_over, 0), 'loss_noise_sigma', n.sigma,
                           'measure', case when t.marin_k >= 0
                                           then '(recent floor - baseline mean) / baseline sigma; over: floor > mean + max(loss_spike_min_rise, loss_spike_marin_sigma x sigma)'
-                                          else '(loss - median of the loss_spike_baseline_steps before it) / the run''s loss noise sigma' end) end,
+                                          else '(loss - median of the loss_spike_baseline_steps before it at its sequence length) / the loss noise sigma at that length' end) end,
                      json_object('loss_unit', u.note))::varchar as evidence
 from audit_runs r
 join th t using (run_id)

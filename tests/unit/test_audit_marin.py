@@ -59,9 +59,11 @@ def eval_noise(evals: dict[int, float]) -> float:
 def write(led: Ledger, run_id: str, fault: str | None = None, *, health: str | None = None, attempt: int = 0,
           first: int = 1, last: int = STEPS, t0: datetime = T0, loss_shift: float = 0.0, finish: bool = True,
           heartbeat_s: float | None = None, config: dict | None = None, flat: bool = False, shift_from: int = 0,
-          jitter: float = 0.0, entropy_level: float = 0.95) -> None:
+          jitter: float = 0.0, entropy_level: float = 0.95, extend_at: int | None = None) -> None:
     """One run (or attempt); `jitter` is the log-normal spread of a step's MFU beside its 2.5% noise (a shared
-    machine's: 25%), `entropy_level` the router entropy's settled level in units of ln E."""
+    machine's: 25%), `entropy_level` the router entropy's settled level in units of ln E; `extend_at`: the
+    context extended from 128 to 1024 at that step, where the loss's noise grows 15x (the toy worker's batch
+    becomes one sequence)."""
     rng = np.random.default_rng(zlib.crc32(f"{run_id}".encode()))  # the same noise in every attempt
     cfg = {"moe": {"n_experts": E}, "ckpt_every": CKPT_EVERY, "steps": STEPS, "planned_mfu": PLANNED_MFU,
            **(config or {})}
@@ -85,7 +87,9 @@ def write(led: Ledger, run_id: str, fault: str | None = None, *, health: str | N
         if k < first or k > last:
             continue
         at = t0 + timedelta(seconds=k * GAP_S)
-        loss = (2.5 if flat else smooth(k)) + float(noise[k]) + (loss_shift if shift_from <= k <= 120 else 0.0)
+        extended = extend_at is not None and k >= extend_at
+        loss = ((2.5 if flat else smooth(k)) + float(noise[k]) * (15 if extended else 1)
+                + (loss_shift if shift_from <= k <= 120 else 0.0))
         grad = (3.0 if k <= WARMUP else 0.3) + 0.02 * float(noise[k])
         entropy = entropy_level * math.log(E)
         bias = 1.0 + 0.1 * float(noise[k])
@@ -93,6 +97,8 @@ def write(led: Ledger, run_id: str, fault: str | None = None, *, health: str | N
         drops = DROPS + float(drop_noise[k])
         skipped = False
         if fault == "loss_spike" and k == AT:
+            loss *= 5
+        if fault == "loss_spike_extended" and k == AT + 30:  # in the stretch at 1024
             loss *= 5
         if fault == "loss_spike_sustained" and AT <= k < AT + 35:  # 350 s: longer than Marin's 5-min floor
             loss *= 1.5
@@ -114,7 +120,8 @@ def write(led: Ledger, run_id: str, fault: str | None = None, *, health: str | N
             drops *= 2
         led.emit(run_id, "step", {"loss": None if skipped else loss, "grad_norm": grad, "lr": lr_at(k, **SCHEDULE), "tokens": 1024,
                                   "step_time_s": GAP_S, "router_entropy": entropy, "mfu": mfu, "skipped": skipped,
-                                  "router_bias_min": -bias, "router_bias_max": bias, "flops_per_token": 6e6},
+                                  "router_bias_min": -bias, "router_bias_max": bias, "flops_per_token": 6e6,
+                                  "seq_len": 1024 if extended else 128},
                  k, at, attempt=attempt)
         led.emit(run_id, "drops", {"dispatch": "capacity", "assignments": 10_000, "dropped": int(drops * 10_000),
                                    "drop_fraction": drops}, k, at, attempt=attempt)
@@ -161,6 +168,10 @@ def marin_root(tmp_path_factory) -> Path:
     write(led, "jittery-clean", jitter=0.25)
     write(led, "jittery-throughput", "throughput", jitter=0.25)
     write(led, "jittery-throughput-early", "throughput_early", jitter=0.25)
+    # a context extended at step AT: the loss's noise 15x from there (0.3 nats; the run's whole is mostly the
+    # 0.02 before it), clean, and with a 5x spike 30 steps into the new stretch
+    write(led, "extended-clean", extend_at=AT)
+    write(led, "extended-spike", "loss_spike_extended", extend_at=AT)
     # Marin's profile: a grad norm of 3 in warmup and a loss 1.5x for 350 s fail it; the default forms pass the
     # first. (A flat loss: Marin's baseline is the last hour's, flat on a hero run, falling fast on this one.)
     write(led, "marin-clean", health="marin", flat=True, config={"loss_unit": "token"})
@@ -281,6 +292,14 @@ def test_the_grad_norm_of_warmup_fails_marin_s_absolute_rule_only(audited):
     assert audited[("clean", "grad_norm_max")]["status"] == "ok"
     marin = audited[("marin-clean", "grad_norm_max")]
     assert marin["status"] == "fail" and marin["threshold"] == 2.0 and marin["at_step"] == 1, marin
+
+
+def test_the_loss_spike_counts_in_the_noise_of_its_own_sequence_length(audited):
+    """After a context extension the loss is noisier: not a spike, judged in the new stretch's noise (it
+    failed judged in the run's, mostly from before); a 5x spike inside that stretch still fails."""
+    assert audited[("extended-clean", "loss_spike")]["status"] == "ok", audited[("extended-clean", "loss_spike")]
+    row = audited[("extended-spike", "loss_spike")]
+    assert (row["status"], row["at_step"]) == ("fail", AT + 30), row
 
 
 def test_marin_s_loss_spike_reads_the_recent_floor(audited):
