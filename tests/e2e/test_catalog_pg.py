@@ -8,14 +8,11 @@ commits to one table that conflict are retried.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from support import REPO
 from support.postgres import postgres  # noqa: F401 (a fixture)
-from support.processes import LedgerProcess, cli
+from support.processes import LedgerProcess, cli, start_producer
 from support.reading import reader
 
 RUNS = ["pga", "pgb", "pgc", "pgd"]  # over both partitions
@@ -49,10 +46,7 @@ def test_two_ledgers_on_one_postgres_catalog_survive_its_crash_mid_commit(tmp_pa
     ledgers = [LedgerProcess(root, nats_server.url, tmp_path / f"ledger-{i}.log", *args).start() for i in range(2)]
     producers = []
     try:
-        producers = [subprocess.Popen(
-            [sys.executable, "-m", "runledger.tools.produce", "--nats", nats_server.url, "--spool", str(tmp_path / "spool"),
-             "--run-id", run, "--count", str(PER_RUN), "--rate", str(RATE)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run in RUNS]
+        producers = [start_producer(nats_server.url, tmp_path / "spool", run, "worker-0", PER_RUN, RATE) for run in RUNS]
         deadline = time.monotonic() + 60
         while stored_or_none(root, postgres.uri) < PER_RUN // 2:  # commits under way (every 0.2 s while busy)
             assert time.monotonic() < deadline, "nothing was stored"

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 
 from runledger.ledger.bus import jetstream as bus
 from runledger.ledger.bus.natsserver import cluster_url, start_cluster
-from support import REPO
-from support.processes import LedgerProcess, cli
+from support.processes import LedgerProcess, cli, start_producer
 from support.reading import reader, wait_for_count
 
 
@@ -37,9 +34,7 @@ def test_killing_one_of_three_nodes_during_ingest_loses_nothing(tmp_path):
         assert asyncio.run(_make_stream(url)) == 3
         root = tmp_path / "root"
         ledger = LedgerProcess(root, url, tmp_path / "ledger.log").start()
-        producer = subprocess.Popen(
-            [sys.executable, "-m", "runledger.tools.produce", "--nats", url, "--spool", str(tmp_path / "spool"),
-             "--run-id", "clustered", "--count", "15000", "--rate", "3000"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+        producer = start_producer(url, tmp_path / "spool", "clustered", "worker-0", 15_000, 3000)
         time.sleep(2.0)
         nodes[0].kill()  # the node both clients most likely connected to first
         assert producer.wait(240) == 0, producer.stderr.read()

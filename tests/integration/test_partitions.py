@@ -9,7 +9,6 @@ without a writer is measured from the writers' own takeover records (ledger/inge
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -18,8 +17,7 @@ import pytest
 
 from runledger.ledger.ingest import partitions
 from runledger.ledger.ingest.partitions import LEASE_TTL_S, Part, partition_of
-from support import REPO
-from support.processes import LedgerProcess, cli, runledger
+from support.processes import LedgerProcess, cli, runledger, start_producer
 from support.reading import reader, wait_for_count
 
 K = 4
@@ -71,10 +69,7 @@ def test_killing_a_partitions_writer_twice_loses_and_doubles_nothing(tmp_path, n
     producers = []
     try:
         wait_balanced(root)
-        producers = [subprocess.Popen(
-            [sys.executable, "-m", "runledger.tools.produce", "--nats", nats_server.url, "--spool", str(tmp_path / "spool"),
-             "--run-id", run, "--count", str(PER_RUN), "--rate", str(RATE)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run in RUNS]
+        producers = [start_producer(nats_server.url, tmp_path / "spool", run, "worker-0", PER_RUN, RATE) for run in RUNS]
         victim_partition = partition_of(RUNS[0], K)
         for kill in range(2):
             time.sleep(1.5)

@@ -14,7 +14,6 @@ time depends on the machine's load.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import uuid
@@ -23,9 +22,9 @@ import pytest
 
 from runledger import queries
 from runledger.ledger.ingest.partitions import LEASE_TTL_S, Part, partition_of
-from support import REPO, s3
+from support import s3
 from support.postgres import postgres  # noqa: F401 (a fixture)
-from support.processes import LedgerProcess, cli
+from support.processes import LedgerProcess, cli, start_producer
 from support.reading import wait_for_count
 from support.s3 import swift  # noqa: F401 (a fixture)
 
@@ -72,10 +71,7 @@ def test_two_roots_on_one_catalog_and_one_bucket_store_every_event_once_across_a
     producers = []
     try:
         wait_spread(roots)
-        producers = [subprocess.Popen(
-            [sys.executable, "-m", "runledger.tools.produce", "--nats", nats_server.url, "--spool", str(tmp_path / "spool"),
-             "--run-id", run, "--count", str(PER_RUN), "--rate", str(RATE)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run in RUNS]
+        producers = [start_producer(nats_server.url, tmp_path / "spool", run, "worker-0", PER_RUN, RATE) for run in RUNS]
         victim_partition = partition_of(RUNS[0], K)
         time.sleep(2.0)
         holder = writers_of(roots)[victim_partition]
