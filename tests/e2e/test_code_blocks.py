@@ -25,8 +25,10 @@ PATH (SHIMS below), each saying what it checks instead:
   defines, and installs nothing (it would need the network and change the venv under test);
 - `runledger demo ...` is only parsed, by the CLI's own parser (it trains JAX models for minutes;
   tests/e2e/test_demo.py runs `runledger demo --quick`);
-- `runledger ui|notify|agents ...` serve until stopped: each runs for SERVE_S seconds and is then
-  sent SIGTERM, and must exit 0 (one that ends sooner gives its own status).
+- `runledger ui|notify|agents ...` serve until stopped: each runs until its first line of output (it
+  is up: on a loaded machine its imports alone can take seconds), then SERVE_S seconds more, and is then
+  sent SIGTERM, and must exit 0 (one that ends sooner gives its own status; its output and error
+  come out together).
 Every other command is the real one.
 
 Afterwards everything a block started is stopped: its process group, and every root under its
@@ -123,7 +125,18 @@ exec "$RUNLEDGER_DOCS_BIN/python" "$RUNLEDGER_DOCS_TEST" pip "$@"
 # runledger: the real one, but for `demo` (parsed only) and the commands that serve until stopped
 case "$1" in
   demo) exec "$RUNLEDGER_DOCS_BIN/python" "$RUNLEDGER_DOCS_TEST" parse "$@" ;;
-  ui|notify|agents) exec timeout --preserve-status -k 10 -s TERM "$RUNLEDGER_DOCS_SERVE_S" "$RUNLEDGER_DOCS_BIN/runledger" "$@" ;;
+  ui|notify|agents)  # up (its first line said, however long that takes), SERVE_S more, then SIGTERM
+    log=$(mktemp)
+    "$RUNLEDGER_DOCS_BIN/runledger" "$@" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1200); do { [ -s "$log" ] || ! kill -0 $pid 2>/dev/null; } && break; sleep 0.1; done
+    sleep "$RUNLEDGER_DOCS_SERVE_S"
+    kill -TERM $pid 2>/dev/null
+    { sleep 10; kill -KILL $pid 2>/dev/null; } &
+    guard=$!
+    wait $pid; rc=$?
+    kill $guard 2>/dev/null
+    cat "$log"; rm -f "$log"; exit $rc ;;
   *) exec "$RUNLEDGER_DOCS_BIN/runledger" "$@" ;;
 esac
 ''',
