@@ -342,13 +342,77 @@ def remember_size(uri: str, size: int) -> None:
         _SIZES.pop(next(iter(_SIZES)))
 
 
+class PositionalFile:
+    """An object opened for DuckDB, read at a position per thread.
+
+    DuckDB's Python file system reads "n bytes at offset x" as `seek(x)` then `read(n)` on one file object
+    that its threads share (a Parquet file's row groups are scanned by several), and copies whatever comes
+    back without checking its length. pyarrow's file keeps one position and lets go of the GIL inside
+    `read`, so another thread's `seek` could land between the two: the read then returned the bytes of
+    another range, and DuckDB failed with "Out of buffer" or "Snappy decompression failure" now and then
+    (only under load, where a thread is descheduled in that gap). Here each thread has its own position
+    (keyed by the OS thread: DuckDB's threads get a new Python thread state for each call) and every read
+    is pyarrow's positional `read_at`, which is safe across threads; a read that comes back short is
+    completed by asking for the rest (DuckDB would take the short bytes for all it asked for)."""
+
+    def __init__(self, path: str, f, size: int) -> None:
+        self._path = path
+        self._f = f
+        self._size = size
+        self._at: dict[int, int] = {}  # thread ident -> its position
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._at.get(threading.get_ident(), 0)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.tell(), 2: self._size}[whence]
+        self._at[threading.get_ident()] = base + offset
+        return base + offset
+
+    def read(self, n: int = -1) -> bytes:
+        at = self.tell()
+        n = max(0, self._size - at if n is None or n < 0 else min(n, self._size - at))
+        parts, got = [], 0
+        while got < n:  # (a response cut short is asked again for the rest, never passed on short)
+            part = self._f.read_at(n - got, at + got)
+            if not part:
+                raise OSError(f"{self._path}: {n - got} bytes at {at + got} did not come")
+            parts.append(part)
+            got += len(part)
+        self._at[threading.get_ident()] = at + n
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "PositionalFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def register_duckdb(con) -> None:
     """Let DuckDB connection `con` read `s3://` through pyarrow's S3 file system (DuckDB's own, the
-    `httpfs` extension, is downloaded on first use: not here, offline). A snapshot's file has the size
-    its manifest gives and a fixed time (it never changes): DuckDB's look at it costs no request (its
-    opening, pyarrow's, still HEADs it once)."""
-    if "s3" in con.list_filesystems():
-        return
+    `httpfs` extension, is downloaded on first use: not here, offline): see duckdb_filesystem."""
+    if "s3" not in con.list_filesystems():
+        con.register_filesystem(duckdb_filesystem())
+
+
+def duckdb_filesystem():
+    """The fsspec file system DuckDB reads `s3://` through: pyarrow's S3 file system for this process's
+    warehouse, in fsspec's ArrowFSWrapper. A snapshot's file has the size its manifest gives and a fixed
+    time (it never changes): DuckDB's look at it costs no request (its opening, pyarrow's, still HEADs it
+    once). Each file opens as a PositionalFile: see there why."""
     from datetime import datetime, timezone
 
     from fsspec.implementations.arrow import ArrowFSWrapper
@@ -368,4 +432,11 @@ def register_duckdb(con) -> None:
         def modified(self, path):
             return written if self._strip_protocol(path) in _SIZES else super().modified(path)
 
-    con.register_filesystem(S3(filesystem()))
+        def _open(self, path, mode="rb", block_size=None, seekable=True, **kwargs):
+            if mode != "rb":
+                return super()._open(path, mode, block_size, seekable, **kwargs)
+            key = self._strip_protocol(path)
+            f = self.fs.open_input_file(key)
+            return PositionalFile(key, f, f.size())
+
+    return S3(filesystem())

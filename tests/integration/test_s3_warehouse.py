@@ -25,6 +25,7 @@ from runledger.ledger.storage.tables import Tables
 from support import REPO, s3
 from support.s3 import swift  # noqa: F401 (a fixture)
 from support.processes import LedgerProcess, start_producer, verify as verify_cli, wait_serving
+from support.runs import Producer, canonical, step_payload
 from support.tables import BATCH, steps_all_counts, write_batches
 
 pytestmark = pytest.mark.skipif(not s3.available(), reason="no Swift for the S3 tests: `make s3` installs it")
@@ -156,6 +157,71 @@ def test_readers_in_a_loop_never_fail_while_the_ledger_writes_compacts_and_expir
         assert [t for t, _ in got] == sorted(t for t, _ in got), name  # snapshots only move forward
     assert done["compacted"] and done["expired"], done  # (the writer did what the readers had to survive)
     assert verify(root).ok
+
+
+def test_a_file_duckdb_opens_on_the_bucket_reads_each_threads_range_whatever_another_thread_seeks(swift, warehouse,
+                                                                                                  root):
+    """DuckDB reads `n` bytes at `x` as seek(x) then read(n) on one file object its threads share, and pyarrow
+    lets go of the GIL inside read: a seek of another thread between the two made the read return the other
+    range (DuckDB then failed with "Out of buffer" or a Snappy error, now and then). Here that interleaving
+    is forced: thread A seeks, thread B seeks elsewhere, then A reads; A gets its own range."""
+    write_batches(root, 2)
+    obj = paths.event_files(root)[0]
+    data = obj.read_bytes()
+    f = objects.duckdb_filesystem().open(obj.key, "rb")
+    a_sought, b_sought = threading.Event(), threading.Event()
+    got: dict[str, bytes] = {}
+
+    def a() -> None:
+        f.seek(0)
+        a_sought.set()
+        b_sought.wait(10)
+        got["a"] = f.read(4)  # (a Parquet file starts with PAR1)
+
+    def b() -> None:
+        a_sought.wait(10)
+        f.seek(len(data) - 8)
+        b_sought.set()
+        got["b"] = f.read(8)  # (its footer's length, then PAR1)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    f.close()
+    assert got == {"a": data[:4], "b": data[-8:]}, (got, data[:4], data[-8:])
+
+
+def test_many_readers_at_once_read_the_same_answer_from_the_bucket_every_time(swift, warehouse, root):
+    """Readers on the bucket never fail and never read wrong: 6 threads, each its own DuckDB with its own
+    worker threads, read the payloads of 20,000 events (4 files) 5 times over, and each answer is the
+    one the events written give."""
+    p = Producer()
+    events = [canonical(p.event("step", step_payload(float(s)), s, s + 1)) for s in range(20_000)]
+    for i in range(0, len(events), 5_000):
+        store.write_events(root, events[i:i + 5_000])
+    want = [(len(events), len(events), float(sum(range(20_000))), sum(len(e.payload_text) for e in events))]
+    answers: list = []
+    errors: list[str] = []
+
+    def reader() -> None:
+        for _ in range(5):
+            try:
+                answers.append(queries.query(root, READ_ALL)[1])
+            except Exception as err:  # noqa: BLE001 (the test's point: none may happen)
+                errors.append(repr(err))
+
+    threads = [threading.Thread(target=reader) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert answers == [want] * 30
+
+
+READ_ALL = "select count(*), count(distinct event_id), sum(loss), sum(length(payload)) from steps_all"
 
 
 # the producers' steps (with signed heads on, their chains also hold chain_head events: counted in ONCE only)
