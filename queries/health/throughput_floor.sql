@@ -9,6 +9,10 @@
 -- centred on it (Marin's profile: 1, the step's own): a step's rate on a shared machine jitters 25-40%,
 -- and a median of 5 tells a step of a dip at half the rate from a healthy one 99 times in 100, where
 -- one step's rate does 9 in 10; one slow step cannot move a median of 5.
+--
+-- Cost: every frame below is a running one or a few rows (one sort each) and each window is found by an ASOF lookup on
+-- time, so the check costs O(n log n) however many samples a window holds; range-framed medians and
+-- filtered counts over the window cost O(n x window), minutes for a run of 1M steps stamped within 15 min.
 with th as (
     select
         run_id,
@@ -48,28 +52,49 @@ with th as (
     join measure m using (run_id)
     left join run_plan p using (run_id)
     group by x.run_id, t.plan_floor, t.ratio, m.by_mfu, p.planned_mfu, p.planned_tokens_per_s
-), referenced as (
-    -- each sample's floor: the plan's (Marin), else the ratio x the median of the samples before its window
-    select
-        x.*, f.floor as run_floor,
-        case when t.plan_floor < 0 and count(*) filter (where not x.first_of_attempt) over before >= t.min_samples
-             then t.ratio * median(x.x) filter (where not x.first_of_attempt) over before end as before_floor,
-        case when t.plan_floor < 0 and count(*) filter (where not x.first_of_attempt) over after >= t.min_samples
-             then t.ratio * median(x.x) filter (where not x.first_of_attempt) over after end as after_floor
+), judged as (
+    -- the samples judged, each with the run's floor (compilation and cache-warming steps left out)
+    select x.*, f.floor as run_floor, t.window_s
     from samples x
     join floors f using (run_id)
     join th t using (run_id)
     where f.floor is not null and x.nth > t.skip_steps
-    window before as (partition by x.run_id order by x.t range between unbounded preceding and t.window_s preceding),
-           after as (partition by x.run_id order by x.t range between t.window_s following and unbounded following)
-), windows as (
+), reference as (
+    -- the judged samples that may set a floor (each attempt's first step left out), each with the count and
+    -- median of those up to its time and of those from its time on: a running median in one sort each, where
+    -- a median over a window frame with a filter is recomputed row by row (O(n x frame): minutes at 1M)
     select
-        x.run_id, x.step,
-        count(*) over w as n,
-        count(*) filter (where x.xs < coalesce(x.before_floor, x.after_floor, x.run_floor)) over w as below
-    from referenced x
+        run_id, t,
+        count(*) over up as n_up, median(x) over up as median_up,
+        count(*) over down as n_down, median(x) over down as median_down
+    from judged
+    where not first_of_attempt
+    window up as (partition by run_id order by t), down as (partition by run_id order by t desc)
+), referenced as (
+    -- each sample's floor: the plan's (Marin), else the ratio x the median of the samples before its window
+    -- (the running median at the last time <= t - window_s), else of those after it (the first time >= t + window_s)
+    select
+        x.*,
+        case when t.plan_floor < 0 and coalesce(b.n_up, 0) >= t.min_samples then t.ratio * b.median_up end as before_floor,
+        case when t.plan_floor < 0 and coalesce(a.n_down, 0) >= t.min_samples then t.ratio * a.median_down end as after_floor
+    from judged x
     join th t using (run_id)
-    window w as (partition by x.run_id order by x.t range between t.window_s preceding and current row)
+    asof left join reference b on x.run_id = b.run_id and x.t - x.window_s >= b.t
+    asof left join reference a on x.run_id = a.run_id and x.t + x.window_s <= a.t
+), running as (
+    -- how many samples, and how many under their floor, up to each time: a window's counts are two of these
+    -- apart (a count over a frame of every sample within window_s is recounted row by row: minutes at 1M)
+    select
+        run_id, step, t, window_s,
+        count(*) over up as n_up,
+        count(case when xs < coalesce(before_floor, after_floor, run_floor) then 1 end) over up as below_up
+    from referenced
+    window up as (partition by run_id order by t)
+), windows as (
+    -- each sample's window [t - window_s, t]: the running counts at t less those at the last time before t - window_s
+    select x.run_id, x.step, x.n_up - coalesce(b.n_up, 0) as n, x.below_up - coalesce(b.below_up, 0) as below
+    from running x
+    asof left join running b on x.run_id = b.run_id and x.t - x.window_s > b.t
 ), summary as (
     select
         w.run_id, count(*) as windows, max(w.below / w.n) filter (where w.n >= t.min_samples) as worst,
