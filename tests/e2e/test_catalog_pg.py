@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from support.postgres import postgres  # noqa: F401 (a fixture)
-from support.processes import LedgerProcess, cli, start_producer
+from support.processes import LedgerProcess, cli, kill_all, start_producer
 from support.reading import reader
 
 RUNS = ["pga", "pgb", "pgc", "pgd"]  # over both partitions
@@ -74,8 +74,4 @@ def test_two_ledgers_on_one_postgres_catalog_survive_its_crash_mid_commit(tmp_pa
         assert b"cannot commit" in logs or b"the catalog is unavailable" in logs
         assert all(lp.proc.poll() is None for lp in ledgers)
     finally:
-        for p in producers:
-            if p.poll() is None:
-                p.kill()
-        for lp in ledgers:
-            lp.kill()
+        kill_all(producers, ledgers)

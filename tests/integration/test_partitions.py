@@ -17,7 +17,7 @@ import pytest
 
 from runledger.ledger.ingest import partitions
 from runledger.ledger.ingest.partitions import LEASE_TTL_S, Part, partition_of
-from support.processes import LedgerProcess, cli, runledger, start_producer
+from support.processes import LedgerProcess, cli, kill_all, runledger, start_producer
 from support.reading import reader, wait_for_count
 
 K = 4
@@ -106,11 +106,7 @@ def test_killing_a_partitions_writer_twice_loses_and_doubles_nothing(tmp_path, n
         assert [r["partition"] for r in rows] == list(range(K))
         assert all(r["writer"] and r["pending"] == 0 and r["last_commit"] for r in rows), rows
     finally:
-        for p in producers:
-            if p.poll() is None:
-                p.kill()
-        for lp in instances:
-            lp.kill()
+        kill_all(producers, instances)
 
 
 def test_a_single_ledger_and_partitioned_instances_do_not_share_a_root(tmp_path, nats_server, root):

@@ -24,7 +24,7 @@ from runledger import queries
 from runledger.ledger.ingest.partitions import LEASE_TTL_S, Part, partition_of
 from support import s3
 from support.postgres import postgres  # noqa: F401 (a fixture)
-from support.processes import LedgerProcess, cli, start_producer
+from support.processes import LedgerProcess, cli, kill_all, start_producer
 from support.reading import wait_for_count
 from support.s3 import swift  # noqa: F401 (a fixture)
 
@@ -107,8 +107,4 @@ def test_two_roots_on_one_catalog_and_one_bucket_store_every_event_once_across_a
                          f"{len(taken)} partitions taken over, longest without a writer {longest:.2f} s "
                          f"(lease TTL {LEASE_TTL_S} s; {json.dumps([round(t['gap_s'], 2) for t in takeovers])})\n")
     finally:
-        for p in producers:
-            if p.poll() is None:
-                p.kill()
-        for lp in instances:
-            lp.kill()
+        kill_all(producers, instances)

@@ -103,6 +103,15 @@ def start_producer(nats_url, spool, run_id, producer, count, rate=0.0) -> subpro
     )
 
 
+def kill_all(producers: list[subprocess.Popen], ledgers: list[LedgerProcess]) -> None:
+    """A test's end, however it ended: the producers still running and every ledger process killed."""
+    for p in producers:
+        if p.poll() is None:
+            p.kill()
+    for lp in ledgers:
+        lp.kill()
+
+
 class WitnessProcess:
     """`runledger witness serve` as a child process, on a port it keeps across restarts (its log in
     `witness.log`), with a key made for it once."""
