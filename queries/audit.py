@@ -43,7 +43,7 @@ HEALTH_COLUMNS = ("run_id", "check", "status", "value", "threshold", "at_step", 
 STATUSES = ("ok", "warn", "fail", "skip")
 # the helper views materialised before a suite, in dependency order
 _HELPERS = ("run_plan", "run_thresholds", "run_blocks", "lr_segments", "step_cells", "step_blocks", "step_progress",
-            "loss_noise", "loss_noise_by_len")
+            "loss_changes", "loss_noise", "loss_noise_by_len")
 
 
 @dataclass

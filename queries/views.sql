@@ -855,16 +855,18 @@ from latest;
 -- attempt, each step against the one before it in the same attempt at the same sequence length (a context
 -- extension changes the loss's level and its noise: at 1024 bytes the toy worker's batch is one sequence,
 -- whose loss ranges over nats where 16 of 128 varied by tenths). seq_len is null where steps report none
--- (a user's loop): one stretch, the whole run.
-create or replace view loss_noise_by_len as
-with changes as (
+-- (a user's loop): one stretch, the whole run. loss_changes: each step's change, once for both views below.
+create or replace view loss_changes as
+select * from (
     select run_id, seq_len,
            loss - lag(loss) over (partition by run_id, producer, attempt, seq_len order by step) as change
     from steps_all
-    where loss is not null
-), centred as (
-    select run_id, seq_len, change, median(change) over (partition by run_id, seq_len) as mid
-    from changes where change is not null
+    where loss is not null)
+where change is not null;
+
+create or replace view loss_noise_by_len as
+with centred as (
+    select run_id, seq_len, change, median(change) over (partition by run_id, seq_len) as mid from loss_changes
 )
 select run_id, seq_len, count(*) as changes, 1.4826 * median(abs(change - mid)) / sqrt(2) as sigma
 from centred
@@ -873,12 +875,8 @@ group by run_id, seq_len;
 -- per run: the same noise over all its stretches (the changes within each, pooled; a run of one sequence
 -- length: its own)
 create or replace view loss_noise as
-with changes as (
-    select run_id, loss - lag(loss) over (partition by run_id, producer, attempt, seq_len order by step) as change
-    from steps_all
-    where loss is not null
-), centred as (
-    select run_id, change, median(change) over (partition by run_id) as mid from changes where change is not null
+with centred as (
+    select run_id, change, median(change) over (partition by run_id) as mid from loss_changes
 )
 select run_id, count(*) as changes, 1.4826 * median(abs(change - mid)) / sqrt(2) as sigma
 from centred
